@@ -1,1 +1,288 @@
-fn main() {}
+//! The `tandem` binary: subcommands only; the work is done by the crates.
+
+use clap::{Args, Parser, Subcommand};
+use experiment::{Cell, Filter, RunMeta, Scenario};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+/// Scenarios shipped inside the binary, usable by name.
+const EMBEDDED_SCENARIOS: &[(&str, &str)] = &[
+    ("native-hdd", include_str!("../../../scenarios/native-hdd.toml")),
+    (
+        "native-hdd-throughput",
+        include_str!("../../../scenarios/native-hdd-throughput.toml"),
+    ),
+];
+
+#[derive(Parser)]
+#[command(
+    name = "tandem",
+    version,
+    about = "Coordinated I/O scheduling between guests and hosts: simulator and tools"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// The deterministic simulator.
+    #[command(subcommand)]
+    Sim(SimCommand),
+}
+
+#[derive(Subcommand)]
+enum SimCommand {
+    /// Run a scenario's cells and write results, tables and plots.
+    Run(RunArgs),
+    /// Measure simulated events per second on the 5-reader BFQ hdd-1.8in cell.
+    Bench(BenchArgs),
+    /// List devices, schedulers, apps and embedded scenarios.
+    List,
+}
+
+#[derive(Args)]
+struct RunArgs {
+    /// Scenario file, or the name of an embedded scenario (default: native-hdd).
+    scenario: Option<String>,
+    /// Output directory.
+    #[arg(long, default_value = "out")]
+    out: PathBuf,
+    /// Only run cells with KEY=VALUE (repeatable; repeated keys OR, different keys AND).
+    #[arg(long = "only", value_name = "KEY=VALUE")]
+    only: Vec<String>,
+    /// Cells run in parallel (default: the number of cores).
+    #[arg(long)]
+    jobs: Option<usize>,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
+    #[command(flatten)]
+    knobs: SimKnobs,
+}
+
+#[derive(Args, Clone)]
+struct SimKnobs {
+    /// Kernel tick rate of the simulated machine (CONFIG_HZ).
+    #[arg(long, default_value_t = 250)]
+    hz: u32,
+    /// Turn off the "+4 ticks" slack of BFQ's soft real-time test.
+    #[arg(long)]
+    no_softrt_slack: bool,
+    /// Turn off BFQ's low_latency heuristics.
+    #[arg(long)]
+    no_low_latency: bool,
+    /// Override the device's command queue depth (NCQ).
+    #[arg(long)]
+    queue_depth: Option<usize>,
+}
+
+#[derive(Args)]
+struct BenchArgs {
+    /// Repetitions of the cell to run (more gives a steadier figure).
+    #[arg(long, default_value_t = 20)]
+    repetitions: u32,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Sim(SimCommand::Run(a)) => sim_run(a),
+        Command::Sim(SimCommand::Bench(a)) => sim_bench(a),
+        Command::Sim(SimCommand::List) => {
+            sim_list();
+            Ok(())
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::Usage(m)) => {
+            eprintln!("tandem: {m}");
+            ExitCode::from(2)
+        }
+        Err(Failure::Run(m)) => {
+            eprintln!("tandem: {m}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+enum Failure {
+    /// Bad input: exit code 2.
+    Usage(String),
+    /// Something failed while running: exit code 1.
+    Run(String),
+}
+
+fn knobs_to_opts(k: &SimKnobs) -> Result<sim::bench::SimOptions, Failure> {
+    if !(10..=10_000).contains(&k.hz) {
+        return Err(Failure::Usage(format!(
+            "--hz {}: out of range; accepted: 10 to 10000",
+            k.hz
+        )));
+    }
+    if k.queue_depth == Some(0) {
+        return Err(Failure::Usage(
+            "--queue-depth 0: the device queue depth must be at least 1".into(),
+        ));
+    }
+    let mut opts = sim::bench::SimOptions::default();
+    opts.sched_cfg.hz = k.hz;
+    opts.sched_cfg.bfq_softrt_tick_slack = !k.no_softrt_slack;
+    opts.sched_cfg.low_latency = !k.no_low_latency;
+    opts.queue_depth = k.queue_depth;
+    Ok(opts)
+}
+
+fn load_scenario(arg: Option<&str>) -> Result<Scenario, Failure> {
+    let accepted = sim::bench::accepted();
+    let name = arg.unwrap_or("native-hdd");
+    let path = PathBuf::from(name);
+    if path.exists() {
+        return Scenario::load(&path, &accepted).map_err(|e| Failure::Usage(e.to_string()));
+    }
+    if let Some((_, text)) = EMBEDDED_SCENARIOS.iter().find(|(n, _)| *n == name) {
+        return Scenario::from_toml_str(text, &accepted)
+            .map_err(|e| Failure::Usage(format!("embedded scenario {name}: {e}")));
+    }
+    Err(Failure::Usage(format!(
+        "scenario \"{name}\": no such file, and not an embedded scenario; embedded: {}",
+        EMBEDDED_SCENARIOS
+            .iter()
+            .map(|(n, _)| *n)
+            .collect::<Vec<_>>()
+            .join(", ")
+    )))
+}
+
+fn progress_bar(total: u64, quiet: bool) -> ProgressBar {
+    let pb = ProgressBar::new(total);
+    if quiet || !std::io::stderr().is_terminal() {
+        pb.set_draw_target(ProgressDrawTarget::hidden());
+    }
+    pb.set_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} runs  {elapsed_precise} (eta {eta})")
+            .expect("valid template"),
+    );
+    pb
+}
+
+fn sim_run(a: RunArgs) -> Result<(), Failure> {
+    let opts = knobs_to_opts(&a.knobs)?;
+    let scenario = load_scenario(a.scenario.as_deref())?;
+    let filter = Filter::parse(&a.only).map_err(Failure::Usage)?;
+    let all = scenario.cells();
+    filter.check(&all).map_err(Failure::Usage)?;
+    let cells: Vec<Cell> = filter.apply(&all);
+    if cells.is_empty() {
+        return Err(Failure::Usage("no cell matches the --only filters".into()));
+    }
+    let jobs = a
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .max(1)
+        .min(cells.len());
+    let total: u64 = cells.iter().map(|c| c.repetitions as u64).sum();
+    let pb = progress_bar(total, a.quiet);
+    let started = std::time::Instant::now();
+    let next = AtomicUsize::new(0);
+    let results: Mutex<Vec<Option<Result<experiment::CellResult, String>>>> =
+        Mutex::new(vec![None; cells.len()]);
+    std::thread::scope(|s| {
+        for _ in 0..jobs {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= cells.len() {
+                    break;
+                }
+                let r = sim::bench::run_cell(&cells[i], &opts, || pb.inc(1));
+                results.lock().expect("no poisoned lock")[i] = Some(r);
+            });
+        }
+    });
+    pb.finish_and_clear();
+    let mut out = Vec::with_capacity(cells.len());
+    for r in results.into_inner().expect("no poisoned lock") {
+        out.push(r.expect("every cell ran").map_err(Failure::Run)?);
+    }
+    let mut extra = serde_json::Map::new();
+    extra.insert("hz".into(), a.knobs.hz.into());
+    extra.insert("bfq_softrt_tick_slack".into(), (!a.knobs.no_softrt_slack).into());
+    extra.insert("low_latency".into(), (!a.knobs.no_low_latency).into());
+    if let Some(d) = a.knobs.queue_depth {
+        extra.insert("queue_depth".into(), d.into());
+    }
+    let meta = RunMeta {
+        runner: "sim".into(),
+        scenario: scenario.name.clone(),
+        tandem_version: env!("CARGO_PKG_VERSION").into(),
+        seed: scenario.seed,
+        extra,
+    };
+    let written = experiment::write_outputs(&a.out, &meta, &out)
+        .map_err(|e| Failure::Run(format!("writing {}: {e}", a.out.display())))?;
+    let table = std::fs::read_to_string(a.out.join("table.txt")).unwrap_or_default();
+    print!("{table}");
+    eprintln!(
+        "tandem: {} cells, {} runs in {:.1} s; {} files in {}",
+        out.len(),
+        total,
+        started.elapsed().as_secs_f64(),
+        written.len(),
+        a.out.display()
+    );
+    Ok(())
+}
+
+fn sim_bench(a: BenchArgs) -> Result<(), Failure> {
+    let text = EMBEDDED_SCENARIOS
+        .iter()
+        .find(|(n, _)| *n == "native-hdd")
+        .expect("embedded")
+        .1;
+    let scenario = Scenario::from_toml_str(text, &sim::bench::accepted())
+        .map_err(|e| Failure::Run(e.to_string()))?;
+    let mut cell = scenario
+        .cells()
+        .into_iter()
+        .find(|c| c.host_sched == "bfq" && c.host_workload == "5r-seq")
+        .ok_or_else(|| Failure::Run("native-hdd has no bfq 5r-seq cell".into()))?;
+    cell.repetitions = a.repetitions.max(1);
+    let opts = sim::bench::SimOptions::default();
+    let started = std::time::Instant::now();
+    let mut events = 0u64;
+    let mut simulated = 0u64;
+    for rep in 0..cell.repetitions {
+        let (e, t) = sim::bench::count_events(&cell, &opts, rep).map_err(Failure::Run)?;
+        events += e;
+        simulated += t;
+    }
+    let wall = started.elapsed().as_secs_f64();
+    println!(
+        "cell: {} (startup, {} repetitions)\nevents: {events}\nsimulated time: {:.1} s\nwall time: {wall:.3} s (one core)\nevents per second: {:.2} million",
+        cell.key(),
+        cell.repetitions,
+        simulated as f64 / 1e9,
+        events as f64 / wall / 1e6
+    );
+    Ok(())
+}
+
+fn sim_list() {
+    println!("devices:    {}", devmodel::PRESETS.join(", "));
+    println!("schedulers: {}", sim::sched::SCHEDULERS.join(", "));
+    println!("apps:       {}", sim::workload::preset_names().join(", "));
+    println!(
+        "scenarios:  {}",
+        EMBEDDED_SCENARIOS
+            .iter()
+            .map(|(n, _)| *n)
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+}

@@ -1,1 +1,37 @@
-//! placeholder
+//! Everything about experiments that does not depend on who runs them (the simulator,
+//! the real runner, or published reference numbers): the scenario schema and its
+//! validation, cell expansion, `--only` filters, workload names, the result schema,
+//! statistics, S-style stat file names, text tables, SVG plots and the output
+//! directory. A pure library: it never prints.
+//!
+//! See the crate's README.md for the scenario keys, the naming scheme and the outputs.
+
+pub mod apptrace;
+pub mod cell;
+pub mod naming;
+pub mod output;
+pub mod result;
+pub mod scenario;
+pub mod stats;
+pub mod svg;
+pub mod table;
+pub mod workload;
+
+pub use cell::{cell_seed, fnv1a64, splitmix64, Cell, Filter};
+pub use naming::{
+    format_g, sanitize_component, stat_file_contents, stat_file_header, stat_file_name,
+};
+pub use output::{
+    parse_results_csv, parse_results_json, read_results_json, results_csv, results_json,
+    stat_file_paths, write_outputs, CsvRow, CSV_COLUMNS, CSV_EXTRA_COLUMNS, RESULTS_JSON_SCHEMA,
+};
+pub use result::{CellResult, Metric, RunMeta, RunResult};
+pub use scenario::{
+    Accepted, Benchmark, Matrix, Scenario, ScenarioError, MATRIX_KEYS, SCENARIO_KEYS,
+};
+pub use stats::{student_t_cdf, summarize, t_quantile, Summary};
+pub use svg::{
+    build_chart, idle_reference, plot_startup, plot_throughput, render_bar_chart, Bar, BarChart,
+};
+pub use table::{cell_text, render_tables};
+pub use workload::{Pattern, WorkloadSpec, ACCEPTED_WORKLOADS};

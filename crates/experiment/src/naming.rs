@@ -1,0 +1,236 @@
+//! S-style per-cell stat files: names and contents.
+//!
+//! Native cells get exactly the names of Paolo Valente's S suite:
+//! `comm_startup_lat.sh` writes `<sched>-<N>r<M>w-<pattern>-lat_thr_stat.txt` and
+//! `throughput-sync.sh` writes `<sched>-<N>r<M>w-<pattern>-<D>sec-aggthr_stat.txt`.
+//! VM cells extend them backward-compatibly (the guest part comes first, so S's
+//! `*<sched>-<workload>*` globs still find them); see [`stat_file_name`].
+
+use crate::cell::Cell;
+use crate::result::{CellResult, Metric};
+use crate::scenario::Benchmark;
+use crate::stats::Summary;
+use crate::workload::WorkloadSpec;
+
+/// The S suite's workload infix of a workload name (`5r-seq` -> `5r0w-seq`, `none` ->
+/// `0r0w-seq`); unparsable names are kept as they are (sanitized).
+fn s_workload(name: &str) -> String {
+    match WorkloadSpec::parse(name) {
+        Ok(w) => w.s_name(),
+        Err(_) => sanitize_component(name),
+    }
+}
+
+/// Formats seconds for file names as S does for integers (`60`), else shortest (`0.5`).
+fn secs(x: f64) -> String {
+    if x.is_finite() && x.fract() == 0.0 && x.abs() < 1e15 {
+        format!("{}", x as i64)
+    } else {
+        format!("{x}")
+    }
+}
+
+/// Makes a string safe as one path component: characters other than ASCII letters,
+/// digits, `.`, `_`, `-`, `+` become `_`; leading `/` are dropped (`/dev/sdb` ->
+/// `dev_sdb`); `.`/`..`/empty become `_`.
+pub fn sanitize_component(s: &str) -> String {
+    let t = s.trim_start_matches('/');
+    let out: String = t
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '+') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if out.is_empty() || out == "." || out == ".." {
+        "_".to_string()
+    } else {
+        out
+    }
+}
+
+/// The stat file name of a cell.
+///
+/// ```text
+/// native start-up:    <host_sched>-<hw>-lat_thr_stat.txt                 (S, exactly)
+/// native throughput:  <host_sched>-<hw>-<D>sec-aggthr_stat.txt           (S, exactly)
+/// VM start-up:        <guest_sched>-<gw>-host-<host_sched>-<hw>-lat_thr_stat.txt
+/// VM throughput:      <guest_sched>-<gw>-host-<host_sched>-<hw>-<D>sec-aggthr_stat.txt
+/// ```
+///
+/// `<hw>`/`<gw>` are the host/guest workloads in S form `<N>r<M>w-<seq|rand>` (idle is
+/// `0r0w-seq`, as in S); `<D>` is `duration_s` (an integer when whole). When
+/// `coordination` is not `off`, `-coord-<mode>` goes right before the
+/// `-lat_thr_stat.txt` / `-<D>sec-aggthr_stat.txt` suffix, so S's `*stat.txt` globs
+/// still match. Every component is passed through [`sanitize_component`] (a no-op for
+/// kernel scheduler names and tandem workload names).
+pub fn stat_file_name(cell: &Cell) -> String {
+    let mut name = String::new();
+    if let (Some(gs), Some(gw)) = (&cell.guest_sched, &cell.guest_workload) {
+        name.push_str(&sanitize_component(gs));
+        name.push('-');
+        name.push_str(&s_workload(gw));
+        name.push_str("-host-");
+    }
+    name.push_str(&sanitize_component(&cell.host_sched));
+    name.push('-');
+    name.push_str(&s_workload(&cell.host_workload));
+    if cell.coordination != "off" {
+        name.push_str("-coord-");
+        name.push_str(&sanitize_component(&cell.coordination));
+    }
+    match cell.benchmark {
+        Benchmark::Startup => name.push_str("-lat_thr_stat.txt"),
+        Benchmark::Throughput => {
+            name.push('-');
+            name.push_str(&secs(cell.duration_s));
+            name.push_str("sec-aggthr_stat.txt");
+        }
+    }
+    name
+}
+
+/// C's `printf("%g", x)` (6 significant digits, trailing zeros removed), which the S
+/// suite's awk scripts use for their statistics.
+pub fn format_g(x: f64) -> String {
+    if x.is_nan() {
+        return "nan".to_string();
+    }
+    if x.is_infinite() {
+        return if x > 0.0 { "inf" } else { "-inf" }.to_string();
+    }
+    if x == 0.0 {
+        return if x.is_sign_negative() { "-0" } else { "0" }.to_string();
+    }
+    // Round to 6 significant digits first, to learn the decimal exponent after rounding.
+    let sci = format!("{x:.5e}");
+    let (mantissa, exp) = sci.split_once('e').expect("exponent");
+    let exp: i32 = exp.parse().expect("exponent digits");
+    if !(-4..6).contains(&exp) {
+        let m = strip_zeros(mantissa);
+        let sign = if exp < 0 { '-' } else { '+' };
+        format!("{m}e{sign}{:02}", exp.abs())
+    } else {
+        let decimals = (5 - exp) as usize;
+        strip_zeros(&format!("{x:.decimals$}"))
+    }
+}
+
+fn strip_zeros(s: &str) -> String {
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        s.to_string()
+    }
+}
+
+/// The two lines S's `calc_avg_and_co.sh` prints: a header and the values, each field
+/// 12 characters wide. tandem's last column is the half width of the 95% confidence
+/// interval (Student's t), labelled `conf95%`.
+fn stat_lines(s: Option<&Summary>) -> String {
+    let mut out = format!(
+        "{:>12}{:>12}{:>12}{:>12}{:>12}\n",
+        "min", "max", "avg", "std_dev", "conf95%"
+    );
+    if let Some(s) = s {
+        out.push_str(&format!(
+            "{:>12}{:>12}{:>12}{:>12}{:>12}\n",
+            format_g(s.min),
+            format_g(s.max),
+            format_g(s.mean),
+            format_g(s.std),
+            format_g(s.ci95_half_width())
+        ));
+    } else {
+        // No data: an empty values line, which S's table scripts show as X.
+        out.push('\n');
+    }
+    out
+}
+
+fn rw_text(name: &str) -> String {
+    let w = WorkloadSpec::parse(name).unwrap_or(WorkloadSpec::NONE);
+    let p = w.pattern.map(|p| p.as_str()).unwrap_or("seq");
+    format!("{} {p} readers and {} {p} writers", w.readers, w.writers)
+}
+
+fn app_text(app: &str) -> &str {
+    app.strip_prefix("cmd:").unwrap_or(app)
+}
+
+/// The first line of a stat file, S-style: `Results for bfq, 5 xterm, 5 seq readers
+/// and 0 seq writers` (start-up) or `Results for bfq, 5 seq readers and 0 seq writers`
+/// (throughput). VM cells continue with `, in a VM on host scheduler cfq with 1 seq
+/// readers and 0 seq writers in the host`, then `, coordination vbfq` when not off.
+pub fn stat_file_header(cell: &Cell) -> String {
+    let mut h = format!("Results for {}", cell.app_side_sched());
+    if cell.benchmark == Benchmark::Startup {
+        h.push_str(&format!(", {} {}", cell.iterations, app_text(&cell.app)));
+    }
+    h.push_str(&format!(", {}", rw_text(cell.app_side_workload())));
+    if !cell.is_native() {
+        h.push_str(&format!(
+            ", in a VM on host scheduler {} with {} in the host",
+            cell.host_sched,
+            rw_text(&cell.host_workload)
+        ));
+    }
+    if cell.coordination != "off" {
+        h.push_str(&format!(", coordination {}", cell.coordination));
+    }
+    h
+}
+
+/// The contents of a cell's stat file, in S's layout: the header line, then 3-line
+/// sections (title, column header, values), as `comm_startup_lat.sh` (4 sections:
+/// latency, aggregated/read/write throughput) and `throughput-sync.sh` (3 sections:
+/// aggregated/read/write throughput) write them, so S's `calc_overall_stats.sh` can
+/// read them. Statistics are over the per-run means (as S's overall statistics across
+/// repetitions). Sections tandem does not measure have an empty values line (S's
+/// tables show X). A cell with timeouts also gets an empty latency values line (S
+/// writes no result for a start that times out). Trailing lines give the number of
+/// repetitions and, if any, the timeouts with the mean counting them as `timeout_s`.
+pub fn stat_file_contents(result: &CellResult) -> String {
+    let cell = &result.cell;
+    let summary = result.summary();
+    let timeouts = result.timeouts();
+    let mut out = stat_file_header(cell);
+    out.push('\n');
+    let have = summary.n > 0;
+    match result.metric {
+        Metric::StartupS => {
+            out.push_str("Latency statistics:\n");
+            out.push_str(&stat_lines((have && timeouts == 0).then_some(&summary)));
+            out.push_str("Aggregated throughput:\n");
+            out.push_str(&stat_lines(None));
+        }
+        Metric::ThroughputMbS => {
+            out.push_str("Aggregated throughput:\n");
+            out.push_str(&stat_lines(have.then_some(&summary)));
+        }
+    }
+    out.push_str("Read throughput:\n");
+    out.push_str(&stat_lines(None));
+    out.push_str("Write throughput:\n");
+    out.push_str(&stat_lines(None));
+    out.push_str(&format!(
+        "{} repetitions, statistics over the per-repetition means\n",
+        summary.n
+    ));
+    if timeouts > 0 {
+        out.push_str(&format!(
+            "X: {timeouts} of {} starts hit the {} s timeout; with them counted as {} s: \
+             avg {} min {} max {}\n",
+            result.value_count(),
+            format_g(cell.timeout_s),
+            format_g(cell.timeout_s),
+            format_g(summary.mean),
+            format_g(summary.min),
+            format_g(summary.max)
+        ));
+    }
+    out
+}

@@ -1,0 +1,145 @@
+//! The result schema shared by all runners.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::cell::Cell;
+use crate::scenario::Benchmark;
+use crate::stats::{summarize, Summary};
+
+/// The measured quantity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Metric {
+    /// Start-up time in seconds (`startup_s`).
+    #[serde(rename = "startup_s")]
+    StartupS,
+    /// Aggregate throughput in MB/s (`throughput_mb_s`).
+    #[serde(rename = "throughput_mb_s")]
+    ThroughputMbS,
+}
+
+impl Metric {
+    /// `startup_s` or `throughput_mb_s`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Metric::StartupS => "startup_s",
+            Metric::ThroughputMbS => "throughput_mb_s",
+        }
+    }
+
+    /// Parses `startup_s` or `throughput_mb_s`.
+    pub fn parse(s: &str) -> Option<Metric> {
+        match s {
+            "startup_s" => Some(Metric::StartupS),
+            "throughput_mb_s" => Some(Metric::ThroughputMbS),
+            _ => None,
+        }
+    }
+
+    /// The metric a benchmark measures.
+    pub fn for_benchmark(b: Benchmark) -> Metric {
+        match b {
+            Benchmark::Startup => Metric::StartupS,
+            Benchmark::Throughput => Metric::ThroughputMbS,
+        }
+    }
+
+    /// Unit for labels: `s` or `MB/s`.
+    pub fn unit(self) -> &'static str {
+        match self {
+            Metric::StartupS => "s",
+            Metric::ThroughputMbS => "MB/s",
+        }
+    }
+
+    /// Axis/table label, e.g. `Start-up time [s]`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Metric::StartupS => "Start-up time [s]",
+            Metric::ThroughputMbS => "Aggregate throughput [MB/s]",
+        }
+    }
+}
+
+impl fmt::Display for Metric {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One run (repetition) of a cell: the start-up times of its starts (a timed-out start
+/// counts as `timeout_s` and increments `timeouts`), or the throughput samples.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunResult {
+    pub values: Vec<f64>,
+    #[serde(default)]
+    pub timeouts: u32,
+}
+
+impl RunResult {
+    /// Mean of the values, `None` when there are none.
+    pub fn mean(&self) -> Option<f64> {
+        if self.values.is_empty() {
+            None
+        } else {
+            Some(self.values.iter().sum::<f64>() / self.values.len() as f64)
+        }
+    }
+}
+
+/// All the runs of one cell, by one runner.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CellResult {
+    pub cell: Cell,
+    /// `sim`, `real` or `paper`.
+    pub runner: String,
+    pub metric: Metric,
+    pub runs: Vec<RunResult>,
+}
+
+impl CellResult {
+    /// The per-run means, skipping runs without values.
+    pub fn run_means(&self) -> Vec<f64> {
+        self.runs.iter().filter_map(RunResult::mean).collect()
+    }
+
+    /// Statistics over the per-run means, like the S suite's overall statistics across
+    /// repetitions (calc_overall_stats.sh).
+    pub fn summary(&self) -> Summary {
+        summarize(&self.run_means())
+    }
+
+    /// Statistics over every value of every run pooled together.
+    pub fn pooled_summary(&self) -> Summary {
+        let all: Vec<f64> = self
+            .runs
+            .iter()
+            .flat_map(|r| r.values.iter().copied())
+            .collect();
+        summarize(&all)
+    }
+
+    /// Total number of timed-out starts over all runs.
+    pub fn timeouts(&self) -> u32 {
+        self.runs.iter().map(|r| r.timeouts).sum()
+    }
+
+    /// Total number of values (starts or samples) over all runs.
+    pub fn value_count(&self) -> usize {
+        self.runs.iter().map(|r| r.values.len()).sum()
+    }
+}
+
+/// Metadata of one run of a scenario, written into `results.json`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunMeta {
+    /// `sim`, `real` or `paper`.
+    pub runner: String,
+    pub scenario: String,
+    pub tandem_version: String,
+    pub seed: u64,
+    /// Anything else (kernel version, device parameters, timestamps...). Written as is.
+    #[serde(default)]
+    pub extra: serde_json::Map<String, serde_json::Value>,
+}

@@ -1,0 +1,737 @@
+//! Scenario files: schema, validation and expansion into cells.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use toml::Value;
+
+use crate::cell::{cell_seed, Cell};
+use crate::workload::WorkloadSpec;
+
+/// The benchmark a scenario runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Benchmark {
+    /// Cold-cache start-up time of an application (S: `comm_startup_lat`).
+    Startup,
+    /// Aggregate throughput of the workload (S: `throughput-sync`).
+    Throughput,
+}
+
+impl Benchmark {
+    /// `startup` or `throughput`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Benchmark::Startup => "startup",
+            Benchmark::Throughput => "throughput",
+        }
+    }
+
+    /// Parses `startup` or `throughput`.
+    pub fn parse(s: &str) -> Option<Benchmark> {
+        match s {
+            "startup" => Some(Benchmark::Startup),
+            "throughput" => Some(Benchmark::Throughput),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Benchmark {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a runner can run. Used to validate scenario values and to write errors that
+/// list the accepted values.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Accepted {
+    pub devices: Vec<String>,
+    pub host_scheds: Vec<String>,
+    pub guest_scheds: Vec<String>,
+    pub coordination: Vec<String>,
+    pub apps: Vec<String>,
+    /// Whether `app = "cmd:<command line>"` is allowed (real runner only).
+    pub allow_cmd_apps: bool,
+    /// Whether VM cells (non-empty `matrix.guest_sched`) are allowed.
+    pub allow_vm: bool,
+}
+
+/// A validated scenario.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Scenario {
+    pub name: String,
+    pub benchmark: Benchmark,
+    pub app: String,
+    pub iterations: u32,
+    pub repetitions: u32,
+    pub timeout_s: f64,
+    pub duration_s: f64,
+    pub sample_s: f64,
+    pub seed: u64,
+    pub matrix: Matrix,
+}
+
+/// The `[matrix]` table. Workload lists hold canonical names (see
+/// [`WorkloadSpec::name`]). Empty `guest_sched`/`guest_workload` mean native cells.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Matrix {
+    pub device: Vec<String>,
+    pub host_sched: Vec<String>,
+    pub host_workload: Vec<String>,
+    pub guest_sched: Vec<String>,
+    pub guest_workload: Vec<String>,
+    pub coordination: Vec<String>,
+}
+
+/// Top-level scenario keys, in documentation order.
+pub const SCENARIO_KEYS: &[&str] = &[
+    "name",
+    "benchmark",
+    "app",
+    "iterations",
+    "repetitions",
+    "timeout_s",
+    "duration_s",
+    "sample_s",
+    "seed",
+    "matrix",
+];
+
+/// Keys of the `[matrix]` table; also the keys `--only` filters accept.
+pub const MATRIX_KEYS: &[&str] = &[
+    "device",
+    "host_sched",
+    "host_workload",
+    "guest_sched",
+    "guest_workload",
+    "coordination",
+];
+
+/// Default values.
+pub mod defaults {
+    pub const APP: &str = "xterm";
+    pub const ITERATIONS: u32 = 5;
+    pub const REPETITIONS: u32 = 10;
+    pub const TIMEOUT_S: f64 = 60.0;
+    pub const DURATION_S: f64 = 60.0;
+    pub const SAMPLE_S: f64 = 2.0;
+    pub const SEED: u64 = 1;
+    pub const COORDINATION: &str = "off";
+    /// Name used by [`super::Scenario::from_toml_str`] when `name` is absent
+    /// ([`super::Scenario::load`] uses the file stem instead).
+    pub const NAME: &str = "scenario";
+}
+
+/// A scenario error: one message naming the file (when loaded from one), the offending
+/// key, the value and what is accepted.
+///
+/// Display: `PATH: KEY: MESSAGE`, leaving out the parts that are not known, e.g.
+/// `s.toml: matrix.host_sched: unknown scheduler "bfqq"; accepted: noop, cfq, bfq`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScenarioError {
+    /// The scenario file, when the scenario was loaded from a file.
+    pub path: Option<PathBuf>,
+    /// The offending key (`iterations`, `matrix.host_sched`, ...), if any.
+    pub key: Option<String>,
+    /// What is wrong, with the value and what is accepted.
+    pub message: String,
+}
+
+impl ScenarioError {
+    fn new(key: Option<&str>, message: impl Into<String>) -> ScenarioError {
+        ScenarioError {
+            path: None,
+            key: key.map(str::to_string),
+            message: message.into(),
+        }
+    }
+
+    fn key(key: &str, message: impl Into<String>) -> ScenarioError {
+        ScenarioError::new(Some(key), message)
+    }
+
+    fn with_path(mut self, path: &Path) -> ScenarioError {
+        self.path = Some(path.to_path_buf());
+        self
+    }
+}
+
+impl fmt::Display for ScenarioError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(p) = &self.path {
+            write!(f, "{}: ", p.display())?;
+        }
+        if let Some(k) = &self.key {
+            write!(f, "{k}: ")?;
+        }
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for ScenarioError {}
+
+impl Scenario {
+    /// Parses and validates a scenario. `name` defaults to `"scenario"`.
+    pub fn from_toml_str(text: &str, accepted: &Accepted) -> Result<Scenario, ScenarioError> {
+        parse_scenario(text, accepted, defaults::NAME)
+    }
+
+    /// Reads, parses and validates a scenario file. Errors start with the path.
+    /// `name` defaults to the file stem.
+    pub fn load(path: &Path, accepted: &Accepted) -> Result<Scenario, ScenarioError> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            ScenarioError::new(None, format!("cannot read scenario: {e}")).with_path(path)
+        })?;
+        let stem = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| defaults::NAME.to_string());
+        parse_scenario(&text, accepted, &stem).map_err(|e| e.with_path(path))
+    }
+
+    /// True when the matrix has guest schedulers (VM cells).
+    pub fn is_vm(&self) -> bool {
+        !self.matrix.guest_sched.is_empty()
+    }
+
+    /// Number of cells [`Scenario::cells`] returns.
+    pub fn cell_count(&self) -> usize {
+        let m = &self.matrix;
+        let guest = if self.is_vm() {
+            m.guest_sched.len() * m.guest_workload.len()
+        } else {
+            1
+        };
+        m.device.len() * guest * m.host_sched.len() * m.host_workload.len() * m.coordination.len()
+    }
+
+    /// Full cartesian expansion of the matrix, in a stable order: `device` (outermost),
+    /// `guest_sched`, `guest_workload`, `host_sched`, `host_workload`, `coordination`
+    /// (innermost), each in the order of its list. Each cell gets its own seed
+    /// ([`cell_seed`]), which depends only on the scenario seed and the cell's matrix
+    /// values, so running a subset (`--only`) gives the same per-cell results.
+    pub fn cells(&self) -> Vec<Cell> {
+        let m = &self.matrix;
+        let guests: Vec<(Option<String>, Option<String>)> = if self.is_vm() {
+            m.guest_sched
+                .iter()
+                .flat_map(|gs| {
+                    m.guest_workload
+                        .iter()
+                        .map(move |gw| (Some(gs.clone()), Some(gw.clone())))
+                })
+                .collect()
+        } else {
+            vec![(None, None)]
+        };
+        let mut cells = Vec::with_capacity(self.cell_count());
+        for device in &m.device {
+            for (guest_sched, guest_workload) in &guests {
+                for host_sched in &m.host_sched {
+                    for host_workload in &m.host_workload {
+                        for coordination in &m.coordination {
+                            let mut cell = Cell {
+                                scenario: self.name.clone(),
+                                device: device.clone(),
+                                host_sched: host_sched.clone(),
+                                host_workload: host_workload.clone(),
+                                guest_sched: guest_sched.clone(),
+                                guest_workload: guest_workload.clone(),
+                                coordination: coordination.clone(),
+                                benchmark: self.benchmark,
+                                app: self.app.clone(),
+                                iterations: self.iterations,
+                                repetitions: self.repetitions,
+                                timeout_s: self.timeout_s,
+                                duration_s: self.duration_s,
+                                sample_s: self.sample_s,
+                                seed: 0,
+                            };
+                            cell.seed = cell_seed(self.seed, &cell);
+                            cells.push(cell);
+                        }
+                    }
+                }
+            }
+        }
+        cells
+    }
+}
+
+fn type_name(v: &Value) -> &'static str {
+    v.type_str()
+}
+
+fn describe(v: &Value) -> String {
+    match v {
+        Value::String(s) => format!("\"{s}\""),
+        Value::Integer(i) => i.to_string(),
+        Value::Float(f) => f.to_string(),
+        Value::Boolean(b) => b.to_string(),
+        Value::Datetime(d) => d.to_string(),
+        Value::Array(_) => "an array".to_string(),
+        Value::Table(_) => "a table".to_string(),
+    }
+}
+
+fn wrong_type(key: &str, expected: &str, v: &Value) -> ScenarioError {
+    ScenarioError::key(
+        key,
+        format!(
+            "expected {expected}, found {} {}",
+            type_name(v),
+            describe(v)
+        ),
+    )
+}
+
+fn get_string(key: &str, v: &Value) -> Result<String, ScenarioError> {
+    match v {
+        Value::String(s) => Ok(s.clone()),
+        _ => Err(wrong_type(key, "a string", v)),
+    }
+}
+
+fn get_positive_u32(key: &str, v: &Value) -> Result<u32, ScenarioError> {
+    match v {
+        Value::Integer(i) if *i >= 1 && *i <= i64::from(u32::MAX) => Ok(*i as u32),
+        Value::Integer(i) if *i < 1 => Err(ScenarioError::key(
+            key,
+            format!("must be at least 1, found {i}"),
+        )),
+        Value::Integer(i) => Err(ScenarioError::key(
+            key,
+            format!("too large: {i}; at most {}", u32::MAX),
+        )),
+        _ => Err(wrong_type(key, "a positive integer", v)),
+    }
+}
+
+fn get_positive_secs(key: &str, v: &Value) -> Result<f64, ScenarioError> {
+    let x = match v {
+        Value::Integer(i) => *i as f64,
+        Value::Float(f) => *f,
+        _ => return Err(wrong_type(key, "a number of seconds", v)),
+    };
+    if !(x.is_finite() && x > 0.0) {
+        return Err(ScenarioError::key(
+            key,
+            format!(
+                "must be a positive, finite number of seconds, found {}",
+                describe(v)
+            ),
+        ));
+    }
+    Ok(x)
+}
+
+fn list(items: &[String]) -> String {
+    if items.is_empty() {
+        "(none)".to_string()
+    } else {
+        items.join(", ")
+    }
+}
+
+/// A matrix list: an array of strings, or a bare string as a one-element list.
+fn get_string_list(key: &str, v: &Value) -> Result<Vec<String>, ScenarioError> {
+    match v {
+        Value::String(s) => Ok(vec![s.clone()]),
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .map(|(i, item)| match item {
+                Value::String(s) => Ok(s.clone()),
+                _ => Err(ScenarioError::key(
+                    key,
+                    format!(
+                        "expected a list of strings, but item {} is {} {}",
+                        i + 1,
+                        type_name(item),
+                        describe(item)
+                    ),
+                )),
+            })
+            .collect(),
+        _ => Err(wrong_type(key, "a list of strings", v)),
+    }
+}
+
+fn check_duplicates(key: &str, values: &[String]) -> Result<(), ScenarioError> {
+    for (i, v) in values.iter().enumerate() {
+        if values[..i].contains(v) {
+            return Err(ScenarioError::key(
+                key,
+                format!("duplicate value \"{v}\" (each value may appear once)"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn check_member(
+    key: &str,
+    what: &str,
+    values: &[String],
+    accepted: &[String],
+) -> Result<(), ScenarioError> {
+    for v in values {
+        if !accepted.contains(v) {
+            return Err(ScenarioError::key(
+                key,
+                format!("unknown {what} \"{v}\"; accepted: {}", list(accepted)),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn canonical_workloads(key: &str, values: &[String]) -> Result<Vec<String>, ScenarioError> {
+    values
+        .iter()
+        .map(|v| WorkloadSpec::canonical(v).map_err(|e| ScenarioError::key(key, e)))
+        .collect()
+}
+
+fn check_app(app: &str, explicit: bool, accepted: &Accepted) -> Result<(), ScenarioError> {
+    let key = "app";
+    let accepted_list = || {
+        let mut s = list(&accepted.apps);
+        if accepted.allow_cmd_apps {
+            s.push_str(", or cmd:<command line>");
+        }
+        s
+    };
+    let default_note = if explicit { "" } else { " (the default)" };
+    if let Some(cmd) = app.strip_prefix("cmd:") {
+        if !accepted.allow_cmd_apps {
+            return Err(ScenarioError::key(
+                key,
+                format!(
+                    "\"{app}\": cmd: apps run real commands and only the real runner \
+                     (tandem bench run) can run them; accepted: {}",
+                    accepted_list()
+                ),
+            ));
+        }
+        if cmd.trim().is_empty() {
+            return Err(ScenarioError::key(
+                key,
+                format!("\"{app}\": empty command line after cmd:"),
+            ));
+        }
+        return Ok(());
+    }
+    if !accepted.apps.iter().any(|a| a == app) {
+        return Err(ScenarioError::key(
+            key,
+            format!(
+                "unknown app \"{app}\"{default_note}; accepted: {}",
+                accepted_list()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn parse_scenario(
+    text: &str,
+    accepted: &Accepted,
+    default_name: &str,
+) -> Result<Scenario, ScenarioError> {
+    let table: toml::Table = text
+        .parse()
+        .map_err(|e: toml::de::Error| ScenarioError::new(None, e.to_string().trim_end()))?;
+
+    for k in table.keys() {
+        if !SCENARIO_KEYS.contains(&k.as_str()) {
+            return Err(ScenarioError::new(
+                None,
+                format!(
+                    "unknown key \"{k}\"; accepted keys: {}",
+                    SCENARIO_KEYS.join(", ")
+                ),
+            ));
+        }
+    }
+
+    let name = match table.get("name") {
+        Some(v) => {
+            let s = get_string("name", v)?;
+            if s.trim().is_empty() || s.chars().any(char::is_control) {
+                return Err(ScenarioError::key(
+                    "name",
+                    format!("must be a non-empty name without control characters, found {s:?}"),
+                ));
+            }
+            s
+        }
+        None => default_name.to_string(),
+    };
+
+    let benchmark = match table.get("benchmark") {
+        Some(v) => {
+            let s = get_string("benchmark", v)?;
+            Benchmark::parse(&s).ok_or_else(|| {
+                ScenarioError::key(
+                    "benchmark",
+                    format!("unknown benchmark \"{s}\"; accepted: startup, throughput"),
+                )
+            })?
+        }
+        None => {
+            return Err(ScenarioError::key(
+                "benchmark",
+                "missing required key; accepted: startup, throughput",
+            ))
+        }
+    };
+
+    let (app, app_explicit) = match table.get("app") {
+        Some(v) => (get_string("app", v)?, true),
+        None => (defaults::APP.to_string(), false),
+    };
+    // The app matters only for start-up; still reject an explicit app nobody can run.
+    if benchmark == Benchmark::Startup || app_explicit {
+        check_app(&app, app_explicit, accepted)?;
+    }
+
+    let iterations = match table.get("iterations") {
+        Some(v) => get_positive_u32("iterations", v)?,
+        None => defaults::ITERATIONS,
+    };
+    let repetitions = match table.get("repetitions") {
+        Some(v) => get_positive_u32("repetitions", v)?,
+        None => defaults::REPETITIONS,
+    };
+    let timeout_s = match table.get("timeout_s") {
+        Some(v) => get_positive_secs("timeout_s", v)?,
+        None => defaults::TIMEOUT_S,
+    };
+    let duration_s = match table.get("duration_s") {
+        Some(v) => get_positive_secs("duration_s", v)?,
+        None => defaults::DURATION_S,
+    };
+    let sample_s = match table.get("sample_s") {
+        Some(v) => get_positive_secs("sample_s", v)?,
+        None => defaults::SAMPLE_S,
+    };
+    if sample_s > duration_s {
+        let note = |k: &str| {
+            if table.contains_key(k) {
+                ""
+            } else {
+                ", the default"
+            }
+        };
+        return Err(ScenarioError::key(
+            "sample_s",
+            format!(
+                "sample_s ({sample_s}{}) must not exceed duration_s ({duration_s}{})",
+                note("sample_s"),
+                note("duration_s")
+            ),
+        ));
+    }
+    let seed = match table.get("seed") {
+        Some(Value::Integer(i)) if *i >= 0 => *i as u64,
+        Some(Value::Integer(i)) => {
+            return Err(ScenarioError::key(
+                "seed",
+                format!("must be a non-negative integer, found {i}"),
+            ))
+        }
+        Some(v) => return Err(wrong_type("seed", "a non-negative integer", v)),
+        None => defaults::SEED,
+    };
+
+    let matrix_table = match table.get("matrix") {
+        Some(Value::Table(t)) => t,
+        Some(v) => return Err(wrong_type("matrix", "a table ([matrix])", v)),
+        None => {
+            return Err(ScenarioError::key(
+                "matrix",
+                format!(
+                    "missing required table [matrix]; its keys: {}",
+                    MATRIX_KEYS.join(", ")
+                ),
+            ))
+        }
+    };
+    let matrix = parse_matrix(matrix_table, accepted)?;
+
+    Ok(Scenario {
+        name,
+        benchmark,
+        app,
+        iterations,
+        repetitions,
+        timeout_s,
+        duration_s,
+        sample_s,
+        seed,
+        matrix,
+    })
+}
+
+fn parse_matrix(t: &toml::Table, accepted: &Accepted) -> Result<Matrix, ScenarioError> {
+    for k in t.keys() {
+        if !MATRIX_KEYS.contains(&k.as_str()) {
+            return Err(ScenarioError::new(
+                None,
+                format!(
+                    "unknown key \"matrix.{k}\"; accepted keys in [matrix]: {}",
+                    MATRIX_KEYS.join(", ")
+                ),
+            ));
+        }
+    }
+    let get = |k: &str| -> Result<Option<Vec<String>>, ScenarioError> {
+        let key = format!("matrix.{k}");
+        match t.get(k) {
+            Some(v) => {
+                let l = get_string_list(&key, v)?;
+                check_duplicates(&key, &l)?;
+                Ok(Some(l))
+            }
+            None => Ok(None),
+        }
+    };
+    let required = |k: &str, v: Option<Vec<String>>, hint: &str| {
+        let key = format!("matrix.{k}");
+        match v {
+            None => Err(ScenarioError::key(
+                &key,
+                format!("missing required list; {hint}"),
+            )),
+            Some(l) if l.is_empty() => Err(ScenarioError::key(
+                &key,
+                format!("empty list; give at least one value; {hint}"),
+            )),
+            Some(l) => Ok(l),
+        }
+    };
+    let accepted_hint = |a: &[String]| format!("accepted: {}", list(a));
+
+    let device = required("device", get("device")?, &accepted_hint(&accepted.devices))?;
+    check_member("matrix.device", "device", &device, &accepted.devices)?;
+
+    let host_sched = required(
+        "host_sched",
+        get("host_sched")?,
+        &accepted_hint(&accepted.host_scheds),
+    )?;
+    check_member(
+        "matrix.host_sched",
+        "scheduler",
+        &host_sched,
+        &accepted.host_scheds,
+    )?;
+
+    let host_workload = required(
+        "host_workload",
+        get("host_workload")?,
+        &format!("accepted: {}", crate::workload::ACCEPTED_WORKLOADS),
+    )?;
+    let host_workload = canonical_workloads("matrix.host_workload", &host_workload)?;
+    check_duplicates("matrix.host_workload", &host_workload)?;
+
+    let guest_sched = get("guest_sched")?.unwrap_or_default();
+    let guest_workload = get("guest_workload")?.unwrap_or_default();
+    if !guest_sched.is_empty() {
+        if !accepted.allow_vm {
+            return Err(ScenarioError::key(
+                "matrix.guest_sched",
+                format!(
+                    "this runner cannot run VM cells (guest_sched = {}); \
+                     leave guest_sched and guest_workload out for native cells",
+                    guest_sched
+                        .iter()
+                        .map(|s| format!("\"{s}\""))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            ));
+        }
+        check_member(
+            "matrix.guest_sched",
+            "scheduler",
+            &guest_sched,
+            &accepted.guest_scheds,
+        )?;
+        if guest_workload.is_empty() {
+            return Err(ScenarioError::key(
+                "matrix.guest_workload",
+                format!(
+                    "missing or empty, but matrix.guest_sched is set; give the guest \
+                     workloads (e.g. [\"none\", \"1r-seq\"]); accepted: {}",
+                    crate::workload::ACCEPTED_WORKLOADS
+                ),
+            ));
+        }
+    } else if !guest_workload.is_empty() {
+        return Err(ScenarioError::key(
+            "matrix.guest_workload",
+            format!(
+                "set to {}, but matrix.guest_sched is missing or empty; give guest \
+                 schedulers for VM cells (accepted: {}), or leave guest_workload out \
+                 for native cells",
+                guest_workload
+                    .iter()
+                    .map(|s| format!("\"{s}\""))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                list(&accepted.guest_scheds)
+            ),
+        ));
+    }
+    let guest_workload = canonical_workloads("matrix.guest_workload", &guest_workload)?;
+    check_duplicates("matrix.guest_workload", &guest_workload)?;
+
+    let coordination = match get("coordination")? {
+        None => {
+            let d = vec![defaults::COORDINATION.to_string()];
+            if !accepted.coordination.contains(&d[0]) {
+                return Err(ScenarioError::key(
+                    "matrix.coordination",
+                    format!(
+                        "the default \"{}\" is not accepted by this runner; accepted: {}",
+                        defaults::COORDINATION,
+                        list(&accepted.coordination)
+                    ),
+                ));
+            }
+            d
+        }
+        Some(l) if l.is_empty() => {
+            return Err(ScenarioError::key(
+                "matrix.coordination",
+                format!(
+                    "empty list; give at least one value (or leave it out for [\"off\"]); \
+                     accepted: {}",
+                    list(&accepted.coordination)
+                ),
+            ))
+        }
+        Some(l) => l,
+    };
+    check_member(
+        "matrix.coordination",
+        "coordination mode",
+        &coordination,
+        &accepted.coordination,
+    )?;
+
+    Ok(Matrix {
+        device,
+        host_sched,
+        host_workload,
+        guest_sched,
+        guest_workload,
+        coordination,
+    })
+}

@@ -1,0 +1,167 @@
+//! Text tables of results (`table.txt`).
+
+use crate::naming::format_g;
+use crate::result::{CellResult, Metric};
+
+/// Key of one table: results sharing it go into the same table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct TableKey {
+    runner: String,
+    device: String,
+    benchmark: String,
+    app: String,
+    metric: Metric,
+    guest_sched: Option<String>,
+    guest_workload: Option<String>,
+}
+
+fn key_of(r: &CellResult) -> TableKey {
+    TableKey {
+        runner: r.runner.clone(),
+        device: r.cell.device.clone(),
+        benchmark: r.cell.benchmark.as_str().to_string(),
+        app: r.cell.app.clone(),
+        metric: r.metric,
+        guest_sched: r.cell.guest_sched.clone(),
+        guest_workload: r.cell.guest_workload.clone(),
+    }
+}
+
+fn push_unique<T: PartialEq + Clone>(v: &mut Vec<T>, x: &T) {
+    if !v.contains(x) {
+        v.push(x.clone());
+    }
+}
+
+/// The text of a cell in a table: the mean with 2 decimals (e.g. `2.31`), `X` when
+/// the cell has any timeout, `-` when it has no value.
+pub fn cell_text(r: &CellResult) -> String {
+    if r.timeouts() > 0 {
+        return "X".to_string();
+    }
+    let s = r.summary();
+    if s.n == 0 || !s.mean.is_finite() {
+        "-".to_string()
+    } else {
+        format!("{:.2}", s.mean)
+    }
+}
+
+/// Renders the tables: one per (runner, device, benchmark, app, guest scheduler, guest
+/// workload), in order of first appearance. Rows are host workloads, columns host
+/// schedulers (`sched/coordination` when there is more than one coordination mode in
+/// the table), both in order of first appearance; cells per [`cell_text`]; a missing
+/// combination is blank.
+pub fn render_tables(results: &[CellResult]) -> String {
+    let mut keys: Vec<TableKey> = Vec::new();
+    for r in results {
+        push_unique(&mut keys, &key_of(r));
+    }
+    let mut out = String::new();
+    for (ti, key) in keys.iter().enumerate() {
+        let members: Vec<&CellResult> = results.iter().filter(|r| key_of(r) == *key).collect();
+        let mut rows: Vec<String> = Vec::new();
+        let mut scheds: Vec<String> = Vec::new();
+        let mut coords: Vec<String> = Vec::new();
+        for r in &members {
+            push_unique(&mut rows, &r.cell.host_workload);
+            push_unique(&mut scheds, &r.cell.host_sched);
+            push_unique(&mut coords, &r.cell.coordination);
+        }
+        let mut cols: Vec<(String, String)> = Vec::new();
+        for r in &members {
+            push_unique(
+                &mut cols,
+                &(r.cell.host_sched.clone(), r.cell.coordination.clone()),
+            );
+        }
+        // Columns grouped by scheduler, then coordination, in first-appearance order.
+        cols.sort_by_key(|(s, c)| {
+            (
+                scheds.iter().position(|x| x == s),
+                coords.iter().position(|x| x == c),
+            )
+        });
+        let col_label = |(s, c): &(String, String)| {
+            if coords.len() > 1 {
+                format!("{s}/{c}")
+            } else {
+                s.clone()
+            }
+        };
+
+        if ti > 0 {
+            out.push('\n');
+        }
+        let guest = match (&key.guest_sched, &key.guest_workload) {
+            (Some(gs), Some(gw)) => format!("guest {gs}, guest workload {gw}"),
+            _ => "native".to_string(),
+        };
+        let what = if key.benchmark == "startup" {
+            format!("startup of {}", key.app)
+        } else {
+            key.benchmark.clone()
+        };
+        out.push_str(&format!(
+            "== {} | {} | {} | {} ==\n",
+            key.device, what, guest, key.runner
+        ));
+        let max_timeout = members
+            .iter()
+            .map(|r| r.cell.timeout_s)
+            .fold(0.0_f64, f64::max);
+        let mut note = format!(
+            "{}, mean over repetitions; rows: host workload; columns: host scheduler",
+            key.metric.label()
+        );
+        if coords.len() > 1 {
+            note.push_str("/coordination");
+        }
+        if key.metric == Metric::StartupS {
+            note.push_str(&format!(
+                "; X: a start hit the {} s timeout",
+                format_g(max_timeout)
+            ));
+        }
+        out.push_str(&note);
+        out.push('\n');
+
+        let mut grid: Vec<Vec<String>> = Vec::new();
+        let mut header = vec!["host workload".to_string()];
+        header.extend(cols.iter().map(col_label));
+        grid.push(header);
+        for row in &rows {
+            let mut line = vec![row.clone()];
+            for (s, c) in &cols {
+                let text = members
+                    .iter()
+                    .find(|r| {
+                        r.cell.host_workload == *row
+                            && r.cell.host_sched == *s
+                            && r.cell.coordination == *c
+                    })
+                    .map(|r| cell_text(r))
+                    .unwrap_or_default();
+                line.push(text);
+            }
+            grid.push(line);
+        }
+        let ncols = grid[0].len();
+        let widths: Vec<usize> = (0..ncols)
+            .map(|i| grid.iter().map(|l| l[i].chars().count()).max().unwrap_or(0))
+            .collect();
+        for line in &grid {
+            let mut text = String::new();
+            for (i, field) in line.iter().enumerate() {
+                if i == 0 {
+                    text.push_str(&format!("{:<w$}", field, w = widths[0]));
+                } else {
+                    text.push_str(&format!("  {:>w$}", field, w = widths[i]));
+                }
+            }
+            out.push_str(text.trim_end());
+            out.push('\n');
+        }
+    }
+    out
+}

@@ -1,0 +1,594 @@
+use std::path::PathBuf;
+
+use experiment::*;
+
+fn accepted() -> Accepted {
+    let v = |xs: &[&str]| xs.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    Accepted {
+        devices: v(&["hdd-1.8in", "emmc", "ssd"]),
+        host_scheds: v(&["noop", "deadline", "cfq", "bfq", "mq-deadline"]),
+        guest_scheds: v(&["noop", "cfq", "bfq"]),
+        coordination: v(&["off", "vbfq"]),
+        apps: v(&["bash", "xterm", "konsole"]),
+        allow_cmd_apps: true,
+        allow_vm: true,
+    }
+}
+
+fn scenario(text: &str) -> Scenario {
+    Scenario::from_toml_str(text, &accepted()).unwrap()
+}
+
+fn native_cell(sched: &str, wl: &str, bench: &str) -> Cell {
+    let s = scenario(&format!(
+        "benchmark = \"{bench}\"\nduration_s = 10\n[matrix]\ndevice = [\"hdd-1.8in\"]\nhost_sched = [\"{sched}\"]\nhost_workload = [\"{wl}\"]\n"
+    ));
+    s.cells().remove(0)
+}
+
+fn vm_cell(gs: &str, gw: &str, hs: &str, hw: &str, coord: &str, bench: &str) -> Cell {
+    let s = scenario(&format!(
+        "benchmark = \"{bench}\"\n[matrix]\ndevice = [\"hdd-1.8in\"]\nhost_sched = [\"{hs}\"]\nhost_workload = [\"{hw}\"]\nguest_sched = [\"{gs}\"]\nguest_workload = [\"{gw}\"]\ncoordination = [\"{coord}\"]\n"
+    ));
+    s.cells().remove(0)
+}
+
+#[test]
+fn native_names_are_exactly_s() {
+    // comm_startup_lat.sh: ${sched}-${NUM_READERS}r${NUM_WRITERS}w-${RW_TYPE}-lat_thr_stat.txt
+    assert_eq!(
+        stat_file_name(&native_cell("bfq", "5r-seq", "startup")),
+        "bfq-5r0w-seq-lat_thr_stat.txt"
+    );
+    assert_eq!(
+        stat_file_name(&native_cell("cfq", "none", "startup")),
+        "cfq-0r0w-seq-lat_thr_stat.txt"
+    );
+    assert_eq!(
+        stat_file_name(&native_cell("bfq", "2r2w-rand", "startup")),
+        "bfq-2r2w-rand-lat_thr_stat.txt"
+    );
+    assert_eq!(
+        stat_file_name(&native_cell("mq-deadline", "1r-rand", "startup")),
+        "mq-deadline-1r0w-rand-lat_thr_stat.txt"
+    );
+    // throughput-sync.sh: ${sched}-${NUM_READERS}r${NUM_WRITERS}w-${RW_TYPE}-${DURATION}sec-aggthr_stat.txt
+    assert_eq!(
+        stat_file_name(&native_cell("bfq", "5r-seq", "throughput")),
+        "bfq-5r0w-seq-10sec-aggthr_stat.txt"
+    );
+    assert_eq!(
+        stat_file_name(&native_cell("bfq", "3w-seq", "throughput")),
+        "bfq-0r3w-seq-10sec-aggthr_stat.txt"
+    );
+    let mut c = native_cell("bfq", "1r-seq", "throughput");
+    c.duration_s = 2.5;
+    assert_eq!(stat_file_name(&c), "bfq-1r0w-seq-2.5sec-aggthr_stat.txt");
+}
+
+#[test]
+fn vm_names_extend_s() {
+    assert_eq!(
+        stat_file_name(&vm_cell("bfq", "5r-seq", "cfq", "1r-seq", "off", "startup")),
+        "bfq-5r0w-seq-host-cfq-1r0w-seq-lat_thr_stat.txt"
+    );
+    assert_eq!(
+        stat_file_name(&vm_cell("bfq", "none", "bfq", "none", "vbfq", "startup")),
+        "bfq-0r0w-seq-host-bfq-0r0w-seq-coord-vbfq-lat_thr_stat.txt"
+    );
+    assert_eq!(
+        stat_file_name(&vm_cell(
+            "cfq",
+            "2r2w-rand",
+            "bfq",
+            "5r-seq",
+            "vbfq",
+            "throughput"
+        )),
+        "cfq-2r2w-rand-host-bfq-5r0w-seq-coord-vbfq-60sec-aggthr_stat.txt"
+    );
+}
+
+fn startup_result(cell: Cell, runs: &[&[f64]], timeouts: &[u32]) -> CellResult {
+    CellResult {
+        cell,
+        runner: "sim".into(),
+        metric: Metric::StartupS,
+        runs: runs
+            .iter()
+            .enumerate()
+            .map(|(i, v)| RunResult {
+                values: v.to_vec(),
+                timeouts: timeouts.get(i).copied().unwrap_or(0),
+            })
+            .collect(),
+    }
+}
+
+#[test]
+fn format_g_like_c() {
+    for (x, s) in [
+        (0.0, "0"),
+        (1.0, "1"),
+        (2.31, "2.31"),
+        (1.0 / 3.0, "0.333333"),
+        (123456.0, "123456"),
+        (1234567.0, "1.23457e+06"),
+        (0.0001, "0.0001"),
+        (0.00001234, "1.234e-05"),
+        (-2.5, "-2.5"),
+        (99999.95, "99999.9"),
+        (999999.5, "1e+06"),
+        (10.0, "10"),
+        (1e-300, "1e-300"),
+    ] {
+        assert_eq!(format_g(x), s, "{x}");
+    }
+}
+
+#[test]
+fn stat_file_layout() {
+    let r = startup_result(
+        native_cell("bfq", "5r-seq", "startup"),
+        &[&[2.0, 2.2, 2.4], &[2.4, 2.6, 2.8]],
+        &[],
+    );
+    let text = stat_file_contents(&r);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines[0],
+        "Results for bfq, 5 xterm, 5 seq readers and 0 seq writers"
+    );
+    assert_eq!(lines[1], "Latency statistics:");
+    assert_eq!(
+        lines[2],
+        "         min         max         avg     std_dev     conf95%"
+    );
+    // run means 2.2 and 2.6: mean 2.4, std 0.282843, half width 12.7062 * 0.2 = 2.54124
+    assert_eq!(
+        lines[3],
+        "         2.2         2.6         2.4    0.282843     2.54124"
+    );
+    assert_eq!(lines[4], "Aggregated throughput:");
+    assert_eq!(lines[7], "Read throughput:");
+    assert_eq!(lines[10], "Write throughput:");
+    assert_eq!(lines[12], "");
+    // 1 + 4 * 3 lines: S's calc_overall_stats.sh record_lines for startup_lat
+    assert!(lines.len() >= 13);
+    assert_eq!(
+        lines[13],
+        "2 repetitions, statistics over the per-repetition means"
+    );
+
+    let vm = startup_result(
+        vm_cell("bfq", "1r-seq", "cfq", "5r-seq", "vbfq", "startup"),
+        &[&[60.0, 3.0]],
+        &[1],
+    );
+    let text = stat_file_contents(&vm);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[0], "Results for bfq, 5 xterm, 1 seq readers and 0 seq writers, in a VM on host scheduler cfq with 5 seq readers and 0 seq writers in the host, coordination vbfq");
+    assert_eq!(lines[3], "", "timeouts leave the latency values empty (X)");
+    assert!(
+        lines[14].starts_with("X: 1 of 2 starts hit the 60 s timeout"),
+        "{}",
+        lines[14]
+    );
+
+    let t = CellResult {
+        cell: native_cell("bfq", "5r-seq", "throughput"),
+        runner: "sim".into(),
+        metric: Metric::ThroughputMbS,
+        runs: vec![RunResult {
+            values: vec![10.0, 12.0],
+            timeouts: 0,
+        }],
+    };
+    let text = stat_file_contents(&t);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[0], "Results for bfq, 5 seq readers and 0 seq writers");
+    assert_eq!(lines[1], "Aggregated throughput:");
+    assert_eq!(
+        lines[3],
+        "          11          11          11           0           0"
+    );
+    assert_eq!(lines[4], "Read throughput:");
+    assert_eq!(lines[7], "Write throughput:");
+}
+
+#[test]
+fn summary_over_run_means() {
+    let r = startup_result(
+        native_cell("bfq", "none", "startup"),
+        &[&[1.0, 3.0], &[3.0, 5.0], &[], &[5.0, 7.0]],
+        &[0, 1, 0, 0],
+    );
+    assert_eq!(r.run_means(), vec![2.0, 4.0, 6.0]);
+    let s = r.summary();
+    assert_eq!((s.n, s.mean, s.min, s.max), (3, 4.0, 2.0, 6.0));
+    assert_eq!(s.std, 2.0);
+    assert_eq!(r.timeouts(), 1);
+    assert_eq!(r.pooled_summary().n, 6);
+}
+
+/// A realistic set of VM results on two devices, with a timeout.
+fn sample_results() -> (RunMeta, Vec<CellResult>) {
+    let s = scenario(
+        r#"
+name = "vm-startup"
+benchmark = "startup"
+app = "xterm"
+repetitions = 3
+seed = 7
+[matrix]
+device = ["hdd-1.8in", "emmc"]
+host_sched = ["bfq", "cfq"]
+host_workload = ["none", "1r-seq", "5r-seq"]
+guest_sched = ["bfq"]
+guest_workload = ["none", "5r-seq"]
+"#,
+    );
+    let results: Vec<CellResult> = s
+        .cells()
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let base = 1.9 + i as f64 * 0.37;
+            let timeout = c.host_sched == "cfq" && c.host_workload == "5r-seq";
+            let runs: Vec<RunResult> = (0..3)
+                .map(|k| {
+                    let mut values: Vec<f64> = (0..5)
+                        .map(|j| base + 0.1 * k as f64 + 0.01 * j as f64)
+                        .collect();
+                    let mut timeouts = 0;
+                    if timeout && k == 1 {
+                        values[2] = c.timeout_s;
+                        timeouts = 1;
+                    }
+                    RunResult { values, timeouts }
+                })
+                .collect();
+            CellResult {
+                cell: c,
+                runner: "sim".into(),
+                metric: Metric::StartupS,
+                runs,
+            }
+        })
+        .collect();
+    let mut extra = serde_json::Map::new();
+    extra.insert("note".into(), serde_json::Value::String("test".into()));
+    let meta = RunMeta {
+        runner: "sim".into(),
+        scenario: "vm-startup".into(),
+        tandem_version: "0.1.0".into(),
+        seed: 7,
+        extra,
+    };
+    (meta, results)
+}
+
+fn tmpdir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("tandem-exp-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+#[test]
+fn csv_header_and_rows() {
+    let (_, results) = sample_results();
+    let csv = results_csv(&results);
+    let mut lines = csv.lines();
+    let header = lines.next().unwrap();
+    assert!(header.starts_with(
+        "runner,device,guest_sched,host_sched,guest_workload,host_workload,coordination,benchmark,app,metric,n,mean,std,min,max,ci95_low,ci95_high,timeouts"
+    ));
+    let cols: Vec<&str> = header.split(',').collect();
+    let first: Vec<&str> = lines.next().unwrap().split(',').collect();
+    assert_eq!(first.len(), cols.len());
+    assert_eq!(
+        &first[..10],
+        &[
+            "sim",
+            "hdd-1.8in",
+            "bfq",
+            "bfq",
+            "none",
+            "none",
+            "off",
+            "startup",
+            "xterm",
+            "startup_s"
+        ]
+    );
+    assert_eq!(first[10], "3");
+    // mean of run means: 1.92, 2.02, 2.12 -> 2.02
+    assert_eq!(first[11], "2.0200");
+    assert_eq!(first[17], "0");
+    assert_eq!(csv.lines().count(), results.len() + 1);
+    // native cells have empty guest fields; fields with commas get quoted
+    let mut r = startup_result(native_cell("bfq", "none", "startup"), &[&[1.0]], &[]);
+    r.cell.app = "cmd:sh -c 'a, b'".into();
+    let csv = results_csv(&[r]);
+    let row = csv.lines().nth(1).unwrap();
+    assert!(row.starts_with("sim,hdd-1.8in,,bfq,,none,off,startup,\"cmd:sh -c 'a, b'\",startup_s,1,1.0000,0.0000,1.0000,1.0000,1.0000,1.0000,0,"), "{row}");
+    let parsed = parse_results_csv(&csv).unwrap();
+    assert_eq!(parsed[0].app, "cmd:sh -c 'a, b'");
+    assert_eq!(parsed[0].guest_sched, None);
+    assert_eq!(parsed[0].mean, Some(1.0));
+}
+
+#[test]
+fn csv_parses_back() {
+    let (_, results) = sample_results();
+    let rows = parse_results_csv(&results_csv(&results)).unwrap();
+    assert_eq!(rows.len(), results.len());
+    for (row, r) in rows.iter().zip(&results) {
+        assert_eq!(row.device, r.cell.device);
+        assert_eq!(row.guest_sched, r.cell.guest_sched);
+        assert_eq!(row.host_workload, r.cell.host_workload);
+        assert_eq!(row.metric, Metric::StartupS);
+        assert_eq!(row.timeouts, Some(r.timeouts()));
+        assert!((row.mean.unwrap() - r.summary().mean).abs() < 1e-4);
+    }
+    // columns in any order, missing optional stats
+    let rows = parse_results_csv(
+        "metric,mean,host_workload,host_sched,device,runner,benchmark\nstartup_s,2.2,1r-seq,bfq,hdd,paper,startup\n",
+    )
+    .unwrap();
+    assert_eq!(rows[0].mean, Some(2.2));
+    assert_eq!(rows[0].std, None);
+    assert_eq!(rows[0].coordination, "off");
+    let e = parse_results_csv("runner,device\nsim,hdd\n").unwrap_err();
+    assert!(e.contains("missing column \"host_sched\""), "{e}");
+    let e = parse_results_csv(
+        "runner,device,host_sched,host_workload,benchmark,metric,mean\nsim,hdd,bfq,none,startup,startup_s,abc\n",
+    )
+    .unwrap_err();
+    assert_eq!(e, "row 2: column mean: not a number: \"abc\"");
+}
+
+#[test]
+fn json_round_trip() {
+    let (meta, results) = sample_results();
+    let text = results_json(&meta, &results);
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["schema"], "tandem-results/1");
+    assert_eq!(v["meta"]["extra"]["note"], "test");
+    assert_eq!(v["cells"][0]["summary"]["n"], 3);
+    assert_eq!(
+        v["cells"][0]["runs"][0]["values"].as_array().unwrap().len(),
+        5
+    );
+    assert_eq!(v["cells"][0]["cell"]["benchmark"], "startup");
+    assert_eq!(v["cells"][0]["metric"], "startup_s");
+    assert_eq!(
+        v["cells"][0]["stat_file"],
+        "hdd-1.8in/bfq-0r0w-seq-host-bfq-0r0w-seq-lat_thr_stat.txt"
+    );
+    let (m2, r2) = parse_results_json(&text).unwrap();
+    assert_eq!(m2, meta);
+    assert_eq!(r2, results);
+}
+
+#[test]
+fn write_outputs_is_deterministic_and_complete() {
+    let (meta, results) = sample_results();
+    let d1 = tmpdir("det1");
+    let d2 = tmpdir("det2");
+    let w1 = write_outputs(&d1, &meta, &results).unwrap();
+    let w2 = write_outputs(&d2, &meta, &results).unwrap();
+    assert_eq!(w1.len(), w2.len());
+    assert_eq!(w1.len(), 3 + results.len() + 2);
+    for (a, b) in w1.iter().zip(&w2) {
+        assert_eq!(a.strip_prefix(&d1).unwrap(), b.strip_prefix(&d2).unwrap());
+        assert_eq!(
+            std::fs::read(a).unwrap(),
+            std::fs::read(b).unwrap(),
+            "{}",
+            a.display()
+        );
+    }
+    for f in [
+        "results.csv",
+        "results.json",
+        "table.txt",
+        "startup-hdd-1.8in.svg",
+        "startup-emmc.svg",
+        "hdd-1.8in/bfq-5r0w-seq-host-cfq-1r0w-seq-lat_thr_stat.txt",
+        "emmc/bfq-0r0w-seq-host-bfq-0r0w-seq-lat_thr_stat.txt",
+    ] {
+        assert!(d1.join(f).is_file(), "{f}");
+    }
+    // read back
+    let (m, r) = read_results_json(&d1.join("results.json")).unwrap();
+    assert_eq!(m, meta);
+    assert_eq!(r, results);
+    std::fs::remove_dir_all(&d1).unwrap();
+    std::fs::remove_dir_all(&d2).unwrap();
+}
+
+#[test]
+fn single_device_stat_files_at_top_level_and_collisions() {
+    let (meta, results) = sample_results();
+    let one: Vec<CellResult> = results
+        .iter()
+        .filter(|r| r.cell.device == "emmc")
+        .cloned()
+        .collect();
+    let d = tmpdir("single");
+    write_outputs(&d, &meta, &one).unwrap();
+    assert!(d
+        .join("bfq-0r0w-seq-host-bfq-0r0w-seq-lat_thr_stat.txt")
+        .is_file());
+    assert!(!d.join("emmc").exists());
+    std::fs::remove_dir_all(&d).unwrap();
+
+    let dup = vec![one[0].clone(), one[0].clone()];
+    let d = tmpdir("dup");
+    let e = write_outputs(&d, &meta, &dup).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
+    assert!(e.to_string().contains("same stat file"), "{e}");
+    assert!(!d.exists(), "nothing written on error");
+}
+
+#[test]
+fn table_text() {
+    let (_, results) = sample_results();
+    let t = render_tables(&results);
+    // 2 devices x 2 guest workloads
+    assert_eq!(t.matches("== ").count(), 4);
+    let first: Vec<&str> = t.split("\n\n").next().unwrap().lines().collect();
+    assert_eq!(
+        first[0],
+        "== hdd-1.8in | startup of xterm | guest bfq, guest workload none | sim =="
+    );
+    assert!(first[1].contains("X: a start hit the 60 s timeout"));
+    assert_eq!(first[2], "host workload   bfq   cfq");
+    assert_eq!(first[3], "none           2.02  3.13");
+    assert_eq!(first[4], "1r-seq         2.39  3.50");
+    assert_eq!(first[5], "5r-seq         2.76     X");
+    assert_eq!(cell_text(&results[0]), "2.02");
+}
+
+#[test]
+fn table_with_coordination_columns() {
+    let s = scenario(
+        "benchmark = \"startup\"\n[matrix]\ndevice = [\"ssd\"]\nhost_sched = [\"bfq\"]\nhost_workload = [\"none\"]\nguest_sched = [\"bfq\"]\nguest_workload = [\"none\"]\ncoordination = [\"off\", \"vbfq\"]\n",
+    );
+    let results: Vec<CellResult> = s
+        .cells()
+        .into_iter()
+        .map(|c| startup_result(c, &[&[1.0]], &[]))
+        .collect();
+    let t = render_tables(&results);
+    assert!(t.contains("host workload  bfq/off  bfq/vbfq"), "{t}");
+}
+
+fn count(s: &str, pat: &str) -> usize {
+    s.matches(pat).count()
+}
+
+/// Parse-free well-formedness: every element opened is closed (or self-closed), and
+/// the document is one <svg> element.
+fn assert_well_formed(svg: &str) {
+    assert!(svg.starts_with("<svg "), "starts with <svg");
+    assert!(svg.trim_end().ends_with("</svg>"));
+    for tag in ["svg", "text", "title"] {
+        assert_eq!(
+            count(svg, &format!("<{tag} ")) + count(svg, &format!("<{tag}>")),
+            count(svg, &format!("</{tag}>")),
+            "{tag}"
+        );
+    }
+    // elements written self-closing, and the bar rects closed by </rect>
+    let opens = count(svg, "<rect ");
+    let closes = count(svg, "</rect>");
+    let selfclosing = svg
+        .lines()
+        .filter(|l| l.starts_with("<rect ") && l.ends_with("/>"))
+        .count();
+    assert_eq!(opens, closes + selfclosing);
+    for tag in ["line", "path"] {
+        let n = count(svg, &format!("<{tag} "));
+        let sc = svg
+            .lines()
+            .filter(|l| l.starts_with(&format!("<{tag} ")) && l.ends_with("/>"))
+            .count();
+        assert_eq!(n, sc, "{tag}");
+    }
+    assert_eq!(count(svg, "<"), count(svg, ">"));
+    assert!(!svg.contains("NaN") && !svg.contains("inf"));
+}
+
+#[test]
+fn svg_plots() {
+    let (meta, results) = sample_results();
+    let hdd: Vec<&CellResult> = results
+        .iter()
+        .filter(|r| r.cell.device == "hdd-1.8in")
+        .collect();
+    let svg = plot_startup("Start-up <xterm> & co", hdd.iter().copied(), Some(1.9));
+    assert_well_formed(&svg);
+    assert!(svg.contains("Start-up &lt;xterm&gt; &amp; co"));
+    assert!(svg.contains(">X</text>"), "timeout X");
+    assert!(svg.contains("idle start-up: 1.90 s"));
+    assert!(svg.contains("stroke-dasharray"));
+    assert!(svg.contains(">Guest workload</text>"));
+    assert!(svg.contains(">Start-up time [s]</text>"));
+    assert!(svg.contains("bfq on cfq, host 5r-seq"));
+    // deterministic
+    assert_eq!(
+        svg,
+        plot_startup("Start-up <xterm> & co", hdd.iter().copied(), Some(1.9))
+    );
+    // no timeout, no reference -> no X, no dashes
+    let ok: Vec<&CellResult> = hdd.iter().copied().filter(|r| r.timeouts() == 0).collect();
+    let svg = plot_startup("t", ok.iter().copied(), None);
+    assert_well_formed(&svg);
+    assert!(!svg.contains(">X</text>"));
+    assert!(!svg.contains("stroke-dasharray"));
+
+    // files written by write_outputs carry the idle reference of the first idle cell
+    let d = tmpdir("svg");
+    write_outputs(&d, &meta, &results).unwrap();
+    let svg = std::fs::read_to_string(d.join("startup-hdd-1.8in.svg")).unwrap();
+    assert_well_formed(&svg);
+    assert!(svg.contains("idle start-up (bfq on bfq): 2.02 s"), "{svg}");
+    assert!(svg.contains("Start-up time of xterm on hdd-1.8in (sim)"));
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn svg_native_and_throughput() {
+    let s = scenario(
+        "benchmark = \"throughput\"\nduration_s = 10\n[matrix]\ndevice = [\"ssd\"]\nhost_sched = [\"bfq\", \"cfq\", \"noop\"]\nhost_workload = [\"1r-seq\", \"5r-rand\", \"2r2w-seq\"]\n",
+    );
+    let results: Vec<CellResult> = s
+        .cells()
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| CellResult {
+            cell: c,
+            runner: "sim".into(),
+            metric: Metric::ThroughputMbS,
+            runs: vec![
+                RunResult {
+                    values: vec![100.0 + i as f64, 110.0],
+                    timeouts: 0,
+                },
+                RunResult {
+                    values: vec![90.0, 95.0 + i as f64],
+                    timeouts: 0,
+                },
+            ],
+        })
+        .collect();
+    let svg = plot_throughput("tp", &results, Some(500.0));
+    assert_well_formed(&svg);
+    assert!(svg.contains(">Host workload</text>"));
+    assert!(svg.contains(">Aggregate throughput [MB/s]</text>"));
+    assert!(svg.contains("reference: 500.00 MB/s"));
+    assert!(svg.contains(">noop</text>"));
+    let d = tmpdir("tp");
+    let meta = RunMeta::default();
+    let written = write_outputs(&d, &meta, &results).unwrap();
+    assert!(written.contains(&d.join("throughput-ssd.svg")));
+    assert!(d.join("cfq-5r0w-rand-10sec-aggthr_stat.txt").is_file());
+    let t = std::fs::read_to_string(d.join("table.txt")).unwrap();
+    assert!(
+        t.starts_with("== ssd | throughput | native | sim ==\n"),
+        "{t}"
+    );
+    std::fs::remove_dir_all(&d).unwrap();
+    // empty input still gives a valid SVG
+    assert_well_formed(&plot_startup("empty", &Vec::<CellResult>::new(), None));
+}
+
+#[test]
+fn device_paths_are_sanitized() {
+    assert_eq!(sanitize_component("/dev/sdb"), "dev_sdb");
+    assert_eq!(sanitize_component("hdd-1.8in"), "hdd-1.8in");
+    assert_eq!(sanitize_component(".."), "_");
+    assert_eq!(sanitize_component("a b/c"), "a_b_c");
+}

@@ -1,0 +1,289 @@
+//! The S suite's benchmarks, run on a simulated machine: start-up time of an
+//! application with cold caches under a background workload, and aggregate
+//! throughput of the workload. The procedure follows the S suite's
+//! `comm_startup_lat.sh` and `throughput-sync.sh` step by step; each step says
+//! which line of the suite it stands for.
+
+use crate::engine::Rng;
+use crate::fs::FileId;
+use crate::request::IoPrio;
+use crate::sched::{SchedConfig, SEC};
+use crate::system::{secs, to_secs, Machine, MachineConfig, WORKLOAD_FILE_BYTES};
+use crate::workload::{self, AppTrace};
+use devmodel::Nanos;
+use experiment::{Benchmark, Cell, CellResult, Metric, Pattern, RunResult, WorkloadSpec};
+use std::sync::Arc;
+
+/// `SLEEPTIME_ITER` plus the one-second pause of `invoke_commands`: the
+/// suite waits 3 s + 1 s before each start.
+const PAUSE_BEFORE_START: f64 = 4.0;
+/// After a start shorter than 2 s the suite sleeps 2 s more "to let a
+/// minimum of thr stats be printed".
+const SHORT_START: f64 = 2.0;
+/// `transitory_duration 7` with the "+6 s because fio is slow to start
+/// many jobs": schedulers without `wr_max_time` wait 7 + 6 s.
+const TRANSITORY_OTHER_S: f64 = 7.0;
+const TRANSITORY_EXTRA_S: f64 = 6.0;
+/// S's default write-rate cap for rotational devices (`MAXRATE=4000`
+/// kB/s, total over the writers); random writers get 1/60 of it; flash
+/// devices get no cap.
+const MAXRATE_ROTATIONAL_KB_S: f64 = 4000.0;
+const RANDOM_WRITE_RATE_DIVISOR: f64 = 60.0;
+/// The suite syncs every 2 s while writers run.
+const SYNC_PERIOD_S: f64 = 2.0;
+
+/// Knobs of the simulated runs beyond the scenario.
+#[derive(Clone, Debug, Default)]
+pub struct SimOptions {
+    pub sched_cfg: SchedConfig,
+    /// Override the device's queue depth.
+    pub queue_depth: Option<usize>,
+}
+
+/// Devices the simulator knows.
+pub fn devices() -> Vec<String> {
+    devmodel::PRESETS.iter().map(|s| s.to_string()).collect()
+}
+
+/// Schedulers the simulator knows.
+pub fn schedulers() -> Vec<String> {
+    crate::sched::SCHEDULERS.iter().map(|s| s.to_string()).collect()
+}
+
+/// What `tandem sim run` accepts in a scenario.
+pub fn accepted() -> experiment::Accepted {
+    experiment::Accepted {
+        devices: devices(),
+        host_scheds: schedulers(),
+        guest_scheds: Vec::new(),
+        coordination: vec!["off".into()],
+        apps: workload::preset_names(),
+        allow_cmd_apps: false,
+        allow_vm: false,
+    }
+}
+
+/// A machine set up for one repetition of a cell, with its workload
+/// running.
+pub struct Setup {
+    pub machine: Machine,
+    pub app: Option<(Arc<AppTrace>, Vec<FileId>)>,
+    pub workload: WorkloadSpec,
+}
+
+/// Builds the machine of a native cell: device, elevator, the app's files
+/// and the workload's files, and starts the workload.
+pub fn setup(cell: &Cell, opts: &SimOptions, seed: u64) -> Result<Setup, String> {
+    if !cell.is_native() {
+        return Err(format!(
+            "cell {}: VM cells (guest_sched) are not supported by this simulator build",
+            cell.key()
+        ));
+    }
+    let workload = cell.host_workload_spec()?;
+    let cfg = MachineConfig {
+        device: cell.device.clone(),
+        queue_depth: opts.queue_depth,
+        sched: cell.host_sched.clone(),
+        sched_cfg: opts.sched_cfg.clone(),
+        ..MachineConfig::default()
+    };
+    let mut m = Machine::new(&cfg, seed)?;
+
+    // The application's files, placed in path order as an installed
+    // system has them.
+    let app = if cell.benchmark == Benchmark::Startup {
+        let trace = workload::preset(&cell.app).ok_or_else(|| {
+            format!(
+                "unknown app \"{}\"; accepted: {}",
+                cell.app,
+                workload::preset_names().join(", ")
+            )
+        })?;
+        let mut order: Vec<usize> = (0..trace.files.len()).collect();
+        order.sort_by(|&a, &b| trace.files[a].path.cmp(&trace.files[b].path));
+        let mut ids = vec![0; trace.files.len()];
+        for i in order {
+            ids[i] = m.add_file(&trace.files[i].path, trace.files[i].size.max(1));
+        }
+        Some((Arc::new(trace), ids))
+    } else {
+        None
+    };
+
+    start_workload(&mut m, &workload);
+    Ok(Setup {
+        machine: m,
+        app,
+        workload,
+    })
+}
+
+/// Starts the S suite's background readers and writers, each on its own
+/// file in the suite's work directory.
+pub fn start_workload(m: &mut Machine, w: &WorkloadSpec) {
+    let random = w.pattern == Some(Pattern::Rand);
+    let files: Vec<FileId> = (0..w.readers + w.writers)
+        .map(|i| m.add_file(&format!("/S/file{i}"), WORKLOAD_FILE_BYTES))
+        .collect();
+    for i in 0..w.readers as usize {
+        if random {
+            m.start_rand_reader(files[i], IoPrio::DEFAULT, 0);
+        } else {
+            m.start_seq_reader(files[i], IoPrio::DEFAULT, 0);
+        }
+    }
+    if w.writers > 0 {
+        let rotational = m.block.device().info().rotational;
+        let total = if rotational {
+            MAXRATE_ROTATIONAL_KB_S * 1000.0
+        } else {
+            0.0
+        };
+        let mut per_writer = total / w.writers as f64;
+        if random {
+            per_writer /= RANDOM_WRITE_RATE_DIVISOR;
+        }
+        for i in 0..w.writers as usize {
+            let f = files[w.readers as usize + i];
+            m.start_writer(f, random, per_writer, IoPrio::DEFAULT);
+        }
+        m.periodic_sync(secs(SYNC_PERIOD_S));
+    }
+}
+
+/// How long the suite lets the workload settle before measuring
+/// (`transitory_duration`): BFQ exposes `wr_max_time` (0 = automatic),
+/// giving 0/1000 + 1 + 6 s; other schedulers wait 7 + 6 s. Nothing to
+/// wait for without a workload.
+pub fn transitory(m: &Machine, w: &WorkloadSpec) -> Nanos {
+    if w.is_none() {
+        return 0;
+    }
+    match m.block.scheduler().wr_max_time() {
+        Some(ms) => (ms / 1_000_000 / 1000 + 1) * SEC + secs(TRANSITORY_EXTRA_S),
+        None => secs(TRANSITORY_OTHER_S + TRANSITORY_EXTRA_S),
+    }
+}
+
+/// The seed of one repetition of a cell.
+pub fn repetition_seed(cell_seed: u64, rep: u32) -> u64 {
+    let mut r = Rng::new(cell_seed ^ (rep as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    r.next_u64()
+}
+
+/// One repetition of a start-up cell: `iterations` cold starts; the run
+/// stops at the first start that times out, as the suite does.
+pub fn run_startup(cell: &Cell, opts: &SimOptions, rep: u32) -> Result<RunResult, String> {
+    let Setup {
+        mut machine,
+        app,
+        workload,
+    } = setup(cell, opts, repetition_seed(cell.seed, rep))?;
+    let m = &mut machine;
+    let (trace, files) = app.expect("startup cells have an app");
+    let settle = transitory(m, &workload);
+    m.run_until(m.now() + settle, |_| false);
+    let timeout = secs(cell.timeout_s);
+    let mut out = RunResult::default();
+    for _ in 0..cell.iterations {
+        m.run_until(m.now() + secs(PAUSE_BEFORE_START), |_| false);
+        m.drop_caches();
+        let start = m.now();
+        let pid = m.start_app(trace.clone(), files.clone(), IoPrio::DEFAULT);
+        m.run_until(start + timeout, |m| m.app_finished(pid).is_some());
+        match m.app_finished(pid) {
+            Some(t) => {
+                let took = to_secs(t - start);
+                out.values.push(took);
+                m.kill(pid);
+                if took < SHORT_START {
+                    m.run_until(m.now() + secs(SHORT_START), |_| false);
+                }
+            }
+            None => {
+                m.kill(pid);
+                out.values.push(cell.timeout_s);
+                out.timeouts += 1;
+                break;
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// One repetition of a throughput cell: aggregate MB/s (10^6 bytes, reads
+/// plus writes completed by the device) sampled every `sample_s` over
+/// `duration_s`, after the settle time.
+pub fn run_throughput(cell: &Cell, opts: &SimOptions, rep: u32) -> Result<RunResult, String> {
+    let Setup {
+        mut machine,
+        workload,
+        ..
+    } = setup(cell, opts, repetition_seed(cell.seed, rep))?;
+    let m = &mut machine;
+    let settle = transitory(m, &workload);
+    m.run_until(m.now() + settle, |_| false);
+    let sample = secs(cell.sample_s);
+    let samples = (cell.duration_s / cell.sample_s).floor().max(1.0) as usize;
+    let mut out = RunResult::default();
+    let (r0, w0) = m.sectors_done();
+    let mut last = r0 + w0;
+    for _ in 0..samples {
+        m.run_until(m.now() + sample, |_| false);
+        let (r, w) = m.sectors_done();
+        let done = r + w;
+        out.values
+            .push((done - last) as f64 * 512.0 / 1e6 / cell.sample_s);
+        last = done;
+    }
+    Ok(out)
+}
+
+/// Runs every repetition of a cell. `progress` is called after each.
+pub fn run_cell(
+    cell: &Cell,
+    opts: &SimOptions,
+    mut progress: impl FnMut(),
+) -> Result<CellResult, String> {
+    let mut runs = Vec::with_capacity(cell.repetitions as usize);
+    for rep in 0..cell.repetitions {
+        let run = match cell.benchmark {
+            Benchmark::Startup => run_startup(cell, opts, rep)?,
+            Benchmark::Throughput => run_throughput(cell, opts, rep)?,
+        };
+        runs.push(run);
+        progress();
+    }
+    Ok(CellResult {
+        cell: cell.clone(),
+        runner: "sim".into(),
+        metric: Metric::for_benchmark(cell.benchmark),
+        runs,
+    })
+}
+
+/// Runs one repetition of a start-up cell and returns the number of
+/// simulated events and the simulated time, for the events-per-second
+/// benchmark.
+pub fn count_events(cell: &Cell, opts: &SimOptions, rep: u32) -> Result<(u64, Nanos), String> {
+    let Setup {
+        mut machine,
+        app,
+        workload,
+    } = setup(cell, opts, repetition_seed(cell.seed, rep))?;
+    let m = &mut machine;
+    let settle = transitory(m, &workload);
+    m.run_until(settle, |_| false);
+    if let Some((trace, files)) = app {
+        for _ in 0..cell.iterations {
+            m.run_until(m.now() + secs(PAUSE_BEFORE_START), |_| false);
+            m.drop_caches();
+            let start = m.now();
+            let pid = m.start_app(trace.clone(), files.clone(), IoPrio::DEFAULT);
+            m.run_until(start + secs(cell.timeout_s), |m| m.app_finished(pid).is_some());
+            m.kill(pid);
+        }
+    }
+    Ok((m.events_processed(), m.now()))
+}

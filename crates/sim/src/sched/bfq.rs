@@ -1,0 +1,1723 @@
+//! BFQ: Budget Fair Queueing, after `block/bfq-iosched.c` and
+//! `block/bfq-wf2q.c` (Linux 6.1).
+//!
+//! Every process gets a queue (async writes share one queue per ioprio and
+//! cgroup). Queues are scheduled with B-WF2Q+, a worst-case fair
+//! weighted fair queueing scheduler working in the service domain: a queue
+//! in service owns the device until it exhausts its budget (in sectors),
+//! its budget times out, or it runs dry and idling does not pay off. The
+//! virtual start and finish times of the queues make the service each one
+//! gets proportional to its weight, whatever the budgets.
+//!
+//! On top of that come the heuristics that make BFQ what it is, each
+//! commented where it is implemented:
+//! - budget feedback and max-budget autotuning from the peak rate;
+//! - device idling, so that sync queues keep the disk between requests;
+//! - charging slow (seeky) queues for time rather than service;
+//! - interactive weight raising (x30) of queues that start or restart
+//!   doing I/O after a long idle time, for a period computed from the peak
+//!   rate, plus soft real-time raising (x3000 overall) of isochronous queues;
+//!   the tick-granularity rule that guards the soft real-time test;
+//! - large-burst detection, so that many processes started together (a
+//!   parallel compile, a daemon's worker pool) are not all raised;
+//! - ioprio classes (RT, BE, IDLE) and cgroup weights (a two-level
+//!   hierarchy: the root, and one level of child groups).
+//!
+//! Not modelled: queue merging for cooperating processes (stable merges),
+//! I/O injection while idling, and the waker/wakee detection. They matter
+//! for workloads with interleaved or synchronized processes, which the
+//! scenarios here do not have.
+
+use super::{IoScheduler, MergeKind, SchedConfig, SchedCtx, MSEC, SEC};
+use crate::request::{CgroupId, IoContext, IoPrioClass, Pid, RqId};
+use devmodel::Nanos;
+use std::collections::{BTreeSet, HashMap, VecDeque};
+
+// ----- constants, with where they come from -----------------------------
+
+/// `bfq_fifo_expire[]`: a request waits at most 125 ms (sync) or 250 ms
+/// (async) before its queue serves it out of sector order.
+const FIFO_EXPIRE: [Nanos; 2] = [250 * MSEC, 125 * MSEC];
+/// `bfq_back_max`: backward seeks up to 16 MiB (in sectors: 32768) are
+/// considered when choosing the next request of a queue.
+const BACK_MAX_SECTORS: u64 = 16 * 1024 * 2;
+/// `bfq_back_penalty`: a backward seek costs twice a forward one.
+const BACK_PENALTY: u64 = 2;
+/// `bfq_slice_idle`: idle 8 ms (NSEC_PER_SEC / 125) for a sync queue's
+/// next request.
+const SLICE_IDLE: Nanos = SEC / 125;
+/// `BFQ_MIN_TT`: idling for seeky queues is cut to 2 ms.
+const MIN_TT: Nanos = 2 * MSEC;
+/// `bfq_default_max_budget`: 16384 sectors before autotuning has samples.
+const DEFAULT_MAX_BUDGET: u32 = 16 * 1024;
+/// `bfq_stats_min_budgets`: budgets to assign before trusting the
+/// autotuned max budget.
+const STATS_MIN_BUDGETS: u32 = 194;
+/// `bfq_async_charge_factor`: async I/O is charged 3x, to limit the
+/// bandwidth writes steal from reads.
+const ASYNC_CHARGE_FACTOR: u32 = 3;
+/// `bfq_timeout`: a queue may hold the device for at most HZ/8 = 125 ms
+/// per budget (scaled by the raising coefficient for raised queues).
+const TIMEOUT_MS: u64 = 125;
+/// `BFQQ_SEEK_THR`: a request farther than 800 sectors from the previous
+/// one of its queue is a seek.
+const SEEK_THR: u64 = 8 * 100;
+/// `BFQQ_SECT_THR_NONROT`: on non-rotational devices only small requests
+/// count as seeky.
+const SECT_THR_NONROT: u32 = 2 * 32;
+/// `BFQQ_SEEKY()`: more than 19 seeks in the last 32 requests.
+const SEEKY_HISTORY_THRESHOLD: u32 = 19;
+/// `BFQ_HW_QUEUE_THRESHOLD`: a device that keeps more than 3 requests in
+/// flight queues commands internally (`hw_tag`).
+const HW_QUEUE_THRESHOLD: usize = 3;
+/// `BFQ_RATE_MIN_SAMPLES`, `BFQ_RATE_MIN_INTERVAL`, `BFQ_RATE_REF_INTERVAL`:
+/// peak-rate estimation needs 32 dispatches over at least 300 ms, and
+/// trusts an observation interval of 1 s fully.
+const RATE_MIN_SAMPLES: u32 = 32;
+const RATE_MIN_INTERVAL: Nanos = 300 * MSEC;
+const RATE_REF_INTERVAL: Nanos = SEC;
+/// `ref_rate[]`, in the kernel's unit (sectors/usec << `BFQ_RATE_SHIFT`):
+/// the peak rates of BFQ's reference rotational and non-rotational
+/// devices, used with `ref_wr_duration[]` to size weight raising.
+const RATE_SHIFT: u32 = 16;
+const REF_RATE: [u64; 2] = [14000, 33000];
+/// `ref_wr_duration[]`: 7 s (rotational) and 2.5 s (non-rotational).
+const REF_WR_DURATION_MS: [u64; 2] = [7000, 2500];
+/// `bfq_wr_duration()` clamps the interactive raising period to 3..25 s.
+const WR_DURATION_MIN_MS: u64 = 3000;
+const WR_DURATION_MAX_MS: u64 = 25000;
+/// `bfq_wr_coeff`: interactive weight raising multiplies the weight by 30.
+const WR_COEFF: u32 = 30;
+/// `BFQ_SOFTRT_WEIGHT_FACTOR`: soft real-time queues get 100x more.
+const SOFTRT_WEIGHT_FACTOR: u32 = 100;
+/// `bfq_wr_rt_max_time`: soft real-time raising lasts 300 ms, renewed at
+/// each new burst of requests.
+const WR_RT_MAX_TIME_MS: u64 = 300;
+/// `bfq_wr_min_idle_time`: a queue idle for 2 s is raised again when it
+/// restarts, like an application being started.
+const WR_MIN_IDLE_TIME_MS: u64 = 2000;
+/// `bfq_wr_min_inter_arr_async`: async queues get raised again only after
+/// 500 ms since the end of their last raising.
+const WR_MIN_INTER_ARR_ASYNC_MS: u64 = 500;
+/// `bfq_wr_max_softrt_rate`: a soft real-time queue must ask for less than
+/// 7000 sectors/s.
+const WR_MAX_SOFTRT_RATE: u64 = 7000;
+/// `max_service_from_wr`: interactive raising ends after 120000 sectors
+/// of service, so that a big sequential reader does not keep it.
+const MAX_SERVICE_FROM_WR: u64 = 120_000;
+/// `bfq_large_burst_thresh` and `bfq_burst_interval`: 8 queues created
+/// less than 180 ms apart form a large burst.
+const LARGE_BURST_THRESH: usize = 8;
+const BURST_INTERVAL_MS: u64 = 180;
+/// `BFQ_CL_IDLE_TIMEOUT`: the IDLE class gets served at least every HZ/5.
+const CL_IDLE_TIMEOUT_MS: u64 = 200;
+/// `WFQ_SERVICE_SHIFT`: fixed-point shift of virtual times.
+const WFQ_SHIFT: u32 = 22;
+/// `BFQ_WEIGHT_CONVERSION_COEFF`: weight = (8 - ioprio level) * 10.
+const WEIGHT_CONVERSION_COEFF: u32 = 10;
+/// Soft real-time raising is granted only to queues at the default weight
+/// (`entity.new_weight == 40`, ioprio level 4).
+const DEFAULT_QUEUE_WEIGHT: u32 = 40;
+
+/// Number of ioprio classes and their service-tree index.
+const CLASSES: usize = 3;
+fn class_index(c: IoPrioClass) -> usize {
+    match c {
+        IoPrioClass::Rt => 0,
+        IoPrioClass::Be => 1,
+        IoPrioClass::Idle => 2,
+    }
+}
+
+/// Jiffies are signed here so that "long ago" (`bfq_smallest_from_now()`)
+/// can be represented.
+type Jiffies = i64;
+const LONG_AGO: Jiffies = i64::MIN / 4;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Expiration {
+    TooIdle,
+    BudgetTimeout,
+    BudgetExhausted,
+    NoMoreRequests,
+    Preempted,
+}
+
+type EntId = usize;
+type QueueId = usize;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Tree {
+    None,
+    Active,
+    Idle,
+    /// Out of the trees while in service (still counted in `wsum`).
+    InService,
+}
+
+#[derive(Clone, Debug)]
+struct Entity {
+    weight: u32,
+    orig_weight: u32,
+    budget: u32,
+    service: u32,
+    start: u64,
+    finish: u64,
+    tree: Tree,
+    /// Counted in its service tree's `wsum`.
+    counted: bool,
+    class: usize,
+    /// Scheduling data this entity is scheduled in.
+    parent_sd: usize,
+    /// For a group entity: the scheduling data of its children.
+    own_sd: Option<usize>,
+    queue: Option<QueueId>,
+}
+
+#[derive(Clone, Debug, Default)]
+struct ServiceTree {
+    active: Vec<EntId>,
+    idle: Vec<EntId>,
+    vtime: u64,
+    wsum: u64,
+}
+
+#[derive(Clone, Debug)]
+struct SchedData {
+    trees: [ServiceTree; CLASSES],
+    in_service: Option<EntId>,
+    /// The group entity that owns this level (None for the root).
+    owner: Option<EntId>,
+    class_idle_last_service: Jiffies,
+}
+
+#[derive(Clone, Debug)]
+struct Queue {
+    entity: EntId,
+    pid: Pid,
+    sync: bool,
+    class: IoPrioClass,
+    cgroup: CgroupId,
+    /// Pending requests sorted by sector.
+    sort_list: BTreeSet<(u64, RqId)>,
+    /// Pending requests in arrival order, with their FIFO deadline.
+    fifo: VecDeque<(Nanos, RqId)>,
+    dispatched: u32,
+    busy: bool,
+    max_budget: u32,
+    fifo_expire_used: bool,
+    wait_request: bool,
+    non_blocking_wait_rq: bool,
+    softrt_update: bool,
+    io_bound: bool,
+    has_short_ttime: bool,
+    just_created: bool,
+    in_large_burst: bool,
+    in_burst_list: bool,
+    // weight raising
+    wr_coeff: u32,
+    wr_cur_max_time: Jiffies,
+    last_wr_start_finish: Jiffies,
+    wr_start_at_switch_to_srt: Jiffies,
+    service_from_wr: u64,
+    soft_rt_next_start: Jiffies,
+    last_idle_bklogged: Jiffies,
+    service_from_backlogged: u64,
+    budget_timeout: Jiffies,
+    // think time and seekiness
+    ttime_samples: u64,
+    ttime_total: u64,
+    ttime_mean: u64,
+    last_end_request: Nanos,
+    seek_history: u32,
+    last_request_pos: u64,
+    io_start_time: Nanos,
+    tot_idle_time: Nanos,
+}
+
+/// Peak-rate estimator state (`bfq_update_peak_rate()`).
+#[derive(Clone, Debug, Default)]
+struct RateEstimator {
+    samples: u32,
+    sequential_samples: u32,
+    tot_sectors: u64,
+    first_dispatch: Nanos,
+    last_dispatch: Nanos,
+    delta_from_first: Nanos,
+    last_completion: Nanos,
+    last_rq_max_size: u32,
+}
+
+/// The BFQ scheduler.
+pub struct Bfq {
+    cfg: SchedConfig,
+    entities: Vec<Entity>,
+    sds: Vec<SchedData>,
+    queues: Vec<Queue>,
+    /// Sync queue per process, async queue per (cgroup, class, level).
+    sync_queues: HashMap<Pid, QueueId>,
+    async_queues: HashMap<(CgroupId, IoPrioClass, u8), QueueId>,
+    /// Group entity per cgroup (cgroup 0 is the root and has none).
+    groups: HashMap<CgroupId, EntId>,
+    rq_queue: HashMap<RqId, QueueId>,
+    in_service: Option<QueueId>,
+    queued: usize,
+    busy_queues: [usize; CLASSES],
+    wr_busy_queues: usize,
+    rq_in_driver: usize,
+    // peak rate and budgets
+    /// In the kernel's unit: sectors/usec << RATE_SHIFT.
+    peak_rate: u64,
+    max_budget: u32,
+    budgets_assigned: u32,
+    rate: RateEstimator,
+    last_position: u64,
+    last_budget_start: Nanos,
+    last_idling_start: Nanos,
+    // burst detection
+    burst_list: Vec<QueueId>,
+    large_burst: bool,
+    last_ins_in_burst: Jiffies,
+    burst_parent: Option<usize>,
+    rotational: Option<bool>,
+}
+
+impl Bfq {
+    pub fn new(cfg: &SchedConfig) -> Bfq {
+        let root = SchedData {
+            trees: Default::default(),
+            in_service: None,
+            owner: None,
+            class_idle_last_service: LONG_AGO,
+        };
+        Bfq {
+            cfg: cfg.clone(),
+            entities: Vec::new(),
+            sds: vec![root],
+            queues: Vec::new(),
+            sync_queues: HashMap::new(),
+            async_queues: HashMap::new(),
+            groups: HashMap::new(),
+            rq_queue: HashMap::new(),
+            in_service: None,
+            queued: 0,
+            busy_queues: [0; CLASSES],
+            wr_busy_queues: 0,
+            rq_in_driver: 0,
+            peak_rate: 0,
+            max_budget: DEFAULT_MAX_BUDGET,
+            budgets_assigned: 0,
+            rate: RateEstimator::default(),
+            last_position: 0,
+            last_budget_start: 0,
+            last_idling_start: 0,
+            burst_list: Vec::new(),
+            large_burst: false,
+            last_ins_in_burst: LONG_AGO,
+            burst_parent: None,
+            rotational: None,
+        }
+    }
+
+    fn nonrot(&self) -> usize {
+        usize::from(self.rotational == Some(false))
+    }
+
+    // ----- time helpers --------------------------------------------------
+
+    fn jiffies(ctx: &SchedCtx) -> Jiffies {
+        ctx.jiffies() as Jiffies
+    }
+
+    fn ms_to_j(ctx: &SchedCtx, ms: u64) -> Jiffies {
+        ctx.ticks.msecs_to_jiffies(ms) as Jiffies
+    }
+
+    /// `bfq_wr_duration()`: the interactive raising period, inversely
+    /// proportional to the estimated peak rate: the slower the device, the
+    /// longer an application needs to load.
+    fn wr_duration(&self, ctx: &SchedCtx) -> Jiffies {
+        let nr = self.nonrot();
+        let dur_ms = REF_RATE[nr] * REF_WR_DURATION_MS[nr] / self.peak_rate.max(1);
+        Self::ms_to_j(ctx, dur_ms.clamp(WR_DURATION_MIN_MS, WR_DURATION_MAX_MS))
+    }
+
+    fn timeout_j(ctx: &SchedCtx) -> Jiffies {
+        Self::ms_to_j(ctx, TIMEOUT_MS)
+    }
+
+    /// `bfq_max_budget()`/`bfq_min_budget()`: the default until enough
+    /// budgets have been assigned to trust the autotuned value.
+    fn cur_max_budget(&self) -> u32 {
+        if self.budgets_assigned < STATS_MIN_BUDGETS {
+            DEFAULT_MAX_BUDGET
+        } else {
+            self.max_budget
+        }
+    }
+
+    fn min_budget(&self) -> u32 {
+        self.cur_max_budget() / 32
+    }
+
+    // ----- queues and entities -------------------------------------------
+
+    /// `bfq_ioprio_to_weight()`.
+    fn ioprio_weight(level: u8) -> u32 {
+        (8 - level as u32) * WEIGHT_CONVERSION_COEFF
+    }
+
+    fn group_sd(&mut self, cgroup: CgroupId, ctx: &SchedCtx) -> usize {
+        if cgroup == 0 {
+            return 0;
+        }
+        if let Some(&e) = self.groups.get(&cgroup) {
+            return self.entities[e].own_sd.expect("group entity");
+        }
+        let sd = self.sds.len();
+        let ent = self.entities.len();
+        self.sds.push(SchedData {
+            trees: Default::default(),
+            in_service: None,
+            owner: Some(ent),
+            class_idle_last_service: LONG_AGO,
+        });
+        let w = ctx.cgroups.weight(cgroup);
+        self.entities.push(Entity {
+            weight: w,
+            orig_weight: w,
+            budget: 0,
+            service: 0,
+            start: 0,
+            finish: 0,
+            tree: Tree::None,
+            counted: false,
+            class: class_index(IoPrioClass::Be),
+            parent_sd: 0,
+            own_sd: Some(sd),
+            queue: None,
+        });
+        self.groups.insert(cgroup, ent);
+        sd
+    }
+
+    fn queue_for(&mut self, ctx: &SchedCtx, ioc: &IoContext, sync: bool) -> QueueId {
+        let existing = if sync {
+            self.sync_queues.get(&ioc.pid).copied()
+        } else {
+            self.async_queues
+                .get(&(ioc.cgroup, ioc.prio.class, ioc.prio.level))
+                .copied()
+        };
+        if let Some(q) = existing {
+            return q;
+        }
+        let sd = self.group_sd(ioc.cgroup, ctx);
+        let ent = self.entities.len();
+        let w = Self::ioprio_weight(ioc.prio.level);
+        self.entities.push(Entity {
+            weight: w,
+            orig_weight: w,
+            budget: 0,
+            service: 0,
+            start: 0,
+            finish: 0,
+            tree: Tree::None,
+            counted: false,
+            class: class_index(ioc.prio.class),
+            parent_sd: sd,
+            own_sd: None,
+            queue: Some(self.queues.len()),
+        });
+        let qid = self.queues.len();
+        // `bfq_init_bfqq()`: a new sync queue starts I/O bound, with a
+        // short think time, "just created", with the default max budget,
+        // and with timestamps that make it look idle for long.
+        self.queues.push(Queue {
+            entity: ent,
+            pid: ioc.pid,
+            sync,
+            class: ioc.prio.class,
+            cgroup: ioc.cgroup,
+            sort_list: BTreeSet::new(),
+            fifo: VecDeque::new(),
+            dispatched: 0,
+            busy: false,
+            max_budget: 2 * self.cur_max_budget() / 2,
+            fifo_expire_used: false,
+            wait_request: false,
+            non_blocking_wait_rq: false,
+            softrt_update: false,
+            io_bound: true,
+            has_short_ttime: sync && ioc.prio.class != IoPrioClass::Idle,
+            just_created: sync,
+            in_large_burst: false,
+            in_burst_list: false,
+            wr_coeff: 1,
+            wr_cur_max_time: 0,
+            last_wr_start_finish: LONG_AGO,
+            wr_start_at_switch_to_srt: LONG_AGO,
+            service_from_wr: 0,
+            soft_rt_next_start: LONG_AGO,
+            last_idle_bklogged: LONG_AGO,
+            service_from_backlogged: 0,
+            budget_timeout: LONG_AGO,
+            ttime_samples: 0,
+            ttime_total: 0,
+            ttime_mean: 0,
+            last_end_request: ctx.now,
+            seek_history: 0,
+            last_request_pos: 0,
+            io_start_time: ctx.now,
+            tot_idle_time: 0,
+        });
+        if sync {
+            self.sync_queues.insert(ioc.pid, qid);
+            // Burst detection runs when a queue is created (the kernel
+            // runs it at the queue's first activation after creation).
+            self.handle_burst(ctx, qid);
+        } else {
+            self.async_queues
+                .insert((ioc.cgroup, ioc.prio.class, ioc.prio.level), qid);
+        }
+        qid
+    }
+
+    fn seeky(q: &Queue) -> bool {
+        q.seek_history.count_ones() > SEEKY_HISTORY_THRESHOLD
+    }
+
+    fn totally_seeky(q: &Queue) -> bool {
+        q.seek_history == u32::MAX
+    }
+
+    /// `bfq_delta()`: virtual time taken by `service` at `weight`.
+    fn delta(service: u64, weight: u32) -> u64 {
+        (service << WFQ_SHIFT) / weight.max(1) as u64
+    }
+
+    fn tree_mut(&mut self, e: EntId) -> &mut ServiceTree {
+        let (sd, class) = (self.entities[e].parent_sd, self.entities[e].class);
+        &mut self.sds[sd].trees[class]
+    }
+
+    /// Updates an entity's weight, keeping its tree's weight sum right.
+    fn set_weight(&mut self, e: EntId, w: u32) {
+        let old = self.entities[e].weight;
+        if old == w {
+            return;
+        }
+        if self.entities[e].counted {
+            let t = self.tree_mut(e);
+            t.wsum = t.wsum - old as u64 + w as u64;
+        }
+        self.entities[e].weight = w;
+    }
+
+    /// `bfq_forget_idle()`: idle entities whose finish time the virtual
+    /// time has passed no longer hold a place in the weight sum.
+    fn forget_idle(&mut self, sd: usize, class: usize) {
+        let vtime = self.sds[sd].trees[class].vtime;
+        let idle = std::mem::take(&mut self.sds[sd].trees[class].idle);
+        let mut keep = Vec::with_capacity(idle.len());
+        for e in idle {
+            if self.entities[e].finish <= vtime {
+                self.entities[e].tree = Tree::None;
+                self.entities[e].counted = false;
+                self.sds[sd].trees[class].wsum -= self.entities[e].weight as u64;
+            } else {
+                keep.push(e);
+            }
+        }
+        self.sds[sd].trees[class].idle = keep;
+    }
+
+    /// `__bfq_activate_entity()`: puts an entity on its active tree with a
+    /// start time that does not let it gain from having been idle.
+    fn activate_entity(&mut self, e: EntId, backshift_ok: bool) {
+        let (sd, class) = (self.entities[e].parent_sd, self.entities[e].class);
+        match self.entities[e].tree {
+            Tree::Active | Tree::InService => return,
+            Tree::Idle => {
+                let t = &mut self.sds[sd].trees[class];
+                t.idle.retain(|&x| x != e);
+                let vtime = t.vtime;
+                let ent = &mut self.entities[e];
+                ent.start = if backshift_ok { ent.finish } else { vtime.max(ent.finish) };
+            }
+            Tree::None => {
+                let vtime = self.sds[sd].trees[class].vtime;
+                let ent = &mut self.entities[e];
+                ent.start = if backshift_ok && ent.finish < vtime {
+                    ent.finish
+                } else {
+                    vtime
+                };
+                let w = ent.weight as u64;
+                ent.counted = true;
+                self.sds[sd].trees[class].wsum += w;
+            }
+        }
+        let ent = &mut self.entities[e];
+        ent.finish = ent.start + Self::delta(ent.budget as u64, ent.weight);
+        ent.tree = Tree::Active;
+        self.sds[sd].trees[class].active.push(e);
+        // A group becomes active with its first active child.
+        if let Some(owner) = self.sds[sd].owner {
+            if self.entities[owner].tree == Tree::None || self.entities[owner].tree == Tree::Idle
+            {
+                let b = self.entities[e].budget;
+                self.entities[owner].budget = b;
+                self.activate_entity(owner, false);
+            }
+        }
+    }
+
+    fn sd_has_active(&self, sd: usize) -> bool {
+        self.sds[sd].in_service.is_some()
+            || self.sds[sd].trees.iter().any(|t| !t.active.is_empty())
+    }
+
+    /// An entity leaves service or its trees: it goes on the idle tree if
+    /// its finish time is still ahead of the virtual time (so that it
+    /// cannot come back earlier than it deserves), or is forgotten.
+    fn deactivate_entity(&mut self, e: EntId) {
+        let (sd, class) = (self.entities[e].parent_sd, self.entities[e].class);
+        if self.entities[e].tree == Tree::Active {
+            self.sds[sd].trees[class].active.retain(|&x| x != e);
+        }
+        if self.sds[sd].in_service == Some(e) {
+            self.sds[sd].in_service = None;
+        }
+        let vtime = self.sds[sd].trees[class].vtime;
+        if self.entities[e].finish > vtime {
+            self.entities[e].tree = Tree::Idle;
+            self.sds[sd].trees[class].idle.push(e);
+        } else {
+            self.entities[e].tree = Tree::None;
+            if self.entities[e].counted {
+                self.entities[e].counted = false;
+                self.sds[sd].trees[class].wsum -= self.entities[e].weight as u64;
+            }
+        }
+    }
+
+    /// Ends the service of the in-service entity at one level and
+    /// requeues it or deactivates it, then walks up to its group.
+    fn end_service_entity(&mut self, e: EntId, still_busy: bool) {
+        let (sd, class) = (self.entities[e].parent_sd, self.entities[e].class);
+        // `bfq_calc_finish(entity, entity->service)`: charge what it got.
+        {
+            let ent = &mut self.entities[e];
+            ent.finish = ent.start + Self::delta(ent.service as u64, ent.weight);
+        }
+        if self.sds[sd].in_service == Some(e) {
+            self.sds[sd].in_service = None;
+        }
+        if still_busy {
+            // `__bfq_requeue_entity()`: the next budget starts where the
+            // service just ended.
+            let ent = &mut self.entities[e];
+            ent.start = ent.finish;
+            ent.finish = ent.start + Self::delta(ent.budget as u64, ent.weight);
+            ent.tree = Tree::Active;
+            self.sds[sd].trees[class].active.push(e);
+        } else {
+            self.entities[e].tree = Tree::Active; // so deactivate can find it
+            self.sds[sd].trees[class].active.push(e);
+            self.deactivate_entity(e);
+        }
+        self.entities[e].service = 0;
+        if let Some(owner) = self.sds[sd].owner {
+            let busy = self.sd_has_active(sd);
+            if self.entities[owner].tree == Tree::InService {
+                self.end_service_entity(owner, busy);
+            } else if !busy && self.entities[owner].tree == Tree::Active {
+                self.deactivate_entity(owner);
+            }
+        }
+    }
+
+    /// `bfq_lookup_next_entity()`: the eligible entity with the smallest
+    /// finish time, in the highest-priority class that has one.
+    fn lookup_next(&mut self, sd: usize, jiffies: Jiffies, ctx: &SchedCtx) -> Option<EntId> {
+        let mut classes: [usize; CLASSES] = [0, 1, 2];
+        // Serve the IDLE class at least every BFQ_CL_IDLE_TIMEOUT, to
+        // avoid starving it (and priority inversions through it).
+        if self.sds[sd].class_idle_last_service + Self::ms_to_j(ctx, CL_IDLE_TIMEOUT_MS) < jiffies
+        {
+            if !self.sds[sd].trees[2].active.is_empty() {
+                classes = [2, 0, 1];
+            }
+            self.sds[sd].class_idle_last_service = jiffies;
+        }
+        for class in classes {
+            if self.sds[sd].trees[class].active.is_empty() {
+                continue;
+            }
+            // `bfq_update_vtime()`: if nobody is eligible, jump the
+            // virtual time to the smallest start time.
+            let min_start = self.sds[sd].trees[class]
+                .active
+                .iter()
+                .map(|&e| self.entities[e].start)
+                .min()
+                .expect("non-empty");
+            if min_start > self.sds[sd].trees[class].vtime {
+                self.sds[sd].trees[class].vtime = min_start;
+                self.forget_idle(sd, class);
+            }
+            let vtime = self.sds[sd].trees[class].vtime;
+            let best = self.sds[sd].trees[class]
+                .active
+                .iter()
+                .copied()
+                .filter(|&e| self.entities[e].start <= vtime)
+                .min_by_key(|&e| (self.entities[e].finish, e));
+            if let Some(e) = best {
+                if class == 2 {
+                    self.sds[sd].class_idle_last_service = jiffies;
+                }
+                return Some(e);
+            }
+        }
+        None
+    }
+
+    /// `bfq_get_next_queue()`: walks down from the root, putting the chosen
+    /// entity of each level in service.
+    fn get_next_queue(&mut self, ctx: &SchedCtx) -> Option<QueueId> {
+        let j = Self::jiffies(ctx);
+        let mut sd = 0;
+        loop {
+            let e = self.lookup_next(sd, j, ctx)?;
+            let class = self.entities[e].class;
+            self.sds[sd].trees[class].active.retain(|&x| x != e);
+            self.entities[e].tree = Tree::InService;
+            self.sds[sd].in_service = Some(e);
+            match self.entities[e].own_sd {
+                Some(child) => sd = child,
+                None => return self.entities[e].queue,
+            }
+        }
+    }
+
+    /// `bfq_bfqq_served()`: charges service to a queue and its group, and
+    /// advances the virtual times.
+    fn served(&mut self, q: QueueId, sectors: u32) {
+        let mut e = Some(self.queues[q].entity);
+        while let Some(ent) = e {
+            self.entities[ent].service += sectors;
+            let (sd, class) = (self.entities[ent].parent_sd, self.entities[ent].class);
+            let t = &mut self.sds[sd].trees[class];
+            t.vtime += Self::delta(sectors as u64, t.wsum.max(1) as u32);
+            self.forget_idle(sd, class);
+            e = self.sds[sd].owner;
+        }
+        let qq = &mut self.queues[q];
+        qq.service_from_backlogged += sectors as u64;
+        if qq.wr_coeff > 1 {
+            qq.service_from_wr += sectors as u64;
+        }
+    }
+
+    // ----- requests within a queue ---------------------------------------
+
+    /// `bfq_choose_req()`/`bfq_find_next_rq()`: the next request of a queue
+    /// is the one closest to the head position, going forward, or
+    /// backward up to `back_max` at twice the cost.
+    fn next_rq(&self, ctx: &SchedCtx, q: QueueId) -> Option<RqId> {
+        let qq = &self.queues[q];
+        let head = self.last_position;
+        let fwd = qq.sort_list.range((head, 0)..).next().copied();
+        let back = qq.sort_list.range(..(head, 0)).next_back().copied();
+        let cost = |(s, id): (u64, RqId)| -> Option<u64> {
+            let end = ctx.rq(id).end_sector();
+            if s >= head {
+                Some(s - head)
+            } else if head - end.min(head) <= BACK_MAX_SECTORS {
+                Some((head - s) * BACK_PENALTY)
+            } else {
+                None
+            }
+        };
+        match (fwd, back) {
+            (Some(f), Some(b)) => match (cost(f), cost(b)) {
+                (Some(cf), Some(cb)) if cb < cf => Some(b.1),
+                (None, Some(_)) => Some(b.1),
+                _ => Some(f.1),
+            },
+            (Some(f), None) => Some(f.1),
+            (None, Some(b)) => {
+                // Wrap around to the lowest sector when nothing is ahead.
+                let first = qq.sort_list.iter().next().copied().unwrap_or(b);
+                Some(if cost(b).is_some() { b.1 } else { first.1 })
+            }
+            (None, None) => None,
+        }
+    }
+
+    /// `bfq_check_fifo()`: once per budget, an expired request is served
+    /// first, so no request of a queue waits forever behind better-placed
+    /// ones.
+    fn pick_rq(&mut self, ctx: &SchedCtx, q: QueueId) -> Option<RqId> {
+        let qq = &self.queues[q];
+        if !qq.fifo_expire_used {
+            if let Some(&(deadline, id)) = qq.fifo.front() {
+                if deadline <= ctx.now {
+                    self.queues[q].fifo_expire_used = true;
+                    return Some(id);
+                }
+            }
+        }
+        self.next_rq(ctx, q)
+    }
+
+    /// `bfq_serv_to_charge()`: async requests cost three times their size,
+    /// unless raised or in an asymmetric scenario.
+    fn serv_to_charge(&self, ctx: &SchedCtx, q: QueueId, rq: RqId) -> u32 {
+        let sectors = ctx.rq(rq).sectors;
+        let qq = &self.queues[q];
+        if qq.sync || qq.wr_coeff > 1 || self.asymmetric(q) {
+            sectors
+        } else {
+            sectors * ASYNC_CHARGE_FACTOR
+        }
+    }
+
+    fn budget_left(&self, q: QueueId) -> i64 {
+        let e = &self.entities[self.queues[q].entity];
+        e.budget as i64 - e.service as i64
+    }
+
+    // ----- the decisions -------------------------------------------------
+
+    fn tot_busy(&self) -> usize {
+        self.busy_queues.iter().sum()
+    }
+
+    /// `bfq_asymmetric_scenario()`: queues with different weights, several
+    /// classes, or groups with pending I/O make idling necessary to
+    /// preserve service guarantees.
+    fn asymmetric(&self, q: QueueId) -> bool {
+        let mut weights = self
+            .queues
+            .iter()
+            .filter(|x| x.busy || x.dispatched > 0)
+            .map(|x| self.entities[x.entity].weight);
+        let varied = match weights.next() {
+            Some(first) => {
+                let mut v = false;
+                let mut min = first;
+                for w in weights {
+                    if w != first {
+                        v = true;
+                    }
+                    min = min.min(w);
+                }
+                // The queue with the smallest weight does not need idling
+                // to protect itself (`smallest_weight` in the kernel).
+                v && self.entities[self.queues[q].entity].weight != min
+            }
+            None => false,
+        };
+        let classes_busy = self.busy_queues.iter().filter(|&&n| n > 0).count() > 1;
+        let groups_pending = self
+            .groups
+            .values()
+            .any(|&g| self.entities[g].tree != Tree::None && self.entities[g].tree != Tree::Idle);
+        varied || classes_busy || groups_pending
+    }
+
+    fn hw_tag(ctx: &SchedCtx) -> bool {
+        ctx.queue_depth > HW_QUEUE_THRESHOLD
+    }
+
+    /// `idling_boosts_thr_without_issues()`.
+    fn idling_boosts_thr_without_issues(&self, ctx: &SchedCtx, q: QueueId) -> bool {
+        let qq = &self.queues[q];
+        let rot_without_queueing = ctx.rotational && !Self::hw_tag(ctx);
+        let seq_io_bound = !Self::seeky(qq) && qq.io_bound && qq.has_short_ttime;
+        let boosts = rot_without_queueing
+            || ((ctx.rotational || !Self::hw_tag(ctx)) && seq_io_bound);
+        boosts && self.wr_busy_queues == 0
+    }
+
+    /// `idling_needed_for_service_guarantees()`.
+    fn idling_needed_for_guarantees(&self, q: QueueId) -> bool {
+        let qq = &self.queues[q];
+        let tot = self.tot_busy();
+        (qq.wr_coeff > 1
+            && (self.wr_busy_queues < tot || self.rq_in_driver >= qq.dispatched as usize + 4))
+            || self.asymmetric(q)
+            || tot == 1
+    }
+
+    /// `bfq_better_to_idle()`.
+    fn better_to_idle(&self, ctx: &SchedCtx, q: QueueId) -> bool {
+        let qq = &self.queues[q];
+        if !qq.sync || qq.class == IoPrioClass::Idle {
+            return false;
+        }
+        self.idling_boosts_thr_without_issues(ctx, q) || self.idling_needed_for_guarantees(q)
+    }
+
+    fn must_idle(&self, ctx: &SchedCtx, q: QueueId) -> bool {
+        self.queues[q].sort_list.is_empty() && self.better_to_idle(ctx, q)
+    }
+
+    fn budget_timed_out(&self, ctx: &SchedCtx, q: QueueId) -> bool {
+        self.queues[q].budget_timeout <= Self::jiffies(ctx)
+    }
+
+    /// `bfq_may_expire_for_budg_timeout()`.
+    fn may_expire_for_budget_timeout(&self, ctx: &SchedCtx, q: QueueId) -> bool {
+        let qq = &self.queues[q];
+        (!qq.wait_request || self.budget_left(q) >= self.entities[qq.entity].budget as i64 / 3)
+            && self.budget_timed_out(ctx, q)
+    }
+
+    /// `bfq_set_budget_timeout()`: raised queues get a longer timeout,
+    /// proportional to their raising.
+    fn set_budget_timeout(&mut self, ctx: &SchedCtx, q: QueueId) {
+        let rt_max = Self::ms_to_j(ctx, WR_RT_MAX_TIME_MS);
+        let qq = &self.queues[q];
+        let e = &self.entities[qq.entity];
+        let coeff = if qq.wr_cur_max_time == rt_max {
+            1
+        } else {
+            (e.weight / e.orig_weight.max(1)).max(1)
+        };
+        self.last_budget_start = ctx.now;
+        self.queues[q].budget_timeout = Self::jiffies(ctx) + Self::timeout_j(ctx) * coeff as i64;
+    }
+
+    /// `bfq_bfqq_softrt_next_start()`: the earliest time at which the
+    /// queue, if it restarts, may be deemed soft real-time: after its last
+    /// burst of service at the maximum soft real-time rate, and not before
+    /// the idle slice plus 4 ticks. The 4 ticks absorb coarse, jumping
+    /// jiffies (HZ=100 guests), which otherwise make a greedy reader look
+    /// isochronous.
+    fn softrt_next_start(&self, ctx: &SchedCtx, q: QueueId) -> Jiffies {
+        let qq = &self.queues[q];
+        let hz = ctx.ticks.hz as i64;
+        let slack = if self.cfg.bfq_softrt_tick_slack { 4 } else { 0 };
+        let by_rate =
+            qq.last_idle_bklogged + hz * qq.service_from_backlogged as i64 / WR_MAX_SOFTRT_RATE as i64;
+        let by_idle = Self::jiffies(ctx) + ctx.ticks.nsecs_to_jiffies(SLICE_IDLE) as i64 + slack;
+        qq.soft_rt_next_start.max(by_rate).max(by_idle)
+    }
+
+    fn end_wr(&mut self, q: QueueId, ctx: &SchedCtx) {
+        if self.queues[q].wr_coeff > 1 && self.queues[q].busy {
+            self.wr_busy_queues -= 1;
+        }
+        let qq = &mut self.queues[q];
+        qq.wr_coeff = 1;
+        qq.wr_cur_max_time = 0;
+        qq.last_wr_start_finish = Self::jiffies(ctx);
+        self.refresh_weight(q);
+    }
+
+    /// Applies the raising coefficient to the entity's weight.
+    fn refresh_weight(&mut self, q: QueueId) {
+        let e = self.queues[q].entity;
+        let w = self.entities[e].orig_weight * self.queues[q].wr_coeff;
+        self.set_weight(e, w);
+    }
+
+    fn set_wr_coeff(&mut self, q: QueueId, coeff: u32) {
+        let was = self.queues[q].wr_coeff > 1;
+        self.queues[q].wr_coeff = coeff;
+        if self.queues[q].busy {
+            match (was, coeff > 1) {
+                (false, true) => self.wr_busy_queues += 1,
+                (true, false) => self.wr_busy_queues -= 1,
+                _ => {}
+            }
+        }
+        self.refresh_weight(q);
+    }
+
+    /// `bfq_update_wr_data()`: ends raising when its period is over, when
+    /// the queue is in a large burst, or when an interactive queue has
+    /// received too much service.
+    fn update_wr_data(&mut self, ctx: &SchedCtx, q: QueueId) {
+        let j = Self::jiffies(ctx);
+        let rt_max = Self::ms_to_j(ctx, WR_RT_MAX_TIME_MS);
+        let qq = &self.queues[q];
+        if qq.wr_coeff <= 1 {
+            return;
+        }
+        if qq.in_large_burst {
+            self.end_wr(q, ctx);
+        } else if qq.last_wr_start_finish + qq.wr_cur_max_time < j {
+            if qq.wr_cur_max_time != rt_max
+                || qq.wr_start_at_switch_to_srt + self.wr_duration(ctx) < j
+            {
+                self.end_wr(q, ctx);
+            } else {
+                self.switch_back_to_interactive(ctx, q);
+            }
+        }
+        let qq = &self.queues[q];
+        if qq.wr_coeff > 1 && qq.wr_cur_max_time != rt_max && qq.service_from_wr > MAX_SERVICE_FROM_WR
+        {
+            self.end_wr(q, ctx);
+        }
+    }
+
+    fn switch_back_to_interactive(&mut self, ctx: &SchedCtx, q: QueueId) {
+        let d = self.wr_duration(ctx);
+        let qq = &mut self.queues[q];
+        qq.wr_cur_max_time = d;
+        qq.last_wr_start_finish = qq.wr_start_at_switch_to_srt;
+        self.set_wr_coeff(q, WR_COEFF);
+    }
+
+    /// `bfq_handle_burst()`: queues created within 180 ms of each other
+    /// (with the same parent) form a burst; from the 8th on, all of them
+    /// are in a large burst and get no interactive raising: they are the
+    /// workers of one big job, not an application starting.
+    fn handle_burst(&mut self, ctx: &SchedCtx, q: QueueId) {
+        let j = Self::jiffies(ctx);
+        let parent = self.entities[self.queues[q].entity].parent_sd;
+        if self.last_ins_in_burst + Self::ms_to_j(ctx, BURST_INTERVAL_MS) < j
+            || self.burst_parent != Some(parent)
+        {
+            self.large_burst = false;
+            for &b in &self.burst_list {
+                self.queues[b].in_burst_list = false;
+            }
+            self.burst_list.clear();
+            self.burst_list.push(q);
+            self.queues[q].in_burst_list = true;
+            self.burst_parent = Some(parent);
+        } else if self.large_burst {
+            self.queues[q].in_large_burst = true;
+        } else {
+            self.burst_list.push(q);
+            self.queues[q].in_burst_list = true;
+            if self.burst_list.len() >= LARGE_BURST_THRESH {
+                self.large_burst = true;
+                for b in std::mem::take(&mut self.burst_list) {
+                    self.queues[b].in_large_burst = true;
+                    self.queues[b].in_burst_list = false;
+                }
+            }
+        }
+        self.last_ins_in_burst = j;
+    }
+
+    /// `bfq_update_io_thinktime()`: exponentially weighted think time,
+    /// measured from the queue's last completion to its next request.
+    fn update_thinktime(&mut self, ctx: &SchedCtx, q: QueueId) {
+        let qq = &mut self.queues[q];
+        if qq.dispatched > 0 || qq.busy {
+            return;
+        }
+        let elapsed = ctx.now.saturating_sub(qq.last_end_request).min(2 * SLICE_IDLE);
+        qq.ttime_samples = (7 * qq.ttime_samples + 256) / 8;
+        qq.ttime_total = (7 * qq.ttime_total + 256 * elapsed) / 8;
+        qq.ttime_mean = (qq.ttime_total + 128) / qq.ttime_samples.max(1);
+        // `bfq_update_has_short_ttime()`: the think time is short if it is
+        // below half the idle slice (once there are enough samples: 80,
+        // `bfq_sample_valid()`).
+        if qq.sync && qq.class != IoPrioClass::Idle {
+            qq.has_short_ttime = !(qq.ttime_samples > 80 && qq.ttime_mean > SLICE_IDLE / 2);
+        }
+    }
+
+    /// `bfq_update_io_seektime()`.
+    fn update_seektime(&mut self, ctx: &SchedCtx, q: QueueId, rq: RqId) {
+        let r = ctx.rq(rq);
+        let qq = &mut self.queues[q];
+        let dist = r.sector.abs_diff(qq.last_request_pos);
+        let seek = dist > SEEK_THR && (ctx.rotational || r.sectors < SECT_THR_NONROT);
+        qq.seek_history = (qq.seek_history << 1) | u32::from(seek);
+    }
+
+    /// `bfq_update_io_intensity()`: a queue busy less than 80% of the time
+    /// (over a 200 ms window) is not I/O bound.
+    fn update_io_intensity(&mut self, ctx: &SchedCtx, q: QueueId) {
+        let qq = &mut self.queues[q];
+        let tot = ctx.now.saturating_sub(qq.io_start_time);
+        if qq.sort_list.is_empty() && qq.dispatched == 0 {
+            qq.tot_idle_time += ctx.now.saturating_sub(qq.last_end_request);
+        }
+        if qq.just_created {
+            return;
+        }
+        qq.io_bound = qq.tot_idle_time * 5 <= tot;
+        if tot > 200 * MSEC {
+            qq.io_start_time = ctx.now - tot / 2;
+            qq.tot_idle_time /= 2;
+        }
+    }
+
+    /// `bfq_add_bfqq_busy()` and the activation of its entity.
+    fn add_busy(&mut self, q: QueueId, backshift: bool) {
+        let qq = &mut self.queues[q];
+        qq.busy = true;
+        self.busy_queues[class_index(qq.class)] += 1;
+        if qq.wr_coeff > 1 {
+            self.wr_busy_queues += 1;
+        }
+        let e = self.queues[q].entity;
+        self.activate_entity(e, backshift);
+    }
+
+    fn del_busy(&mut self, q: QueueId) {
+        let qq = &mut self.queues[q];
+        qq.busy = false;
+        self.busy_queues[class_index(qq.class)] -= 1;
+        if qq.wr_coeff > 1 {
+            self.wr_busy_queues -= 1;
+        }
+    }
+
+    /// `bfq_bfqq_handle_idle_busy_switch()`: a queue with a new request
+    /// becomes busy: decide its weight raising and whether it preempts the
+    /// queue in service.
+    fn idle_busy_switch(&mut self, ctx: &mut SchedCtx, q: QueueId, rq: RqId) {
+        let j = Self::jiffies(ctx);
+        let old_wr_coeff = self.queues[q].wr_coeff;
+        let qq = &self.queues[q];
+        let idle_for_long_time = qq.dispatched == 0
+            && qq.budget_timeout + Self::ms_to_j(ctx, WR_MIN_IDLE_TIME_MS) < j;
+        let arrived_in_time = ctx.now <= qq.last_end_request + 3 * SLICE_IDLE;
+        let in_burst = qq.in_large_burst;
+        let default_weight = self.entities[qq.entity].orig_weight == DEFAULT_QUEUE_WEIGHT;
+        let soft_rt = !Self::totally_seeky(qq)
+            && !in_burst
+            && qq.soft_rt_next_start < j
+            && qq.dispatched == 0
+            && default_weight;
+        let interactive = !in_burst && idle_for_long_time && default_weight;
+        let low_latency = self.cfg.low_latency;
+        let wr_or_deserves = low_latency && (qq.wr_coeff > 1 || (qq.sync && (interactive || soft_rt)));
+
+        // `bfq_bfqq_update_budg_for_activation()`: a queue that lost the
+        // device only because it had nothing to do for an instant keeps
+        // its remaining budget and may preempt.
+        let wants_to_preempt = {
+            let left = self.budget_left(q);
+            let e = self.queues[q].entity;
+            if self.queues[q].non_blocking_wait_rq && arrived_in_time && left > 0 {
+                let mb = self.queues[q].max_budget as i64;
+                self.entities[e].budget = left.min(mb) as u32;
+                self.entities[e].service = 0;
+                true
+            } else {
+                let charge = self.serv_to_charge(ctx, q, rq);
+                self.entities[e].service = 0;
+                self.entities[e].budget = self.queues[q].max_budget.max(charge);
+                self.queues[q].non_blocking_wait_rq = false;
+                false
+            }
+        };
+
+        // A queue idle for more than 10 s leaves its (large) burst.
+        if !self.queues[q].just_created
+            && idle_for_long_time
+            && self.queues[q].budget_timeout + Self::ms_to_j(ctx, 10_000) < j
+        {
+            self.queues[q].in_large_burst = false;
+            self.queues[q].in_burst_list = false;
+        }
+        self.queues[q].just_created = false;
+
+        if low_latency {
+            // `bfq_update_bfqq_wr_on_rq_arrival()`.
+            let rt_max = Self::ms_to_j(ctx, WR_RT_MAX_TIME_MS);
+            if old_wr_coeff == 1 && wr_or_deserves {
+                if interactive {
+                    let d = self.wr_duration(ctx);
+                    let qq = &mut self.queues[q];
+                    qq.service_from_wr = 0;
+                    qq.wr_cur_max_time = d;
+                    self.set_wr_coeff(q, WR_COEFF);
+                } else {
+                    let qq = &mut self.queues[q];
+                    qq.wr_start_at_switch_to_srt = LONG_AGO;
+                    qq.wr_cur_max_time = rt_max;
+                    self.set_wr_coeff(q, WR_COEFF * SOFTRT_WEIGHT_FACTOR);
+                }
+                // A freshly raised queue starts with a small budget, so
+                // that it is served soon (its finish time is small).
+                let e = self.queues[q].entity;
+                let cap = 2 * self.min_budget();
+                self.entities[e].budget = self.entities[e].budget.min(cap);
+            } else if old_wr_coeff > 1 {
+                if interactive {
+                    let d = self.wr_duration(ctx);
+                    self.queues[q].wr_cur_max_time = d;
+                    self.set_wr_coeff(q, WR_COEFF);
+                } else if in_burst {
+                    self.set_wr_coeff(q, 1);
+                } else if soft_rt {
+                    if self.queues[q].wr_cur_max_time != rt_max {
+                        let qq = &mut self.queues[q];
+                        qq.wr_start_at_switch_to_srt = qq.last_wr_start_finish;
+                        qq.wr_cur_max_time = rt_max;
+                        self.set_wr_coeff(q, WR_COEFF * SOFTRT_WEIGHT_FACTOR);
+                    }
+                    self.queues[q].last_wr_start_finish = j;
+                }
+            }
+        }
+
+        let qq = &mut self.queues[q];
+        qq.last_idle_bklogged = j;
+        qq.service_from_backlogged = 0;
+        qq.softrt_update = false;
+
+        self.add_busy(q, wants_to_preempt);
+
+        // Preemption: the new queue takes the device if it is raised at
+        // least as much and kept its budget, if it has a higher class or
+        // weight, or if idling for the queue in service is pointless.
+        if let Some(isq) = self.in_service {
+            if isq != q {
+                let higher = self.higher_class_or_weight(q, isq);
+                if (wants_to_preempt && self.queues[q].wr_coeff >= self.queues[isq].wr_coeff)
+                    || higher
+                    || !self.better_to_idle(ctx, isq)
+                {
+                    self.expire(ctx, isq, false, Expiration::Preempted);
+                }
+            }
+        }
+    }
+
+    /// `bfq_bfqq_higher_class_or_weight()`.
+    fn higher_class_or_weight(&self, q: QueueId, isq: QueueId) -> bool {
+        let (a, b) = (&self.queues[q], &self.queues[isq]);
+        if a.class < b.class {
+            return true;
+        }
+        let (ea, eb) = (&self.entities[a.entity], &self.entities[b.entity]);
+        let wa = if ea.parent_sd == eb.parent_sd {
+            ea.weight
+        } else {
+            self.sds[ea.parent_sd]
+                .owner
+                .map(|g| self.entities[g].weight)
+                .unwrap_or(ea.weight)
+        };
+        let wb = if ea.parent_sd == eb.parent_sd {
+            eb.weight
+        } else {
+            self.sds[eb.parent_sd]
+                .owner
+                .map(|g| self.entities[g].weight)
+                .unwrap_or(eb.weight)
+        };
+        wa > wb
+    }
+
+    /// `bfq_bfqq_is_slow()`: a sync queue that got less than half the max
+    /// budget in more than 20 ms, or a seeky one, is slow.
+    fn is_slow(&self, ctx: &SchedCtx, q: QueueId, compensate: bool) -> (bool, u64) {
+        let qq = &self.queues[q];
+        let mut slow = Self::seeky(qq);
+        if !qq.sync {
+            return (false, 0);
+        }
+        let end = if compensate { self.last_idling_start } else { ctx.now };
+        let delta_us = end.saturating_sub(self.last_budget_start) / 1000;
+        if delta_us < 1000 {
+            let ms = if ctx.rotational { SLICE_IDLE / MSEC } else { MIN_TT / MSEC };
+            return (slow, ms);
+        }
+        if delta_us > 20_000 {
+            slow = (self.entities[qq.entity].service as u64) < self.max_budget as u64 / 2;
+        }
+        (slow, delta_us / 1000)
+    }
+
+    /// `bfq_bfqq_charge_time()`: a slow queue pays for the time it held
+    /// the device, as if it had been served at the max-budget rate, so
+    /// that seeky processes cannot take more than their share of time.
+    fn charge_time(&mut self, q: QueueId, time_ms: u64) {
+        let bounded = time_ms.min(TIMEOUT_MS);
+        let by_time = (self.max_budget as u64 * bounded / TIMEOUT_MS) as u32;
+        let e = self.queues[q].entity;
+        let service = self.entities[e].service;
+        let total = by_time.max(service);
+        if total > self.entities[e].budget {
+            self.entities[e].budget = total;
+        }
+        if total > service {
+            self.served(q, total - service);
+        }
+    }
+
+    /// `__bfq_bfqq_recalc_budget()`: budget feedback. A queue that
+    /// consumes its budget gets a bigger one (x4, or x2 on timeout); one
+    /// that goes idle early gets a smaller one. Raised queues keep small
+    /// budgets so they are scheduled often.
+    fn recalc_budget(&mut self, ctx: &SchedCtx, q: QueueId, reason: Expiration) {
+        let min_budget = self.min_budget();
+        let cur_max = self.cur_max_budget();
+        let qq = &self.queues[q];
+        let mut budget = if qq.wr_coeff == 1 { qq.max_budget } else { 2 * min_budget };
+        if qq.sync && qq.wr_coeff == 1 {
+            budget = match reason {
+                Expiration::TooIdle => {
+                    if qq.dispatched > 0 {
+                        (budget * 2).min(cur_max)
+                    } else if budget > 5 * min_budget {
+                        budget - 4 * min_budget
+                    } else {
+                        min_budget
+                    }
+                }
+                Expiration::BudgetTimeout => (budget * 2).min(cur_max),
+                Expiration::BudgetExhausted => (budget * 4).min(cur_max),
+                Expiration::NoMoreRequests => self.entities[qq.entity].service.max(min_budget),
+                Expiration::Preempted => return,
+            };
+        } else if !qq.sync {
+            budget = cur_max;
+        }
+        let mut mb = budget;
+        if self.budgets_assigned >= STATS_MIN_BUDGETS {
+            mb = mb.min(self.max_budget);
+        }
+        self.queues[q].max_budget = mb.max(1);
+        if let Some(next) = self.next_rq(ctx, q) {
+            let charge = self.serv_to_charge(ctx, q, next);
+            let e = self.queues[q].entity;
+            self.entities[e].budget = mb.max(charge);
+        }
+    }
+
+    /// `bfq_bfqq_expire()`: the queue in service loses the device.
+    fn expire(&mut self, ctx: &mut SchedCtx, q: QueueId, compensate: bool, reason: Expiration) {
+        let (slow, delta_ms) = self.is_slow(ctx, q, compensate);
+        let e = self.queues[q].entity;
+        if self.queues[q].wr_coeff == 1
+            && (slow
+                || (reason == Expiration::BudgetTimeout
+                    && self.budget_left(q) >= self.entities[e].budget as i64 / 3))
+        {
+            self.charge_time(q, delta_ms);
+        }
+        let j = Self::jiffies(ctx);
+        if self.cfg.low_latency && self.queues[q].wr_coeff == 1 {
+            self.queues[q].last_wr_start_finish = j;
+        }
+        if self.cfg.low_latency && self.queues[q].sort_list.is_empty() {
+            if self.queues[q].dispatched == 0 {
+                self.queues[q].soft_rt_next_start = self.softrt_next_start(ctx, q);
+            } else {
+                self.queues[q].softrt_update = true;
+            }
+        }
+        // The IO_bound flag drops for a queue that went idle having used
+        // little of its budget.
+        if reason == Expiration::TooIdle
+            && self.entities[e].service <= 2 * self.entities[e].budget / 10
+        {
+            self.queues[q].io_bound = false;
+        }
+        self.recalc_budget(ctx, q, reason);
+
+        // `__bfq_bfqq_expire()`.
+        let keep_busy = !self.queues[q].sort_list.is_empty()
+            || (reason == Expiration::Preempted && self.idling_needed_for_guarantees(q));
+        if !keep_busy {
+            if self.queues[q].dispatched == 0 {
+                self.queues[q].budget_timeout = j;
+            }
+            self.del_busy(q);
+        }
+        let service_left = self.entities[e].budget as i64 - self.entities[e].service as i64;
+        self.end_service_entity(e, keep_busy);
+        self.in_service = None;
+        self.queues[q].wait_request = false;
+        ctx.cancel_timer();
+        if !keep_busy
+            && reason != Expiration::BudgetTimeout
+            && reason != Expiration::BudgetExhausted
+            && service_left > 0
+        {
+            // It may come back soon and resume its budget.
+            self.queues[q].non_blocking_wait_rq = true;
+            let ent = &mut self.entities[e];
+            ent.budget = service_left as u32;
+        }
+    }
+
+    /// `__bfq_set_in_service_queue()`.
+    fn set_in_service(&mut self, ctx: &SchedCtx) -> Option<QueueId> {
+        let q = self.get_next_queue(ctx)?;
+        self.in_service = Some(q);
+        self.queues[q].fifo_expire_used = false;
+        self.budgets_assigned = (self.budgets_assigned * 7 + 256) / 8;
+        // A soft real-time queue that waited for service does not lose
+        // raising time for the wait.
+        let j = Self::jiffies(ctx);
+        let rt_max = Self::ms_to_j(ctx, WR_RT_MAX_TIME_MS);
+        let qq = &mut self.queues[q];
+        if qq.last_wr_start_finish < j
+            && qq.wr_coeff > 1
+            && qq.wr_cur_max_time == rt_max
+            && qq.budget_timeout < j
+        {
+            if qq.budget_timeout > qq.last_wr_start_finish {
+                qq.last_wr_start_finish += j - qq.budget_timeout;
+            } else {
+                qq.last_wr_start_finish = j;
+            }
+        }
+        self.set_budget_timeout(ctx, q);
+        Some(q)
+    }
+
+    /// `bfq_arm_slice_timer()`: wait for the queue's next request. Seeky
+    /// queues get only BFQ_MIN_TT (unless the scenario is asymmetric);
+    /// raised ones at least 20 ms.
+    fn arm_slice_timer(&mut self, ctx: &mut SchedCtx, q: QueueId) {
+        self.queues[q].wait_request = true;
+        let qq = &self.queues[q];
+        let mut sl = SLICE_IDLE;
+        if Self::seeky(qq) && qq.wr_coeff == 1 && !self.asymmetric(q) {
+            sl = sl.min(MIN_TT);
+        } else if qq.wr_coeff > 1 {
+            sl = sl.max(20 * MSEC);
+        }
+        self.last_idling_start = ctx.now;
+        ctx.arm_timer(ctx.now + sl);
+    }
+
+    /// `bfq_select_queue()`.
+    fn select_queue(&mut self, ctx: &mut SchedCtx) -> Option<QueueId> {
+        let mut reason = Expiration::BudgetTimeout;
+        if let Some(q) = self.in_service {
+            let expire;
+            if self.may_expire_for_budget_timeout(ctx, q) && !self.must_idle(ctx, q) {
+                expire = true;
+            } else if let Some(next) = self.next_rq(ctx, q) {
+                if self.serv_to_charge(ctx, q, next) as i64 > self.budget_left(q) {
+                    reason = Expiration::BudgetExhausted;
+                    expire = true;
+                } else {
+                    if self.queues[q].wait_request {
+                        self.queues[q].wait_request = false;
+                        ctx.cancel_timer();
+                    }
+                    return Some(q);
+                }
+            } else if self.queues[q].wait_request
+                || (self.queues[q].dispatched > 0 && self.better_to_idle(ctx, q))
+            {
+                // Keep the device for this queue: idle.
+                return None;
+            } else {
+                reason = Expiration::NoMoreRequests;
+                expire = true;
+            }
+            if expire {
+                self.expire(ctx, q, false, reason);
+            }
+        }
+        loop {
+            let q = self.set_in_service(ctx)?;
+            if let Some(next) = self.next_rq(ctx, q) {
+                if self.serv_to_charge(ctx, q, next) as i64 > self.budget_left(q) {
+                    self.expire(ctx, q, false, Expiration::BudgetExhausted);
+                    continue;
+                }
+                return Some(q);
+            }
+            // Selected an empty queue: should not happen, but never loop.
+            self.expire(ctx, q, false, Expiration::NoMoreRequests);
+        }
+    }
+
+    fn remove_request(&mut self, ctx: &SchedCtx, q: QueueId, rq: RqId) {
+        let sector = ctx.rq(rq).sector;
+        let qq = &mut self.queues[q];
+        qq.sort_list.remove(&(sector, rq));
+        if let Some(pos) = qq.fifo.iter().position(|&(_, id)| id == rq) {
+            qq.fifo.remove(pos);
+        }
+        self.queued -= 1;
+    }
+
+    /// `bfq_update_peak_rate()`: estimates the device's peak rate from
+    /// sequential dispatches, and retunes the max budget to what the device
+    /// serves in one budget timeout.
+    fn update_peak_rate(&mut self, ctx: &SchedCtx, rq: RqId) {
+        let now = ctx.now;
+        let r = ctx.rq(rq);
+        let sectors = r.sectors;
+        let seeky_rq = {
+            let dist = r.sector.abs_diff(self.last_position);
+            dist > SEEK_THR && (ctx.rotational || sectors < SECT_THR_NONROT)
+        };
+        if self.rate.samples == 0 {
+            self.reset_rate(now, sectors);
+        } else if now - self.rate.last_dispatch > 100 * MSEC && self.rq_in_driver == 0 {
+            self.update_rate_reset(now, Some(sectors));
+        } else {
+            self.rate.samples += 1;
+            if (self.rq_in_driver > 0 || now - self.rate.last_completion < MIN_TT) && !seeky_rq {
+                self.rate.sequential_samples += 1;
+            }
+            self.rate.tot_sectors += sectors as u64;
+            self.rate.last_rq_max_size = self.rate.last_rq_max_size.max(sectors);
+            self.rate.delta_from_first = now - self.rate.first_dispatch;
+            if self.rate.delta_from_first >= RATE_REF_INTERVAL {
+                self.update_rate_reset(now, Some(sectors));
+            }
+        }
+        self.last_position = r.end_sector();
+        self.rate.last_dispatch = now;
+    }
+
+    fn reset_rate(&mut self, now: Nanos, sectors: u32) {
+        self.rate.first_dispatch = now;
+        self.rate.last_dispatch = now;
+        self.rate.samples = 1;
+        self.rate.sequential_samples = 0;
+        self.rate.tot_sectors = sectors as u64;
+        self.rate.last_rq_max_size = sectors;
+    }
+
+    /// `bfq_update_rate_reset()`: folds an observation into the peak rate
+    /// with a weight that grows with how sequential and how long it was.
+    fn update_rate_reset(&mut self, now: Nanos, next: Option<u32>) {
+        let ok = self.rate.samples >= RATE_MIN_SAMPLES
+            && self.rate.delta_from_first >= RATE_MIN_INTERVAL;
+        if ok {
+            let delta = self
+                .rate
+                .delta_from_first
+                .max(self.rate.last_completion.saturating_sub(self.rate.first_dispatch));
+            let rate = (self.rate.tot_sectors << RATE_SHIFT) / (delta / 1000).max(1);
+            let mostly_seq = self.rate.sequential_samples >= (3 * self.rate.samples) / 4;
+            if (mostly_seq || rate > self.peak_rate) && rate <= 20 << RATE_SHIFT {
+                let weight = (9 * self.rate.sequential_samples as u64) / self.rate.samples as u64;
+                let weight = (weight * delta / RATE_REF_INTERVAL).min(8);
+                let divisor = 10 - weight;
+                self.peak_rate = self.peak_rate * (divisor - 1) / divisor + rate / divisor;
+                self.peak_rate = self.peak_rate.max(1);
+                // `bfq_calc_max_budget()`: what the device serves at peak
+                // rate in one budget timeout.
+                self.max_budget =
+                    ((self.peak_rate * 1000 * TIMEOUT_MS) >> RATE_SHIFT).max(32) as u32;
+            }
+        }
+        match next {
+            Some(s) => self.reset_rate(now, s),
+            None => self.rate.samples = 0,
+        }
+    }
+
+    /// The estimated peak rate in bytes per second.
+    pub fn peak_rate_bytes_per_s(&self) -> f64 {
+        self.peak_rate as f64 / (1u64 << RATE_SHIFT) as f64 * 512.0 * 1e6
+    }
+
+    /// The current weight-raising coefficient of a process's sync queue.
+    pub fn wr_coeff_of(&self, pid: Pid) -> Option<u32> {
+        self.sync_queues.get(&pid).map(|&q| self.queues[q].wr_coeff)
+    }
+}
+
+impl IoScheduler for Bfq {
+    fn name(&self) -> &'static str {
+        "bfq"
+    }
+
+    /// `bfq_allow_bio_merge()`: a sync bio merges only into a request of
+    /// its own queue.
+    fn allow_merge(&self, _ctx: &SchedCtx, rq: RqId, ioc: &IoContext, sync: bool) -> bool {
+        if !sync {
+            return true;
+        }
+        match (self.rq_queue.get(&rq), self.sync_queues.get(&ioc.pid)) {
+            (Some(a), Some(b)) => a == b,
+            _ => false,
+        }
+    }
+
+    fn insert(&mut self, ctx: &mut SchedCtx, rq: RqId) {
+        if self.rotational.is_none() {
+            self.rotational = Some(ctx.rotational);
+            // `bfq_init_queue()`: start from 2/3 of the reference rate.
+            self.peak_rate = REF_RATE[self.nonrot()] * 2 / 3;
+            self.max_budget = DEFAULT_MAX_BUDGET;
+        }
+        let (ioc, sync, sector, end) = {
+            let r = ctx.rq(rq);
+            (r.ioc, r.sync, r.sector, r.end_sector())
+        };
+        let q = self.queue_for(ctx, &ioc, sync);
+        self.rq_queue.insert(rq, q);
+        // `__bfq_insert_request()`.
+        if sync {
+            self.update_thinktime(ctx, q);
+            self.update_seektime(ctx, q, rq);
+            self.update_io_intensity(ctx, q);
+        }
+        self.queued += 1;
+        let fifo_deadline = ctx.now + FIFO_EXPIRE[usize::from(sync)];
+        {
+            let qq = &mut self.queues[q];
+            qq.sort_list.insert((sector, rq));
+            qq.fifo.push_back((fifo_deadline, rq));
+        }
+        let old_wr_coeff = self.queues[q].wr_coeff;
+        if !self.queues[q].busy {
+            self.idle_busy_switch(ctx, q, rq);
+        } else if self.cfg.low_latency
+            && old_wr_coeff == 1
+            && !sync
+            && self.queues[q].last_wr_start_finish
+                + Self::ms_to_j(ctx, WR_MIN_INTER_ARR_ASYNC_MS)
+                < Self::jiffies(ctx)
+        {
+            // Async queues get raised when they restart after a while,
+            // as the kernel does in `bfq_add_request()`.
+            let d = self.wr_duration(ctx);
+            self.queues[q].wr_cur_max_time = d;
+            self.set_wr_coeff(q, WR_COEFF);
+        }
+        if self.cfg.low_latency {
+            let qq = &self.queues[q];
+            if old_wr_coeff == 1 || qq.wr_coeff == 1 {
+                let j = Self::jiffies(ctx);
+                self.queues[q].last_wr_start_finish = j;
+            }
+        }
+        // `bfq_rq_enqueued()`.
+        self.queues[q].last_request_pos = end;
+        if self.in_service == Some(q) && self.queues[q].wait_request {
+            let small = self.queues[q].sort_list.len() == 1 && ctx.rq(rq).sectors < 32;
+            let timed_out = self.budget_timed_out(ctx, q);
+            if small && self.idling_boosts_thr_without_issues(ctx, q) && !timed_out {
+                // Wait a bit more: a bigger request may follow.
+                return;
+            }
+            self.queues[q].wait_request = false;
+            ctx.cancel_timer();
+            if timed_out {
+                self.expire(ctx, q, false, Expiration::BudgetTimeout);
+            }
+        }
+    }
+
+    fn merged(&mut self, ctx: &mut SchedCtx, rq: RqId, kind: MergeKind) {
+        if kind == MergeKind::Front {
+            if let Some(&q) = self.rq_queue.get(&rq) {
+                let qq = &mut self.queues[q];
+                let new_sector = ctx.rq(rq).sector;
+                if let Some(&(s, _)) = qq.sort_list.iter().find(|&&(_, id)| id == rq) {
+                    qq.sort_list.remove(&(s, rq));
+                }
+                qq.sort_list.insert((new_sector, rq));
+            }
+        }
+    }
+
+    fn dispatch(&mut self, ctx: &mut SchedCtx) -> Option<RqId> {
+        self.rq_in_driver = ctx.in_driver;
+        if self.queued == 0 {
+            return None;
+        }
+        let q = self.select_queue(ctx)?;
+        let rq = self.pick_rq(ctx, q)?;
+        // `bfq_dispatch_rq_from_bfqq()`.
+        let charge = self.serv_to_charge(ctx, q, rq);
+        self.served(q, charge);
+        self.remove_request(ctx, q, rq);
+        self.update_peak_rate(ctx, rq);
+        self.queues[q].dispatched += 1;
+        self.rq_in_driver += 1;
+        self.update_wr_data(ctx, q);
+        // An IDLE-class queue gives the device back after each request
+        // when others are waiting.
+        if self.tot_busy() > 1 && self.queues[q].class == IoPrioClass::Idle {
+            self.expire(ctx, q, false, Expiration::BudgetExhausted);
+        }
+        Some(rq)
+    }
+
+    fn completed(&mut self, ctx: &mut SchedCtx, rq: RqId) {
+        let Some(q) = self.rq_queue.remove(&rq) else {
+            return;
+        };
+        self.rq_in_driver = ctx.in_driver;
+        let now = ctx.now;
+        {
+            let qq = &mut self.queues[q];
+            qq.dispatched -= 1;
+            if qq.dispatched == 0 && !qq.busy {
+                qq.budget_timeout = ctx.jiffies() as Jiffies;
+            }
+            qq.last_end_request = now;
+        }
+        // A long gap since the last completion with tiny requests means the
+        // device went idle: close the current rate observation.
+        let delta_us = now.saturating_sub(self.rate.last_completion) / 1000;
+        if delta_us > MIN_TT / 1000
+            && ((self.rate.last_rq_max_size as u64) << RATE_SHIFT) / delta_us.max(1)
+                < 1 << (RATE_SHIFT - 10)
+        {
+            self.update_rate_reset(now, None);
+        }
+        self.rate.last_completion = now;
+        let rt_coeff = WR_COEFF;
+        if self.queues[q].softrt_update
+            && self.queues[q].dispatched == 0
+            && self.queues[q].sort_list.is_empty()
+            && self.queues[q].wr_coeff != rt_coeff
+        {
+            self.queues[q].soft_rt_next_start = self.softrt_next_start(ctx, q);
+        }
+        if self.in_service == Some(q) {
+            if self.must_idle(ctx, q) {
+                if self.queues[q].dispatched == 0 {
+                    self.arm_slice_timer(ctx, q);
+                }
+            } else if self.may_expire_for_budget_timeout(ctx, q) {
+                self.expire(ctx, q, false, Expiration::BudgetTimeout);
+            } else if self.queues[q].sort_list.is_empty()
+                && (self.queues[q].dispatched == 0 || !self.better_to_idle(ctx, q))
+            {
+                self.expire(ctx, q, false, Expiration::NoMoreRequests);
+            }
+        }
+    }
+
+    /// `bfq_idle_slice_timer_body()`: the queue did not issue in time.
+    fn timer(&mut self, ctx: &mut SchedCtx) {
+        let Some(q) = self.in_service else { return };
+        if !self.queues[q].wait_request {
+            return;
+        }
+        self.queues[q].wait_request = false;
+        let reason = if self.budget_timed_out(ctx, q) {
+            Expiration::BudgetTimeout
+        } else if self.queues[q].sort_list.is_empty() {
+            Expiration::TooIdle
+        } else {
+            return;
+        };
+        self.expire(ctx, q, true, reason);
+    }
+
+    fn queued(&self) -> usize {
+        self.queued
+    }
+
+    /// `wr_max_time` in sysfs reads 0 unless set by the user: the S suite
+    /// then waits 1 s + 6 s before its first start.
+    fn wr_max_time(&self) -> Option<Nanos> {
+        Some(0)
+    }
+}

@@ -1,0 +1,236 @@
+//! I/O schedulers behind one trait that mirrors the kernel's elevator hooks.
+//!
+//! | trait method | kernel hook (`struct elevator_mq_ops`, `block/elevator.h`) |
+//! |---|---|
+//! | [`IoScheduler::insert`] | `insert_requests` |
+//! | [`IoScheduler::dispatch`] | `dispatch_request` |
+//! | [`IoScheduler::completed`] | `completed_request` / `finish_request` |
+//! | [`IoScheduler::timer`] | the scheduler's own timer (BFQ/CFQ idle slice, AS antic timer) |
+//! | [`IoScheduler::allow_merge`] | `allow_merge` |
+//! | [`IoScheduler::merged`] | `request_merged` |
+//! | [`IoScheduler::has_work`] | `has_work` |
+//!
+//! The block layer ([`crate::block`]) owns the requests, does the front and
+//! back merging, and calls `dispatch` whenever the device can take another
+//! command. A scheduler may arm one timer through [`SchedCtx::arm_timer`];
+//! when it fires the block layer calls [`IoScheduler::timer`] and then tries
+//! to dispatch again.
+
+use crate::request::{CgroupId, IoContext, Request, RequestTable, RqId};
+use devmodel::Nanos;
+
+pub mod anticipatory;
+pub mod bfq;
+pub mod cfq;
+pub mod deadline;
+pub mod noop;
+
+/// Nanoseconds per millisecond.
+pub const MSEC: Nanos = 1_000_000;
+/// Nanoseconds per second.
+pub const SEC: Nanos = 1_000_000_000;
+
+/// How a bio joined an existing request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MergeKind {
+    /// The bio was appended after the request's last sector.
+    Back,
+    /// The bio was prepended; the request's start sector moved down.
+    Front,
+}
+
+/// cgroup weights, as set through `blkio.bfq.weight` (v1) or
+/// `io.bfq.weight` (v2). Group 0 is the root.
+#[derive(Clone, Debug)]
+pub struct Cgroups {
+    weights: Vec<u32>,
+}
+
+impl Cgroups {
+    /// `BFQ_DEFAULT_GRP_WEIGHT` in `block/bfq-iosched.h`.
+    pub const DEFAULT_WEIGHT: u32 = 100;
+
+    pub fn new() -> Cgroups {
+        Cgroups {
+            weights: vec![Self::DEFAULT_WEIGHT],
+        }
+    }
+
+    /// Creates a child of the root with the given weight (1..=1000, the
+    /// range `bfq_io_set_weight` accepts).
+    pub fn create(&mut self, weight: u32) -> CgroupId {
+        self.weights.push(weight.clamp(1, 1000));
+        (self.weights.len() - 1) as CgroupId
+    }
+
+    pub fn weight(&self, cg: CgroupId) -> u32 {
+        self.weights
+            .get(cg as usize)
+            .copied()
+            .unwrap_or(Self::DEFAULT_WEIGHT)
+    }
+
+    pub fn count(&self) -> usize {
+        self.weights.len()
+    }
+}
+
+impl Default for Cgroups {
+    fn default() -> Self {
+        Cgroups::new()
+    }
+}
+
+/// The kernel tick. `jiffies` advance in steps of 1/HZ; on a guest whose
+/// ticks are delayed they can also jump by several at once, which the tick
+/// source models by reporting a coarser value.
+#[derive(Clone, Copy, Debug)]
+pub struct TickSource {
+    pub hz: u32,
+}
+
+impl TickSource {
+    pub fn jiffies(&self, now: Nanos) -> u64 {
+        now / self.tick_ns()
+    }
+    pub fn tick_ns(&self) -> Nanos {
+        SEC / self.hz as Nanos
+    }
+    /// `msecs_to_jiffies`, rounding up as the kernel does.
+    pub fn msecs_to_jiffies(&self, ms: u64) -> u64 {
+        (ms * self.hz as u64).div_ceil(1000)
+    }
+    /// `nsecs_to_jiffies`, rounding down as the kernel does.
+    pub fn nsecs_to_jiffies(&self, ns: Nanos) -> u64 {
+        ns / self.tick_ns()
+    }
+}
+
+/// What a scheduler may look at and do during a hook.
+pub struct SchedCtx<'a> {
+    pub now: Nanos,
+    pub rqs: &'a RequestTable,
+    /// Requests dispatched to the device and not yet completed
+    /// (`rq_in_driver` in BFQ and CFQ).
+    pub in_driver: usize,
+    /// The device's command queue depth (NCQ/TCQ). 1 means no queueing.
+    pub queue_depth: usize,
+    /// Rotational device (`/sys/block/X/queue/rotational`).
+    pub rotational: bool,
+    pub cgroups: &'a Cgroups,
+    pub ticks: TickSource,
+    /// Timer request: `Some(Some(t))` arm at `t`, `Some(None)` cancel,
+    /// `None` leave as it is.
+    pub timer_request: Option<Option<Nanos>>,
+}
+
+impl SchedCtx<'_> {
+    pub fn rq(&self, id: RqId) -> &Request {
+        self.rqs.get(id)
+    }
+    /// Arms (or re-arms) the scheduler's single timer at absolute time `at`.
+    pub fn arm_timer(&mut self, at: Nanos) {
+        self.timer_request = Some(Some(at));
+    }
+    pub fn cancel_timer(&mut self) {
+        self.timer_request = Some(None);
+    }
+    pub fn jiffies(&self) -> u64 {
+        self.ticks.jiffies(self.now)
+    }
+}
+
+/// The elevator interface. See the module documentation for the mapping to
+/// the kernel hooks.
+pub trait IoScheduler: Send {
+    /// The kernel's name for the scheduler.
+    fn name(&self) -> &'static str;
+
+    /// May a bio from `ioc` (sync or not) be merged into pending request
+    /// `rq`? CFQ and BFQ refuse merges across queues for sync I/O.
+    fn allow_merge(&self, ctx: &SchedCtx, rq: RqId, ioc: &IoContext, sync: bool) -> bool {
+        let _ = (ctx, rq, ioc, sync);
+        true
+    }
+
+    /// A new request enters the scheduler.
+    fn insert(&mut self, ctx: &mut SchedCtx, rq: RqId);
+
+    /// Pending request `rq` grew by a bio.
+    fn merged(&mut self, ctx: &mut SchedCtx, rq: RqId, kind: MergeKind) {
+        let _ = (ctx, rq, kind);
+    }
+
+    /// The device can take one more command: hand over a request, or
+    /// `None` to leave the device alone (nothing queued, or idling).
+    fn dispatch(&mut self, ctx: &mut SchedCtx) -> Option<RqId>;
+
+    /// A dispatched request completed. It is still readable through
+    /// `ctx.rq(rq)` and is freed after this call.
+    fn completed(&mut self, ctx: &mut SchedCtx, rq: RqId);
+
+    /// The timer armed with [`SchedCtx::arm_timer`] fired.
+    fn timer(&mut self, ctx: &mut SchedCtx);
+
+    /// Requests inside the scheduler, not yet dispatched.
+    fn queued(&self) -> usize;
+
+    /// The weight-raising period the scheduler currently applies, for
+    /// the S suite's settle time (`wr_max_time` in sysfs); `None` for
+    /// schedulers without weight raising.
+    fn wr_max_time(&self) -> Option<Nanos> {
+        None
+    }
+}
+
+/// Tunables shared by the scheduler constructors.
+#[derive(Clone, Debug)]
+pub struct SchedConfig {
+    /// Kernel tick rate (CONFIG_HZ). Matters for the rules written in
+    /// jiffies, BFQ's soft real-time test above all.
+    pub hz: u32,
+    /// BFQ's `low_latency` sysfs switch (default on).
+    pub low_latency: bool,
+    /// The "+4 jiffies" slack in `bfq_bfqq_softrt_next_start()`. Turning
+    /// it off reproduces greedy readers mistaken for soft real-time on
+    /// coarse ticks.
+    pub bfq_softrt_tick_slack: bool,
+}
+
+impl Default for SchedConfig {
+    fn default() -> Self {
+        SchedConfig {
+            hz: 250,
+            low_latency: true,
+            bfq_softrt_tick_slack: true,
+        }
+    }
+}
+
+/// Scheduler names the simulator accepts, as the kernel spells them.
+pub const SCHEDULERS: &[&str] = &[
+    "noop",
+    "none",
+    "deadline",
+    "mq-deadline",
+    "anticipatory",
+    "cfq",
+    "bfq",
+];
+
+/// Builds a scheduler by its kernel name.
+pub fn by_name(name: &str, cfg: &SchedConfig) -> Result<Box<dyn IoScheduler>, String> {
+    Ok(match name {
+        "noop" | "none" => Box::new(noop::Noop::new()),
+        "deadline" | "mq-deadline" => Box::new(deadline::Deadline::new()),
+        "anticipatory" => Box::new(anticipatory::Anticipatory::new()),
+        "cfq" => Box::new(cfq::Cfq::new(cfg)),
+        "bfq" => Box::new(bfq::Bfq::new(cfg)),
+        other => {
+            return Err(format!(
+                "unknown I/O scheduler \"{other}\"; accepted: {}",
+                SCHEDULERS.join(", ")
+            ))
+        }
+    })
+}
