@@ -11,7 +11,10 @@ use std::sync::Mutex;
 
 /// Scenarios shipped inside the binary, usable by name.
 const EMBEDDED_SCENARIOS: &[(&str, &str)] = &[
-    ("native-hdd", include_str!("../../../scenarios/native-hdd.toml")),
+    (
+        "native-hdd",
+        include_str!("../../../scenarios/native-hdd.toml"),
+    ),
     (
         "native-hdd-throughput",
         include_str!("../../../scenarios/native-hdd-throughput.toml"),
@@ -212,7 +215,10 @@ fn sim_run(a: RunArgs) -> Result<(), Failure> {
     }
     let mut extra = serde_json::Map::new();
     extra.insert("hz".into(), a.knobs.hz.into());
-    extra.insert("bfq_softrt_tick_slack".into(), (!a.knobs.no_softrt_slack).into());
+    extra.insert(
+        "bfq_softrt_tick_slack".into(),
+        (!a.knobs.no_softrt_slack).into(),
+    );
     extra.insert("low_latency".into(), (!a.knobs.no_low_latency).into());
     if let Some(d) = a.knobs.queue_depth {
         extra.insert("queue_depth".into(), d.into());

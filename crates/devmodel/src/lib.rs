@@ -66,7 +66,7 @@ mod device;
 pub mod flash;
 pub mod hdd;
 
-pub use device::Device;
+pub use device::{Device, SPTF_AGE_DIVISOR};
 pub use flash::{FlashModel, FlashParams};
 pub use hdd::{AccessKind, Breakdown, HddModel, HddParams};
 

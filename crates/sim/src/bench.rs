@@ -7,7 +7,7 @@
 use crate::engine::Rng;
 use crate::fs::FileId;
 use crate::request::IoPrio;
-use crate::sched::{SchedConfig, SEC};
+use crate::sched::SchedConfig;
 use crate::system::{secs, to_secs, Machine, MachineConfig, WORKLOAD_FILE_BYTES};
 use crate::workload::{self, AppTrace};
 use devmodel::Nanos;
@@ -47,7 +47,10 @@ pub fn devices() -> Vec<String> {
 
 /// Schedulers the simulator knows.
 pub fn schedulers() -> Vec<String> {
-    crate::sched::SCHEDULERS.iter().map(|s| s.to_string()).collect()
+    crate::sched::SCHEDULERS
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
 }
 
 /// What `tandem sim run` accepts in a scenario.
@@ -153,16 +156,14 @@ pub fn start_workload(m: &mut Machine, w: &WorkloadSpec) {
 }
 
 /// How long the suite lets the workload settle before measuring
-/// (`transitory_duration`): BFQ exposes `wr_max_time` (0 = automatic),
-/// giving 0/1000 + 1 + 6 s; other schedulers wait 7 + 6 s. Nothing to
-/// wait for without a workload.
-pub fn transitory(m: &Machine, w: &WorkloadSpec) -> Nanos {
+/// (`transitory_duration 7` plus 6 s): 13 s. The suite waits longer only
+/// when the scheduler exposes `wr_max_time` in sysfs, which BFQ in mainline
+/// Linux does not. Nothing to wait for without a workload.
+pub fn transitory(w: &WorkloadSpec) -> Nanos {
     if w.is_none() {
-        return 0;
-    }
-    match m.block.scheduler().wr_max_time() {
-        Some(ms) => (ms / 1_000_000 / 1000 + 1) * SEC + secs(TRANSITORY_EXTRA_S),
-        None => secs(TRANSITORY_OTHER_S + TRANSITORY_EXTRA_S),
+        0
+    } else {
+        secs(TRANSITORY_OTHER_S + TRANSITORY_EXTRA_S)
     }
 }
 
@@ -182,7 +183,7 @@ pub fn run_startup(cell: &Cell, opts: &SimOptions, rep: u32) -> Result<RunResult
     } = setup(cell, opts, repetition_seed(cell.seed, rep))?;
     let m = &mut machine;
     let (trace, files) = app.expect("startup cells have an app");
-    let settle = transitory(m, &workload);
+    let settle = transitory(&workload);
     m.run_until(m.now() + settle, |_| false);
     let timeout = secs(cell.timeout_s);
     let mut out = RunResult::default();
@@ -222,7 +223,7 @@ pub fn run_throughput(cell: &Cell, opts: &SimOptions, rep: u32) -> Result<RunRes
         ..
     } = setup(cell, opts, repetition_seed(cell.seed, rep))?;
     let m = &mut machine;
-    let settle = transitory(m, &workload);
+    let settle = transitory(&workload);
     m.run_until(m.now() + settle, |_| false);
     let sample = secs(cell.sample_s);
     let samples = (cell.duration_s / cell.sample_s).floor().max(1.0) as usize;
@@ -273,7 +274,7 @@ pub fn count_events(cell: &Cell, opts: &SimOptions, rep: u32) -> Result<(u64, Na
         workload,
     } = setup(cell, opts, repetition_seed(cell.seed, rep))?;
     let m = &mut machine;
-    let settle = transitory(m, &workload);
+    let settle = transitory(&workload);
     m.run_until(settle, |_| false);
     if let Some((trace, files)) = app {
         for _ in 0..cell.iterations {
@@ -281,7 +282,9 @@ pub fn count_events(cell: &Cell, opts: &SimOptions, rep: u32) -> Result<(u64, Na
             m.drop_caches();
             let start = m.now();
             let pid = m.start_app(trace.clone(), files.clone(), IoPrio::DEFAULT);
-            m.run_until(start + secs(cell.timeout_s), |m| m.app_finished(pid).is_some());
+            m.run_until(start + secs(cell.timeout_s), |m| {
+                m.app_finished(pid).is_some()
+            });
             m.kill(pid);
         }
     }

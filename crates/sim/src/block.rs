@@ -159,10 +159,7 @@ impl BlockLayer {
 
     fn mergeable(&self, now: Nanos, id: RqId, bio: &Bio) -> bool {
         let rq = self.rqs.get(id);
-        if rq.dir != bio.dir
-            || rq.sync != bio.sync
-            || rq.sectors + bio.sectors > self.max_sectors
-        {
+        if rq.dir != bio.dir || rq.sync != bio.sync || rq.sectors + bio.sectors > self.max_sectors {
             return false;
         }
         let ctx = SchedCtx {

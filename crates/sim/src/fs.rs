@@ -82,31 +82,30 @@ impl Layout {
         }
     }
 
-    /// Allocates `size` bytes starting in `group`, spilling into the next
-    /// groups when it is full.
+    /// Allocates `size` bytes contiguously, in `group` or the first group
+    /// after it with room; a file larger than what is left of a group takes
+    /// the following groups, which must be free.
     fn allocate(&mut self, group: u64, size: u64) -> u64 {
         let size = size.div_ceil(PAGE).max(1) * PAGE;
-        let mut g = group;
-        for _ in 0..self.groups() {
-            let fill = *self.group_fill.get(&g).unwrap_or(&0);
-            if fill + size.min(GROUP_BYTES) <= GROUP_BYTES {
-                let start = g * GROUP_BYTES + fill;
-                // A large file takes the following groups as well.
-                let mut left = size;
-                let mut cur = g;
-                let mut off = fill;
-                while left > 0 {
-                    let room = GROUP_BYTES - off;
-                    let take = left.min(room);
-                    self.group_fill.insert(cur, off + take);
-                    left -= take;
-                    cur = (cur + 1) % self.groups();
-                    off = *self.group_fill.get(&cur).unwrap_or(&0);
-                }
-                return start.min(self.capacity_bytes.saturating_sub(size));
+        let n = self.groups();
+        let fill = |m: &BTreeMap<u64, u64>, g: u64| *m.get(&g).unwrap_or(&0);
+        for step in 0..n {
+            let g = (group + step) % n;
+            let start = g * GROUP_BYTES + fill(&self.group_fill, g);
+            let end = start + size;
+            if end > self.capacity_bytes {
+                continue;
             }
-            g = (g + 1) % self.groups();
+            let last = (end - 1) / GROUP_BYTES;
+            if (g + 1..=last).all(|x| fill(&self.group_fill, x) == 0) {
+                for x in g..=last {
+                    let used = (end - x * GROUP_BYTES).min(GROUP_BYTES);
+                    self.group_fill.insert(x, used);
+                }
+                return start;
+            }
         }
+        // The disk is full: overlap at the start rather than fail.
         0
     }
 
@@ -236,6 +235,26 @@ mod tests {
         let (fa, fb, fe) = (l.file(a), l.file(b), l.file(e));
         assert_eq!(fb.start_sector, fa.start_sector + (1 << 20) / 512);
         let dist = fe.start_sector.abs_diff(fa.start_sector);
-        assert!(dist > GROUP_BYTES / 512, "different top-level dirs are far apart");
+        assert!(
+            dist > GROUP_BYTES / 512,
+            "different top-level dirs are far apart"
+        );
+        // Large files take whole following groups and never overlap.
+        let big: Vec<_> = (0..5)
+            .map(|i| l.add_file(&format!("/S/file{i}"), 4 << 30))
+            .collect();
+        let mut spans: Vec<(u64, u64)> = big
+            .iter()
+            .map(|&f| {
+                (
+                    l.file(f).start_sector,
+                    l.file(f).start_sector + (4 << 30) / 512,
+                )
+            })
+            .collect();
+        spans.sort();
+        for w in spans.windows(2) {
+            assert!(w[0].1 <= w[1].0, "overlap: {w:?}");
+        }
     }
 }

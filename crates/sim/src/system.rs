@@ -51,9 +51,12 @@ const FLUSH_MAX_INFLIGHT: u32 = 16;
 /// Largest write bio the flusher builds: 128 pages = 512 KiB, the block
 /// layer's request size limit.
 const FLUSH_CHUNK_PAGES: u64 = 128;
-/// CPU time a sequential reader spends between a read returning and its
-/// next read (copying 128 KiB to user space and the syscall).
-const READER_CPU_NS: Nanos = 10_000;
+/// Time from a readahead window arriving to the next window's submission.
+/// The reader's `read()` wakes up, touches the `PG_readahead` marker page
+/// at the start of the window it waited for, and async readahead submits
+/// the next window right away, before the data is copied to user space:
+/// a page-cache lookup and a bio submission, a couple of microseconds.
+const READER_CPU_NS: Nanos = 2_000;
 /// CPU time of a random reader between reads (one 4 KiB pread).
 const RAND_READER_CPU_NS: Nanos = 5_000;
 /// The readahead window of buffered sequential readers: Linux's default
@@ -316,7 +319,12 @@ impl Machine {
 
     /// Bytes completed for requests issued by `pid`.
     pub fn bytes_done_by(&self, pid: Pid) -> u64 {
-        self.block.sectors_by_pid.get(pid as usize).copied().unwrap_or(0) * 512
+        self.block
+            .sectors_by_pid
+            .get(pid as usize)
+            .copied()
+            .unwrap_or(0)
+            * 512
     }
 
     fn wake_in(&mut self, pid: Pid, delay: Nanos) {
@@ -397,7 +405,15 @@ impl Machine {
         }
     }
 
-    fn submit(&mut self, pid: Pid, sector: u64, sectors: u32, dir: Direction, sync: bool, token: u64) {
+    fn submit(
+        &mut self,
+        pid: Pid,
+        sector: u64,
+        sectors: u32,
+        dir: Direction,
+        sync: bool,
+        token: u64,
+    ) {
         let ioc = self.procs[pid as usize].ioc;
         let now = self.now();
         let bio = Bio {
@@ -417,13 +433,24 @@ impl Machine {
         match self.procs[i].role.clone() {
             Role::SeqReader { file, pos } => {
                 let f = self.layout.file(file);
-                let pos = if pos + READAHEAD_BYTES > f.size { 0 } else { pos };
+                let pos = if pos + READAHEAD_BYTES > f.size {
+                    0
+                } else {
+                    pos
+                };
                 let sector = f.sector_of(pos);
                 self.procs[i].role = Role::SeqReader {
                     file,
                     pos: pos + READAHEAD_BYTES,
                 };
-                self.submit(pid, sector, (READAHEAD_BYTES / 512) as u32, Direction::Read, true, 0);
+                self.submit(
+                    pid,
+                    sector,
+                    (READAHEAD_BYTES / 512) as u32,
+                    Direction::Read,
+                    true,
+                    0,
+                );
             }
             Role::RandReader { file } => {
                 let f = self.layout.file(file);
@@ -554,9 +581,7 @@ impl Machine {
         self.dirty_pages += self.dirty[file].pages() - before;
         let blocked = self.dirty_pages >= self.dirty_limit_pages;
         if let Role::Writer {
-            pos: p,
-            blocked: b,
-            ..
+            pos: p, blocked: b, ..
         } = &mut self.procs[pid as usize].role
         {
             *p = next_pos;
@@ -652,7 +677,14 @@ impl Machine {
                 *sync_left = sync_left.saturating_sub(n);
             }
             let sector = self.layout.file(file).start_sector + s * PAGE_SECTORS;
-            self.submit(fpid, sector, (n * PAGE_SECTORS) as u32, Direction::Write, sync, 0);
+            self.submit(
+                fpid,
+                sector,
+                (n * PAGE_SECTORS) as u32,
+                Direction::Write,
+                sync,
+                0,
+            );
         }
     }
 }

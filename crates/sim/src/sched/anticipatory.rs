@@ -608,10 +608,7 @@ impl IoScheduler for Anticipatory {
         let writes = !self.fifo_list[ASYNC].is_empty();
 
         // Signal that the write batch was uncontended, so we can't time it.
-        if self.batch_data_dir == ASYNC
-            && !reads
-            && (self.current_write_count == 0 || !writes)
-        {
+        if self.batch_data_dir == ASYNC && !reads && (self.current_write_count == 0 || !writes) {
             self.write_batch_idled = true;
         }
 

@@ -543,7 +543,11 @@ impl Bfq {
                 t.idle.retain(|&x| x != e);
                 let vtime = t.vtime;
                 let ent = &mut self.entities[e];
-                ent.start = if backshift_ok { ent.finish } else { vtime.max(ent.finish) };
+                ent.start = if backshift_ok {
+                    ent.finish
+                } else {
+                    vtime.max(ent.finish)
+                };
             }
             Tree::None => {
                 let vtime = self.sds[sd].trees[class].vtime;
@@ -564,8 +568,7 @@ impl Bfq {
         self.sds[sd].trees[class].active.push(e);
         // A group becomes active with its first active child.
         if let Some(owner) = self.sds[sd].owner {
-            if self.entities[owner].tree == Tree::None || self.entities[owner].tree == Tree::Idle
-            {
+            if self.entities[owner].tree == Tree::None || self.entities[owner].tree == Tree::Idle {
                 let b = self.entities[e].budget;
                 self.entities[owner].budget = b;
                 self.activate_entity(owner, false);
@@ -574,8 +577,7 @@ impl Bfq {
     }
 
     fn sd_has_active(&self, sd: usize) -> bool {
-        self.sds[sd].in_service.is_some()
-            || self.sds[sd].trees.iter().any(|t| !t.active.is_empty())
+        self.sds[sd].in_service.is_some() || self.sds[sd].trees.iter().any(|t| !t.active.is_empty())
     }
 
     /// An entity leaves service or its trees: it goes on the idle tree if
@@ -644,8 +646,7 @@ impl Bfq {
         let mut classes: [usize; CLASSES] = [0, 1, 2];
         // Serve the IDLE class at least every BFQ_CL_IDLE_TIMEOUT, to
         // avoid starving it (and priority inversions through it).
-        if self.sds[sd].class_idle_last_service + Self::ms_to_j(ctx, CL_IDLE_TIMEOUT_MS) < jiffies
-        {
+        if self.sds[sd].class_idle_last_service + Self::ms_to_j(ctx, CL_IDLE_TIMEOUT_MS) < jiffies {
             if !self.sds[sd].trees[2].active.is_empty() {
                 classes = [2, 0, 1];
             }
@@ -682,6 +683,47 @@ impl Bfq {
             }
         }
         None
+    }
+
+    /// `next_queue_may_preempt()`: would B-WF2Q+, looking at the root level
+    /// with the in-service entity still in its tree, pick another entity?
+    /// Preempting is pointless otherwise: the queue in service would be
+    /// chosen again.
+    fn next_queue_may_preempt(&self) -> bool {
+        let sd = &self.sds[0];
+        let Some(isv) = sd.in_service else {
+            return true;
+        };
+        let isv_class = self.entities[isv].class;
+        for class in 0..CLASSES {
+            let t = &sd.trees[class];
+            let cands = t
+                .active
+                .iter()
+                .copied()
+                .chain((class == isv_class).then_some(isv));
+            let mut any = false;
+            let mut min_start = u64::MAX;
+            let mut best: Option<EntId> = None;
+            for e in cands.clone() {
+                any = true;
+                min_start = min_start.min(self.entities[e].start);
+            }
+            if !any {
+                continue;
+            }
+            let vtime = t.vtime.max(min_start);
+            for e in cands {
+                let ent = &self.entities[e];
+                if ent.start <= vtime
+                    && best.is_none_or(|b| (ent.finish, e) < (self.entities[b].finish, b))
+                {
+                    best = Some(e);
+                }
+            }
+            return best != Some(isv);
+        }
+        false
     }
 
     /// `bfq_get_next_queue()`: walks down from the root, putting the chosen
@@ -838,8 +880,8 @@ impl Bfq {
         let qq = &self.queues[q];
         let rot_without_queueing = ctx.rotational && !Self::hw_tag(ctx);
         let seq_io_bound = !Self::seeky(qq) && qq.io_bound && qq.has_short_ttime;
-        let boosts = rot_without_queueing
-            || ((ctx.rotational || !Self::hw_tag(ctx)) && seq_io_bound);
+        let boosts =
+            rot_without_queueing || ((ctx.rotational || !Self::hw_tag(ctx)) && seq_io_bound);
         boosts && self.wr_busy_queues == 0
     }
 
@@ -902,8 +944,8 @@ impl Bfq {
         let qq = &self.queues[q];
         let hz = ctx.ticks.hz as i64;
         let slack = if self.cfg.bfq_softrt_tick_slack { 4 } else { 0 };
-        let by_rate =
-            qq.last_idle_bklogged + hz * qq.service_from_backlogged as i64 / WR_MAX_SOFTRT_RATE as i64;
+        let by_rate = qq.last_idle_bklogged
+            + hz * qq.service_from_backlogged as i64 / WR_MAX_SOFTRT_RATE as i64;
         let by_idle = Self::jiffies(ctx) + ctx.ticks.nsecs_to_jiffies(SLICE_IDLE) as i64 + slack;
         qq.soft_rt_next_start.max(by_rate).max(by_idle)
     }
@@ -961,7 +1003,9 @@ impl Bfq {
             }
         }
         let qq = &self.queues[q];
-        if qq.wr_coeff > 1 && qq.wr_cur_max_time != rt_max && qq.service_from_wr > MAX_SERVICE_FROM_WR
+        if qq.wr_coeff > 1
+            && qq.wr_cur_max_time != rt_max
+            && qq.service_from_wr > MAX_SERVICE_FROM_WR
         {
             self.end_wr(q, ctx);
         }
@@ -1016,7 +1060,10 @@ impl Bfq {
         if qq.dispatched > 0 || qq.busy {
             return;
         }
-        let elapsed = ctx.now.saturating_sub(qq.last_end_request).min(2 * SLICE_IDLE);
+        let elapsed = ctx
+            .now
+            .saturating_sub(qq.last_end_request)
+            .min(2 * SLICE_IDLE);
         qq.ttime_samples = (7 * qq.ttime_samples + 256) / 8;
         qq.ttime_total = (7 * qq.ttime_total + 256 * elapsed) / 8;
         qq.ttime_mean = (qq.ttime_total + 128) / qq.ttime_samples.max(1);
@@ -1083,8 +1130,8 @@ impl Bfq {
         let j = Self::jiffies(ctx);
         let old_wr_coeff = self.queues[q].wr_coeff;
         let qq = &self.queues[q];
-        let idle_for_long_time = qq.dispatched == 0
-            && qq.budget_timeout + Self::ms_to_j(ctx, WR_MIN_IDLE_TIME_MS) < j;
+        let idle_for_long_time =
+            qq.dispatched == 0 && qq.budget_timeout + Self::ms_to_j(ctx, WR_MIN_IDLE_TIME_MS) < j;
         let arrived_in_time = ctx.now <= qq.last_end_request + 3 * SLICE_IDLE;
         let in_burst = qq.in_large_burst;
         let default_weight = self.entities[qq.entity].orig_weight == DEFAULT_QUEUE_WEIGHT;
@@ -1095,7 +1142,8 @@ impl Bfq {
             && default_weight;
         let interactive = !in_burst && idle_for_long_time && default_weight;
         let low_latency = self.cfg.low_latency;
-        let wr_or_deserves = low_latency && (qq.wr_coeff > 1 || (qq.sync && (interactive || soft_rt)));
+        let wr_or_deserves =
+            low_latency && (qq.wr_coeff > 1 || (qq.sync && (interactive || soft_rt)));
 
         // `bfq_bfqq_update_budg_for_activation()`: a queue that lost the
         // device only because it had nothing to do for an instant keeps
@@ -1180,9 +1228,10 @@ impl Bfq {
         if let Some(isq) = self.in_service {
             if isq != q {
                 let higher = self.higher_class_or_weight(q, isq);
-                if (wants_to_preempt && self.queues[q].wr_coeff >= self.queues[isq].wr_coeff)
+                if ((wants_to_preempt && self.queues[q].wr_coeff >= self.queues[isq].wr_coeff)
                     || higher
-                    || !self.better_to_idle(ctx, isq)
+                    || !self.better_to_idle(ctx, isq))
+                    && self.next_queue_may_preempt()
                 {
                     self.expire(ctx, isq, false, Expiration::Preempted);
                 }
@@ -1224,10 +1273,18 @@ impl Bfq {
         if !qq.sync {
             return (false, 0);
         }
-        let end = if compensate { self.last_idling_start } else { ctx.now };
+        let end = if compensate {
+            self.last_idling_start
+        } else {
+            ctx.now
+        };
         let delta_us = end.saturating_sub(self.last_budget_start) / 1000;
         if delta_us < 1000 {
-            let ms = if ctx.rotational { SLICE_IDLE / MSEC } else { MIN_TT / MSEC };
+            let ms = if ctx.rotational {
+                SLICE_IDLE / MSEC
+            } else {
+                MIN_TT / MSEC
+            };
             return (slow, ms);
         }
         if delta_us > 20_000 {
@@ -1261,7 +1318,11 @@ impl Bfq {
         let min_budget = self.min_budget();
         let cur_max = self.cur_max_budget();
         let qq = &self.queues[q];
-        let mut budget = if qq.wr_coeff == 1 { qq.max_budget } else { 2 * min_budget };
+        let mut budget = if qq.wr_coeff == 1 {
+            qq.max_budget
+        } else {
+            2 * min_budget
+        };
         if qq.sync && qq.wr_coeff == 1 {
             budget = match reason {
                 Expiration::TooIdle => {
@@ -1493,10 +1554,11 @@ impl Bfq {
         let ok = self.rate.samples >= RATE_MIN_SAMPLES
             && self.rate.delta_from_first >= RATE_MIN_INTERVAL;
         if ok {
-            let delta = self
-                .rate
-                .delta_from_first
-                .max(self.rate.last_completion.saturating_sub(self.rate.first_dispatch));
+            let delta = self.rate.delta_from_first.max(
+                self.rate
+                    .last_completion
+                    .saturating_sub(self.rate.first_dispatch),
+            );
             let rate = (self.rate.tot_sectors << RATE_SHIFT) / (delta / 1000).max(1);
             let mostly_seq = self.rate.sequential_samples >= (3 * self.rate.samples) / 4;
             if (mostly_seq || rate > self.peak_rate) && rate <= 20 << RATE_SHIFT {
@@ -1577,8 +1639,7 @@ impl IoScheduler for Bfq {
         } else if self.cfg.low_latency
             && old_wr_coeff == 1
             && !sync
-            && self.queues[q].last_wr_start_finish
-                + Self::ms_to_j(ctx, WR_MIN_INTER_ARR_ASYNC_MS)
+            && self.queues[q].last_wr_start_finish + Self::ms_to_j(ctx, WR_MIN_INTER_ARR_ASYNC_MS)
                 < Self::jiffies(ctx)
         {
             // Async queues get raised when they restart after a while,
@@ -1713,11 +1774,5 @@ impl IoScheduler for Bfq {
 
     fn queued(&self) -> usize {
         self.queued
-    }
-
-    /// `wr_max_time` in sysfs reads 0 unless set by the user: the S suite
-    /// then waits 1 s + 6 s before its first start.
-    fn wr_max_time(&self) -> Option<Nanos> {
-        Some(0)
     }
 }

@@ -383,7 +383,8 @@ mod tests {
         h.stop_stream(stream);
         let far = h.dispatches_of(2);
         assert_eq!(far.len(), 1);
-        let waited = far[0].at - t0;
+        assert_eq!(far[0].inserted_at, t0);
+        let waited = far[0].at - far[0].inserted_at;
         assert!(
             waited >= READ_EXPIRE,
             "served before expiring ({waited} ns): the test would prove nothing"

@@ -24,6 +24,8 @@ pub mod bfq;
 pub mod cfq;
 pub mod deadline;
 pub mod noop;
+#[cfg(test)]
+mod testutil;
 
 /// Nanoseconds per millisecond.
 pub const MSEC: Nanos = 1_000_000;
@@ -174,13 +176,6 @@ pub trait IoScheduler: Send {
 
     /// Requests inside the scheduler, not yet dispatched.
     fn queued(&self) -> usize;
-
-    /// The weight-raising period the scheduler currently applies, for
-    /// the S suite's settle time (`wr_max_time` in sysfs); `None` for
-    /// schedulers without weight raising.
-    fn wr_max_time(&self) -> Option<Nanos> {
-        None
-    }
 }
 
 /// Tunables shared by the scheduler constructors.

@@ -54,17 +54,12 @@ impl Spec {
             ..self
         }
     }
-
-    pub fn sectors(self, sectors: u32) -> Spec {
-        Spec { sectors, ..self }
-    }
 }
 
 /// One dispatch, as the device saw it.
 #[derive(Clone, Copy, Debug)]
 pub struct Dispatch {
     pub at: Nanos,
-    pub id: RqId,
     pub pid: Pid,
     pub sector: u64,
     pub dir: Direction,
@@ -262,7 +257,6 @@ impl<S: IoScheduler> Harness<S> {
             rq.dispatched_at = now;
             self.log.push(Dispatch {
                 at: now,
-                id,
                 pid: rq.ioc.pid,
                 sector: rq.sector,
                 dir: rq.dir,
@@ -311,11 +305,6 @@ impl<S: IoScheduler> Harness<S> {
             }
         }
         self.now = self.now.max(t);
-    }
-
-    /// The armed timer, if any.
-    pub fn timer_at(&self) -> Option<Nanos> {
-        self.timer.map(|(t, _)| t)
     }
 
     /// Dispatches by `pid`, in order.

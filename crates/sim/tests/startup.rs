@@ -1,0 +1,71 @@
+//! Application start-up under background load: BFQ's low-latency
+//! heuristics against the schedulers that have none.
+
+use experiment::{Benchmark, Cell};
+use sim::bench::{run_startup, SimOptions};
+
+fn cell(sched: &str, workload: &str) -> Cell {
+    Cell {
+        scenario: "test".into(),
+        device: "hdd-1.8in".into(),
+        host_sched: sched.into(),
+        host_workload: workload.into(),
+        guest_sched: None,
+        guest_workload: None,
+        coordination: "off".into(),
+        benchmark: Benchmark::Startup,
+        app: "xterm".into(),
+        iterations: 5,
+        repetitions: 2,
+        timeout_s: 60.0,
+        duration_s: 60.0,
+        sample_s: 2.0,
+        seed: 11,
+    }
+}
+
+/// Mean start-up time over two runs of five starts.
+fn startup(sched: &str, workload: &str) -> f64 {
+    let c = cell(sched, workload);
+    let opts = SimOptions::default();
+    let mut all = Vec::new();
+    for rep in 0..c.repetitions {
+        let r = run_startup(&c, &opts, rep).unwrap();
+        assert_eq!(r.timeouts, 0, "{sched} {workload}: a start timed out");
+        all.extend(r.values);
+    }
+    all.iter().sum::<f64>() / all.len() as f64
+}
+
+#[test]
+fn xterm_idle_start_on_hdd_is_a_little_under_two_seconds() {
+    for sched in ["noop", "bfq"] {
+        let idle = startup(sched, "none");
+        eprintln!("{sched}: idle xterm start {idle:.3} s");
+        assert!(
+            (1.5..2.0).contains(&idle),
+            "{sched}: idle start {idle:.3} s"
+        );
+    }
+}
+
+#[test]
+fn bfq_starts_xterm_near_idle_time_under_five_readers_and_noop_deadline_do_not() {
+    for sched in ["bfq", "noop", "deadline"] {
+        let idle = startup(sched, "none");
+        let loaded = startup(sched, "5r-seq");
+        let ratio = loaded / idle;
+        eprintln!("{sched}: idle {idle:.2} s, 5r-seq {loaded:.2} s, ratio {ratio:.2}");
+        if sched == "bfq" {
+            assert!(
+                ratio <= 2.0,
+                "bfq: {loaded:.2} s is {ratio:.2}x idle {idle:.2} s"
+            );
+        } else {
+            assert!(
+                ratio >= 5.0,
+                "{sched}: {loaded:.2} s is only {ratio:.2}x idle {idle:.2} s"
+            );
+        }
+    }
+}
