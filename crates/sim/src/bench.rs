@@ -129,11 +129,11 @@ pub fn start_workload(m: &mut Machine, w: &WorkloadSpec) {
     let files: Vec<FileId> = (0..w.readers + w.writers)
         .map(|i| m.add_file(&format!("/S/file{i}"), WORKLOAD_FILE_BYTES))
         .collect();
-    for i in 0..w.readers as usize {
+    for &f in &files[..w.readers as usize] {
         if random {
-            m.start_rand_reader(files[i], IoPrio::DEFAULT, 0);
+            m.start_rand_reader(f, IoPrio::DEFAULT, 0);
         } else {
-            m.start_seq_reader(files[i], IoPrio::DEFAULT, 0);
+            m.start_seq_reader(f, IoPrio::DEFAULT, 0);
         }
     }
     if w.writers > 0 {

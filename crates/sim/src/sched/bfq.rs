@@ -194,10 +194,8 @@ struct SchedData {
 #[derive(Clone, Debug)]
 struct Queue {
     entity: EntId,
-    pid: Pid,
     sync: bool,
     class: IoPrioClass,
-    cgroup: CgroupId,
     /// Pending requests sorted by sector.
     sort_list: BTreeSet<(u64, RqId)>,
     /// Pending requests in arrival order, with their FIFO deadline.
@@ -435,10 +433,8 @@ impl Bfq {
         // and with timestamps that make it look idle for long.
         self.queues.push(Queue {
             entity: ent,
-            pid: ioc.pid,
             sync,
             class: ioc.prio.class,
-            cgroup: ioc.cgroup,
             sort_list: BTreeSet::new(),
             fifo: VecDeque::new(),
             dispatched: 0,

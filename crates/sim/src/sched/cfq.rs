@@ -316,7 +316,9 @@ pub struct Cfq {
     /// Service trees per class: (rb_key, tie-break, queue).
     trees: [BTreeSet<(i64, u64, QId)>; 3],
     /// Think time per service tree (`st->ttime`).
-    tree_ttime: [Ttime; 3],
+    /// Think time per class and workload (0: sync with the idle window,
+    /// 1: sync without, the 2.6.33+ SYNC and SYNC_NOIDLE trees).
+    tree_ttime: [[Ttime; 2]; 3],
     tree_seq: u64,
     rqs: Vec<CfqRq>,
     fifo_seq: u64,
@@ -366,7 +368,7 @@ impl Cfq {
             async_q: [[None; 8]; 2],
             async_idle_q: None,
             trees: [BTreeSet::new(), BTreeSet::new(), BTreeSet::new()],
-            tree_ttime: [Ttime::default(); 3],
+            tree_ttime: [[Ttime::default(); 2]; 3],
             tree_seq: 0,
             rqs: Vec::new(),
             fifo_seq: 0,
@@ -688,9 +690,18 @@ impl Cfq {
             return true;
         }
         // Otherwise only the last queue of its tree, unless processes of
-        // this class think too long for idling to pay.
-        let st = &self.tree_ttime[tree];
-        self.trees[tree].len() == 1 && queue.sync && !(st.valid() && st.mean > self.slice_idle())
+        // this class think too long for idling to pay. Since 2.6.33 the
+        // seeky sync queues of a class have a tree of their own
+        // (SYNC_NOIDLE), and CFQ idles after the last one of them so that
+        // the seeky workload keeps its share against the sequential one;
+        // with one tree per class here, "last of its tree" is counted among
+        // the sync queues without the idle window.
+        let st = &self.tree_ttime[tree][1];
+        let noidle_busy = self.trees[tree]
+            .iter()
+            .filter(|&&(_, _, o)| self.queues[o].sync && !self.queues[o].idle_window)
+            .count();
+        queue.sync && noidle_busy <= 1 && !(st.valid() && st.mean > self.slice_idle())
     }
 
     /// `cfq_arm_slice_timer()`.
@@ -1036,7 +1047,8 @@ impl IoScheduler for Cfq {
         if self.queues[q].sync {
             self.queues[q].ttime.update(now, slice_idle);
             let tree = self.queues[q].class;
-            self.tree_ttime[tree].update(now, slice_idle);
+            let w = usize::from(!self.queues[q].idle_window);
+            self.tree_ttime[tree][w].update(now, slice_idle);
         }
         // `cfq_update_io_seektime()`.
         {
@@ -1139,7 +1151,8 @@ impl IoScheduler for Cfq {
         if sync {
             self.queues[q].ttime.last_end_request = now;
             let tree = self.queues[q].class;
-            self.tree_ttime[tree].last_end_request = now;
+            let w = usize::from(!self.queues[q].idle_window);
+            self.tree_ttime[tree][w].last_end_request = now;
             if inserted_at + self.fifo_expire[1] <= now {
                 self.last_delayed_sync = now as i64;
             }
@@ -1375,11 +1388,13 @@ mod tests {
         let a = h.dispatches_of(1);
         assert!(a.len() >= 20, "{}", a.len());
         // Early on A's queue has the idle window and CFQ idles 8 ms for A in
-        // vain; once A's think time is known (3 samples) the window closes
-        // and after each of A's reads B goes on at once.
+        // vain; once A's think time is known (3 samples) the window closes.
+        // A is then the last queue without the idle window (SYNC_NOIDLE),
+        // which still idles until that workload's own think time is known
+        // to be long (3 more samples); after that B goes on at once.
         let next_after = |t: Nanos| h.log.iter().find(|x| x.at > t).unwrap().at;
         assert_eq!(next_after(a[0].at), a[0].at + SERVICE + SLICE_IDLE);
-        for d in a.iter().skip(4).filter(|d| d.at < 2 * SEC) {
+        for d in a.iter().skip(8).filter(|d| d.at < 2 * SEC) {
             assert_eq!(next_after(d.at), d.at + SERVICE, "{d:?}");
         }
     }
