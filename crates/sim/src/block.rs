@@ -6,7 +6,7 @@
 use crate::request::{BioOwner, IoContext, Request, RequestTable, RqId};
 use crate::sched::{Cgroups, IoScheduler, MergeKind, SchedCtx, TickSource};
 use devmodel::{Device, Direction, IoRequest, Nanos};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 /// A bio: what a process (or the page cache on its behalf) submits.
 #[derive(Clone, Copy, Debug)]
@@ -75,8 +75,8 @@ impl BlockLayer {
             ticks,
             max_sectors: DEFAULT_MAX_SECTORS,
             rotational,
-            by_end: HashMap::new(),
-            by_start: HashMap::new(),
+            by_end: HashMap::default(),
+            by_start: HashMap::default(),
             in_driver: 0,
             timer_at: None,
             sectors_done: [0, 0],

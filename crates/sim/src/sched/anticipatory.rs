@@ -59,7 +59,8 @@
 use super::{IoScheduler, MergeKind, SchedCtx, MSEC};
 use crate::request::{Pid, RqId};
 use devmodel::Nanos;
-use std::collections::{BTreeSet, HashMap};
+use rustc_hash::FxHashMap as HashMap;
+use std::collections::BTreeSet;
 
 /// `default_read_expire` (`HZ / 8`): "max time before a read is submitted".
 pub const READ_EXPIRE: Nanos = 125 * MSEC;
@@ -268,7 +269,7 @@ impl Anticipatory {
             sort_list: [BTreeSet::new(), BTreeSet::new()],
             fifo_list: [BTreeSet::new(), BTreeSet::new()],
             rqs: Vec::new(),
-            aics: HashMap::new(),
+            aics: HashMap::default(),
             new: NewProc::default(),
             last_sector: [0, 0],
             // `as_init_queue()`: jiffies + batch_expire[SYNC], at time 0.

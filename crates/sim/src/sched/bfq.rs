@@ -31,7 +31,8 @@
 use super::{IoScheduler, MergeKind, SchedConfig, SchedCtx, MSEC, SEC};
 use crate::request::{CgroupId, IoContext, IoPrioClass, Pid, RqId};
 use devmodel::Nanos;
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use rustc_hash::FxHashMap as HashMap;
+use std::collections::{BTreeSet, VecDeque};
 
 // ----- constants, with where they come from -----------------------------
 
@@ -293,10 +294,10 @@ impl Bfq {
             entities: Vec::new(),
             sds: vec![root],
             queues: Vec::new(),
-            sync_queues: HashMap::new(),
-            async_queues: HashMap::new(),
-            groups: HashMap::new(),
-            rq_queue: HashMap::new(),
+            sync_queues: HashMap::default(),
+            async_queues: HashMap::default(),
+            groups: HashMap::default(),
+            rq_queue: HashMap::default(),
             in_service: None,
             queued: 0,
             busy_queues: [0; CLASSES],

@@ -83,7 +83,8 @@
 use super::{IoScheduler, MergeKind, SchedConfig, SchedCtx, MSEC, SEC};
 use crate::request::{IoContext, IoPrio, IoPrioClass, Pid, RqId};
 use devmodel::Nanos;
-use std::collections::{BTreeSet, HashMap};
+use rustc_hash::FxHashMap as HashMap;
+use std::collections::BTreeSet;
 use std::ops::Bound;
 
 /// `cfq_quantum` (8): the most requests a queue may have in flight
@@ -364,7 +365,7 @@ impl Cfq {
     pub fn new(cfg: &SchedConfig) -> Cfq {
         Cfq {
             queues: Vec::new(),
-            sync_q: HashMap::new(),
+            sync_q: HashMap::default(),
             async_q: [[None; 8]; 2],
             async_idle_q: None,
             trees: [BTreeSet::new(), BTreeSet::new(), BTreeSet::new()],
