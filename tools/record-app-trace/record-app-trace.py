@@ -57,6 +57,7 @@ import time
 
 PAGE = 4096
 MERGE_GAP_US = 100  # page fills further apart than this are separate reads
+FALLBACK_WINDOW_S = 0.002
 
 PRESETS = {
     # name: (command, needs X)
@@ -77,6 +78,9 @@ EVENTS = [
     "sched/sched_process_fork",
     "sched/sched_process_exec",
     "sched/sched_process_exit",
+    "sched/sched_switch",
+    "sched/sched_wakeup",
+    "sched/sched_wakeup_new",
 ]
 
 LINE_RE = re.compile(
@@ -85,6 +89,9 @@ LINE_RE = re.compile(
 ADD_RE = re.compile(
     r"dev (\d+):(\d+) ino ([0-9a-f]+) pfn=\S+ ofs=(\d+) order=(\d+)")
 RQ_RE = re.compile(r"(\d+),(\d+) (\S+) (?:\d+ )?\(.*?\) (\d+) \+ (\d+)")
+SWITCH_RE = re.compile(
+    r"prev_pid=(\d+) prev_prio=\S+ prev_state=(\S+) ==> next_comm=.* next_pid=(\d+) next_prio=")
+WAKE_RE = re.compile(r" pid=(\d+) prio=\S+ target_cpu=(\d+)")
 FORK_RE = re.compile(r"comm=.* pid=(\d+) child_comm=.* child_pid=(\d+)")
 EXEC_RE = re.compile(r"filename=(\S+) pid=(\d+)")
 
@@ -221,7 +228,7 @@ def wait_quiet(dev, timeout, interval=1.0):
         tot, idle, forks, sect = (c - p for c, p in zip(cur, prev))
         prev = cur
         busy = 1.0 - idle / tot if tot else 0.0
-        if busy < 0.10 and forks <= 2 and sect < 2048:
+        if busy < 0.60 and forks <= 2 and sect < 2048:
             streak += 1
             if streak >= quiet_needed:
                 return time.monotonic() - t0
@@ -316,6 +323,19 @@ def app_env(display):
 WAITER = 'read -r -u 3 _; exec 3<&-; exec "$@"'
 
 
+LIVE = set()  # process groups of started commands not yet reaped (killed on error/Ctrl-C)
+
+
+def kill_live():
+    for pg in list(LIVE):
+        try:
+            os.killpg(pg, signal.SIGKILL)
+            os.waitpid(pg, 0)
+        except OSError:
+            pass
+        LIVE.discard(pg)
+
+
 def spawn_waiting(argv, env):
     rfd, wfd = os.pipe()
     pid = os.fork()
@@ -334,24 +354,40 @@ def spawn_waiting(argv, env):
         finally:
             os._exit(127)
     os.close(rfd)
+    LIVE.add(pid)
     time.sleep(0.05)  # let bash reach the read
     return pid, wfd
 
 
 def wait_exit(pid, t0, timeout):
-    deadline = t0 + timeout
-    while True:
-        wpid, status = os.waitpid(pid, os.WNOHANG)
-        if wpid == pid:
-            return time.monotonic(), status
-        if time.monotonic() > deadline:
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except OSError:
-                pass
-            os.waitpid(pid, 0)
-            return time.monotonic(), None
-        time.sleep(0.0005)
+    """Block (no polling, so the recorder takes no CPU from the app) until
+    pid exits or the timeout passes.  Returns (monotonic time, status|None)."""
+    import select
+    pfd = os.pidfd_open(pid)
+    try:
+        po = select.poll()
+        po.register(pfd, select.POLLIN)
+        left = t0 + timeout - time.monotonic()
+        ready = po.poll(max(0, int(left * 1000)))
+        t1 = time.monotonic()
+    finally:
+        os.close(pfd)
+    if ready:
+        _, status = os.waitpid(pid, 0)
+        LIVE.discard(pid)
+        # the command's own children (e.g. a daemon it started) must not outlive it
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except OSError:
+            pass
+        return t1, status
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
+    os.waitpid(pid, 0)
+    LIVE.discard(pid)
+    return time.monotonic(), None
 
 
 def run_timed(argv, env, cold=False, timeout=60.0):
@@ -390,13 +426,14 @@ def traced_run(tr, argv, env, timeout=60.0):
 # inode -> path, file layout
 
 
-def walk_inodes(root_dev, wanted):
-    """Map inode numbers on the root filesystem to paths (one walk)."""
+def walk_inodes(root_dev, wanted=None):
+    """Map inode numbers on the root filesystem to paths (one walk).  With
+    wanted=None, map every inode, to (path, size, ctime_ns)."""
     found = {}
-    want = set(wanted)
+    want = None if wanted is None else set(wanted)
     prefer = ("/usr/", "/etc/", "/var/")
     stack = ["/"]
-    while stack and want:
+    while stack:
         d = stack.pop()
         try:
             it = os.scandir(d)
@@ -410,15 +447,30 @@ def walk_inodes(root_dev, wanted):
                     continue
                 if st.st_dev != root_dev:
                     continue
-                if e.is_dir(follow_symlinks=False):
-                    if st.st_ino in want and st.st_ino not in found:
-                        found[st.st_ino] = e.path
+                isdir = e.is_dir(follow_symlinks=False)
+                if isdir:
                     stack.append(e.path)
-                elif st.st_ino in want:
+                if want is None:
                     old = found.get(st.st_ino)
-                    if old is None or (not old.startswith(prefer) and e.path.startswith(prefer)):
-                        found[st.st_ino] = e.path
+                    if (old is None or (e.path.startswith(prefer), old[0])
+                            > (old[0].startswith(prefer), e.path)):
+                        found[st.st_ino] = (e.path, st.st_size, st.st_ctime_ns)
+                    continue
+                if st.st_ino not in want:
+                    continue
+                if isdir:
+                    found.setdefault(st.st_ino, e.path)
+                    continue
+                # hard links: prefer /usr, /etc, /var, then the smallest path
+                old = found.get(st.st_ino)
+                if (old is None or (e.path.startswith(prefer), old) > (old.startswith(prefer), e.path)):
+                    found[st.st_ino] = e.path
+                if st.st_nlink > 1:
+                    LINKS.setdefault(st.st_ino, set()).add(e.path)
     return found
+
+
+LINKS = {}  # inode -> all its names, for files with several hard links
 
 
 FS_IOC_FIEMAP = 0xC020660B
@@ -471,7 +523,7 @@ def parse_raw(text):
         if not m:
             continue
         ev.append((float(m.group("ts")), int(m.group("pid")), m.group("ev"),
-                   m.group("body"), m.group("comm").strip()))
+                   m.group("body"), m.group("comm").strip(), int(m.group("cpu"))))
     return ev
 
 
@@ -487,13 +539,17 @@ def analyse(raw_text, root_pid, xserver_tids, rootdev, include_x):
     completes = []   # (ts, sector, nsect)
     others = {}      # comm -> pages filled on the root device by unrelated tasks during the start-up
     me = os.getpid()
+    sched = []       # (ts, pid, cpu, name, body) of every event, for the CPU timeline
     _, rd_kdev, rd_major, rd_minor = rootdev
-    for ts, pid, name, body, comm in events:
+    for ts, pid, name, body, comm, cpu in events:
+        sched.append((ts, pid, cpu, name, body))
         if name == "tracing_mark_write" or name == "print":
             if "tandem-start" in body:
                 t_start = ts
             elif "tandem-end" in body:
                 t_end = ts
+            continue
+        if name in ("sched_switch", "sched_wakeup", "sched_wakeup_new"):
             continue
         if name == "sched_process_fork":
             m = FORK_RE.search(body)
@@ -558,9 +614,109 @@ def analyse(raw_text, root_pid, xserver_tids, rootdev, include_x):
                 break
         reqs.append({"issue": ts, "sector": sec, "nsect": n, "complete": c, "rwbs": rwbs})
     reqs.sort(key=lambda r: r["issue"])
-    return {"t_start": t_start, "t_end": t_end, "adds": adds, "reqs": reqs,
+    crit = set(app) | (xs if include_x else set())
+    timeline = CpuTimeline(sched, crit.__contains__, t_start, t_end)
+    return {"t_start": t_start, "t_end": t_end, "adds": adds, "reqs": reqs, "timeline": timeline,
             "execs": execs, "app_pids": sorted(app), "x_pids": sorted(xs),
             "other_fills": others}
+
+
+class CpuTimeline:
+    """Where the start-up's critical path was, from sched_switch/wakeup events:
+    'cpu' = some task of the app tree (or of the X server) is on a CPU;
+    'runq' = none on a CPU but one is runnable (waiting for a CPU taken by an
+    unrelated task: contention, not think time); 'D' = all asleep, one in
+    uninterruptible sleep (I/O); 'S' = all asleep otherwise (waiting for a
+    child, a timer, ...).
+
+    On this kernel sched_switch is not reported when a CPU leaves the idle
+    task, so a task woken onto an idle CPU is taken to run from its wakeup,
+    and any event a task emits proves it is on a CPU."""
+
+    def __init__(self, events, in_set, t_start, t_end):
+        self.t_start, self.t_end = t_start, t_end
+        state = {}   # pid -> run | runq | D | S
+        cur = {}     # cpu -> pid on it (0 = idle)
+        segs = []    # (t0, t1, cls)
+        last = None
+
+        def cls():
+            vals = state.values()
+            if "run" in vals:
+                return "cpu"
+            if "runq" in vals:
+                return "runq"
+            if "D" in vals:
+                return "D"
+            return "S"
+
+        for ts, pid, cpu, name, body in events:
+            if last is not None and ts > last and ts > t_start and last < t_end:
+                a, b = max(last, t_start), min(ts, t_end)
+                if b > a:
+                    c = cls()
+                    if segs and segs[-1][2] == c and segs[-1][1] == a:
+                        segs[-1] = (segs[-1][0], b, c)
+                    else:
+                        segs.append((a, b, c))
+            last = ts
+            if name == "sched_switch":
+                m = SWITCH_RE.search(body)
+                if not m:
+                    continue
+                prev, pst, nxt = int(m.group(1)), m.group(2), int(m.group(3))
+                if prev and in_set(prev):
+                    state[prev] = "runq" if pst.startswith("R") else ("D" if "D" in pst else "S")
+                if nxt and in_set(nxt):
+                    state[nxt] = "run"
+                cur[cpu] = nxt
+                continue
+            # the task that emitted an event is on this CPU (pid 0: idle)
+            if cur.get(cpu) != pid:
+                old = cur.get(cpu)
+                if old and state.get(old) == "run":
+                    state[old] = "runq"
+                cur[cpu] = pid
+            if pid and in_set(pid):
+                state[pid] = "run"
+            if name in ("sched_wakeup", "sched_wakeup_new"):
+                m = WAKE_RE.search(body)
+                if m:
+                    p, tcpu = int(m.group(1)), int(m.group(2))
+                    if cur.get(tcpu) == 0:  # idle CPU: p runs at once
+                        cur[tcpu] = p
+                        if in_set(p):
+                            state[p] = "run"
+                    elif in_set(p) and state.get(p) != "run":
+                        state[p] = "runq"
+        if last is not None and last < t_end:
+            segs.append((max(last, t_start), t_end, cls()))
+        self.segs = segs
+        self.starts = [sg[0] for sg in segs]
+        cum = [0.0]
+        for a, b, c in segs:
+            cum.append(cum[-1] + (b - a if c == "cpu" else 0.0))
+        self.cum = cum
+
+    def _cpu_upto(self, t):
+        i = bisect.bisect_right(self.starts, t) - 1
+        if i < 0:
+            return 0.0
+        a, b, c = self.segs[i]
+        part = (min(t, b) - a) if c == "cpu" else 0.0
+        return self.cum[i] + max(0.0, part)
+
+    def cpu(self, a, b):
+        """Seconds of 'cpu' class in [a, b]."""
+        if b <= a:
+            return 0.0
+        return self._cpu_upto(b) - self._cpu_upto(a)
+
+    def totals(self):
+        t = {"cpu": 0.0, "runq": 0.0, "D": 0.0, "S": 0.0}
+        for a, b, c in self.segs:
+            t[c] += b - a
+        return t
 
 
 class ReqIndex:
@@ -590,12 +746,14 @@ def phys_of(extents, off):
     return None
 
 
-def build_reads(an, layouts, used_reqs_out=None):
+def build_reads(an, layouts, changed=frozenset()):
     """From page fills to disk-backed page list, then merged reads.
     layouts: ino -> extents.  Returns list of reads:
     dict(kind, key, off, len, issue, end, who)."""
     idx = ReqIndex(an["reqs"])
     pages = []
+    unmatched = []
+    used = set()
     for ts, pid, kind, key, ofs, ln, who in sorted(an["adds"], key=lambda a: a[0]):
         # split folios into pages so partially-covered folios are handled
         for o in range(ofs, ofs + ln, PAGE):
@@ -603,12 +761,31 @@ def build_reads(an, layouts, used_reqs_out=None):
                 ph = o
             else:
                 ph = phys_of(layouts.get(key, []), o)
-                if ph is None:
-                    continue
-            r = idx.find(ts, ph // 512, (ph + PAGE) // 512)
+            r = idx.find(ts, ph // 512, (ph + PAGE) // 512) if ph is not None else None
             if r is None:
-                continue  # not read from disk (write, hole, already-read block)
+                # only files that existed before the start-up can have been read:
+                # pages of files it created are writes
+                unmatched.append((ts, kind, key, o, who, key in changed))
+                continue
+            used.add(id(r))
             pages.append((ts, kind, key, o, r, who))
+    # Fallback for files whose blocks now may not be those read (replaced,
+    # deleted or modified by the app, e.g. konsolerc): a read request issued right after the page
+    # entered the cache, by a request no other page explains.
+    spare = [r for r in an["reqs"] if id(r) not in used]
+    cap = {id(r): r["nsect"] * 512 // PAGE for r in spare}
+    fallback = set()
+    for ts, kind, key, o, who, unknown in unmatched:
+        if kind != "f" or not unknown:
+            continue  # blocks known and not read: zero-fill, write, unwritten extent
+        for r in spare:
+            if ts - 1e-6 <= r["issue"] <= ts + FALLBACK_WINDOW_S and cap[id(r)] > 0:
+                cap[id(r)] -= 1
+                pages.append((ts, kind, key, o, r, who))
+                fallback.add(key)
+                break
+    an["fallback_files"] = fallback
+    pages.sort(key=lambda p: (p[0], p[3]))
     reads = []
     cur = None
     for ts, kind, key, o, r, who in pages:
@@ -672,8 +849,10 @@ def make_trace(app, command, recorded, an, reads, paths, sizes, layouts, rootdev
     lines = []
     prev_end = an["t_start"]
     think_total = 0
+    think_wall = 0.0
     total = 0
     per_file = {}
+    tl = an.get("timeline")
     for rd in reads:
         k = (rd["kind"], rd["key"])
         if k not in ids:
@@ -683,20 +862,29 @@ def make_trace(app, command, recorded, an, reads, paths, sizes, layouts, rootdev
             else:
                 files.append((sizes.get(rd["key"], 0), paths.get(rd["key"], f"[unknown-inode:{rd['key']}]"), k))
         off = meta_map[rd["off"]] if rd["kind"] == "m" else rd["off"]
-        think = max(0, int(round((rd["issue"] - prev_end) * 1e6)))
+        gap = max(0.0, rd["issue"] - prev_end)
+        think_wall += gap
+        think = int(round(tl.cpu(prev_end, rd["issue"]) * 1e6)) if tl else int(round(gap * 1e6))
         think_total += think
         total += rd["len"]
         per_file[ids[k]] = per_file.get(ids[k], 0) + rd["len"]
         lines.append(f"read {ids[k]} {off} {rd['len']} {think}")
         prev_end = rd["end"]
-    end_think = max(0, int(round((an["t_end"] - prev_end) * 1e6))) if reads else 0
+    end_think = (int(round(tl.cpu(prev_end, an["t_end"]) * 1e6)) if tl
+                 else max(0, int(round((an["t_end"] - prev_end) * 1e6))))
+    think_wall += max(0.0, an["t_end"] - prev_end)
+    crit = {k: int(round(v * 1e6)) for k, v in tl.totals().items()} if tl else {}
     wall = an["t_end"] - an["t_start"]
     out = ["# tandem app trace v1"]
     out += [f"# {c}" for c in extra_comments]
     out.append(f"# stats: files={len(files)} bytes={total} reads={len(lines)} "
                f"think_us={think_total} end_think_us={end_think} "
                f"io_busy_us={int(round(io_union(reads) * 1e6))} "
-               f"traced_wall_us={int(round(wall * 1e6))}")
+               f"traced_wall_us={int(round(wall * 1e6))} gaps_wall_us={int(round(think_wall * 1e6))}")
+    if crit:
+        out.append("# critical path (app tree + X server) during the start-up, us: "
+                   + " ".join(f"{k}={v}" for k, v in crit.items())
+                   + " (cpu: on a CPU; runq: runnable, CPU taken by unrelated load; D/S: asleep)")
     out.append("# end_think_us: CPU time after the last read until the command exited "
                "(not expressible as a read line)")
     nx = sum(1 for rd in reads if rd["who"] == "x")
@@ -707,6 +895,11 @@ def make_trace(app, command, recorded, an, reads, paths, sizes, layouts, rootdev
                    f"app's behalf, in files {' '.join(map(str, xf))}")
     out.append("# extent <file_id> <file_offset> <disk_offset> <len>: on-disk placement "
                f"on /dev/{rootdev[0]} (FIEMAP; metadata: pseudo offset -> disk offset)")
+    for i, (size, path, k) in enumerate(files):
+        names = sorted(LINKS.get(k[1], ())) if k[0] == "f" else []
+        if len(names) > 1:
+            out.append(f"# file {i} has {len(names)} hard links: " + " ".join(names[:24])
+                       + (" ..." if len(names) > 24 else ""))
     for i, (size, path, k) in enumerate(files):
         ext = meta_ext if k[0] == "m" else [(lo, ph, ln) for lo, ph, ln in layouts.get(k[1], [])]
         for lo, ph, ln in ext[:64]:
@@ -722,6 +915,7 @@ def make_trace(app, command, recorded, an, reads, paths, sizes, layouts, rootdev
     stats = {"files": len(files), "bytes": total, "reads": len(lines),
              "think_us": think_total, "end_think_us": end_think,
              "io_busy_us": int(round(io_union(reads) * 1e6)),
+             "gaps_wall_us": int(round(think_wall * 1e6)), "critical_path_us": crit,
              "traced_wall_s": wall, "xserver_reads": nx,
              "metadata_bytes": sum(rd["len"] for rd in reads if rd["kind"] == "m"),
              "per_file_bytes": {files[i][1]: b for i, b in per_file.items()}}
@@ -746,12 +940,18 @@ def check_trace(text):
                 probs.append(f"line {n}: duplicate {w[0]}")
             seen.add(w[0])
         elif w[0] == "file":
+            if len(w) < 4:
+                probs.append(f"line {n}: file line needs id, size and path")
+                continue
             fid, size = int(w[1]), int(w[2])
             if fid != nfiles:
                 probs.append(f"line {n}: file id {fid} out of order")
             sizes[fid] = size
             nfiles += 1
         elif w[0] == "read":
+            if len(w) != 5:
+                probs.append(f"line {n}: read line needs 4 integers")
+                continue
             fid, off, ln, th = map(int, w[1:5])
             if fid not in sizes:
                 probs.append(f"line {n}: unknown file {fid}")
@@ -770,6 +970,210 @@ def check_trace(text):
 # --------------------------------------------------------------------------
 
 
+def record(args, apps, rootdev, raw):
+    """Recording phase: returns the metadata dict also saved as raw/meta<suffix>.json."""
+    kernel = os.uname().release
+    ra_path = read_ahead_path(rootdev[0])
+    with open(ra_path) as f:
+        ra_saved = f.read().strip()
+    tr = Tracefs()
+    xs = None
+    sched_path = f"/sys/class/block/{rootdev[0]}/queue/scheduler"
+    meta = {"kernel": kernel, "device": rootdev[0], "date": datetime.date.today().isoformat(),
+            "apps": {}}
+    try:
+        tr.setup()
+        if args.read_ahead_kb is not None:
+            with open(ra_path, "w") as f:
+                f.write(str(args.read_ahead_kb))
+        with open(ra_path) as f:
+            meta["read_ahead_kb"] = int(f.read().strip())
+        try:
+            with open(sched_path) as f:
+                meta["scheduler"] = re.search(r"\[(.*?)\]", f.read()).group(1)
+        except (OSError, AttributeError):
+            meta["scheduler"] = "unknown"
+        log(f"kernel {kernel}, root device /dev/{rootdev[0]}, "
+            f"read_ahead_kb={meta['read_ahead_kb']}, scheduler {meta['scheduler']}")
+        if any(nx for _, _, nx in apps):
+            xs = Xserver(args.display)
+            xpid = xs.start()
+            log(f"Xvfb :{args.display} pid {xpid}")
+            # throw-away clients so the X server has initialised everything
+            run_timed(["xdpyinfo"], app_env(args.display))
+            run_timed(["xdpyinfo"], app_env(args.display))
+        for name, command, needs_x in apps:
+            argv = shlex.split(command)
+            env = app_env(args.display if needs_x else None)
+            log(f"{name}: warm-up run")
+            run_timed(argv, env)
+            m = meta["apps"][name] = {"command": command, "needs_x": needs_x, "env": env,
+                                      "traced": [], "cold": [], "warm": []}
+            for i in range(args.runs):
+                for attempt in range(1, args.retries + 2):
+                    # names and sizes of files as they are before the start-up:
+                    # the app may replace some (e.g. konsole rewrites konsolerc)
+                    prewalk = walk_inodes(os.stat("/").st_dev)
+                    waited = wait_quiet(rootdev[0], args.quiet_timeout)
+                    if waited is None:
+                        log(f"warning: machine not quiet after {args.quiet_timeout} s; recording anyway")
+                    xtids = sorted(xs.tids()) if (xs and needs_x) else []
+                    data, pid, wall, overrun = traced_run(tr, argv, env)
+                    if overrun:
+                        log(f"warning: {overrun} events lost in run {i + 1}")
+                    # unrelated tasks filling the page cache during the start-up may
+                    # read files the app needs, hiding them from the trace: retry
+                    an = analyse(data, pid, xtids, rootdev, needs_x)
+                    if not an["other_fills"] or attempt > args.retries:
+                        break
+                    log(f"{name}: run {i + 1} disturbed by unrelated page-cache fills "
+                        f"({', '.join(f'{c}={n}' for c, n in sorted(an['other_fills'].items()))}); retrying")
+                fn = os.path.join(raw, f"{name}{args.suffix}.run{i + 1}.ftrace.txt")
+                with open(fn, "w") as f:
+                    f.write(data)
+                seen = {int(x, 16) for x in re.findall(
+                    rf"mm_filemap_add_to_page_cache: dev {rootdev[2]}:{rootdev[3]} ino ([0-9a-f]+)", data)}
+                m["traced"].append({"raw": fn, "pid": pid, "wall_s": wall, "quiet_wait_s": waited,
+                                    "attempts": attempt,
+                                    "prewalk": {str(k): prewalk[k] for k in seen if k in prewalk},
+                                    "overrun": overrun, "xtids": xtids})
+                log(f"{name}: traced cold run {i + 1}: {wall:.3f} s (attempt {attempt})")
+            for i in range(args.timing_runs):
+                wait_quiet(rootdev[0], args.quiet_timeout)
+                m["cold"].append(run_timed(argv, env, cold=True))
+            run_timed(argv, env)
+            for i in range(args.timing_runs):
+                m["warm"].append(run_timed(argv, env))
+            log(f"{name}: untraced cold " + " ".join(f"{t:.3f}" for t in m["cold"] if t)
+                + " s; warm " + " ".join(f"{t:.3f}" for t in m["warm"] if t) + " s")
+    finally:
+        kill_live()
+        if xs:
+            xs.stop()
+        tr.restore()
+        try:
+            with open(ra_path, "w") as f:
+                f.write(ra_saved)
+        except OSError as e:
+            log(f"warning: could not restore read_ahead_kb: {e}")
+    meta["versions"] = {name: pkg_version(PACKAGES[name]) for name, _, _ in apps if name in PACKAGES}
+    with open(os.path.join(raw, f"meta{args.suffix}.json"), "w") as f:
+        json.dump(meta, f, indent=1)
+    return meta
+
+
+MEDOID_KEYS = ("bytes", "reads", "think_us", "io_busy_us")
+
+
+def medoid(stats):
+    """Index of the most typical run: the smallest sum over MEDOID_KEYS of
+    |value - median| / median."""
+    def med(v):
+        v = sorted(v)
+        n = len(v)
+        return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+    meds = {k: med([s[k] for s in stats]) or 1 for k in MEDOID_KEYS}
+    score = [sum(abs(s[k] - meds[k]) / meds[k] for k in MEDOID_KEYS) for s in stats]
+    return min(range(len(stats)), key=lambda i: (score[i], i))
+
+
+def analyse_all(args, meta, rootdev, out, runs_dir):
+    analyses = {}
+    inos = set()
+    for name, m in meta["apps"].items():
+        for r in m["traced"]:
+            with open(r["raw"]) as f:
+                an = analyse(f.read(), r["pid"], r["xtids"], rootdev,
+                             m["needs_x"] and not args.no_xserver)
+            analyses[name] = analyses.get(name, []) + [an]
+            inos |= {a[3] for a in an["adds"] if a[2] == "f"}
+    log(f"mapping {len(inos)} inodes to paths (walking /)")
+    post = walk_inodes(os.stat("/").st_dev, inos)
+    post_st, post_ct, post_layout = {}, {}, {}
+    for ino, p in post.items():
+        try:
+            st = os.stat(p, follow_symlinks=False)
+        except OSError:
+            continue
+        post_st[ino], post_ct[ino] = st.st_size, st.st_ctime_ns
+        post_layout[ino] = fiemap(p)
+
+    def file_info(run):
+        """Per run: paths and sizes as before the start-up (prewalk), extents
+        as now.  'changed': files the start-up replaced, deleted or modified
+        (their extents now may not be those read); pages of these that no
+        request explains by position are matched to requests by time."""
+        pre = {int(k): tuple(v) for k, v in run.get("prewalk", {}).items()}
+        paths, sizes, layouts, changed = {}, {}, {}, set()
+        for ino in set(pre) | set(post):
+            if ino in post:
+                layouts[ino] = post_layout.get(ino, [])
+            if ino in pre:
+                paths[ino], sizes[ino] = pre[ino][0], pre[ino][1]
+                if (ino not in post or post_st.get(ino) != pre[ino][1]
+                        or (len(pre[ino]) > 2 and post_ct.get(ino) != pre[ino][2])):
+                    changed.add(ino)
+            else:
+                paths[ino], sizes[ino] = post[ino], post_st.get(ino, 0)
+        return paths, sizes, layouts, changed
+
+    osrel = ("Debian " + open("/etc/debian_version").read().strip()
+             if os.path.exists("/etc/debian_version") else "Linux")
+    summary = {k: v for k, v in meta.items() if k != "apps"}
+    summary["apps"] = {}
+    for name, m in meta["apps"].items():
+        ver = meta.get("versions", {}).get(name)
+        pkg = f" {PACKAGES[name]} {ver}" if ver else ""
+        recorded = (f"{meta['date']} ftrace filemap/mm_filemap_add_to_page_cache + block_rq_issue/complete "
+                    f"+ sched_switch on Linux {meta['kernel']}, {osrel}{pkg}, cold caches (sync; drop_caches=3), "
+                    f"/dev/{meta['device']} read_ahead_kb={meta['read_ahead_kb']} {meta['scheduler']}"
+                    + (", Xvfb -noreset, X server fills included" if m["needs_x"] and not args.no_xserver else ""))
+        texts, stats = [], []
+        for i, an in enumerate(analyses[name]):
+            paths, sizes, layouts, changed = file_info(m["traced"][i])
+            reads = build_reads(an, layouts, changed)
+            comments = [f"recorded by tools/record-app-trace/record-app-trace.py, run {i + 1} of {len(analyses[name])}",
+                        "execs: " + ", ".join(p for _, _, p in an["execs"]),
+                        "think_us = time the app tree or the X server was on a CPU between the completion of "
+                        "read i-1 (block_rq_complete of its requests) and the issue of read i (its first page fill); "
+                        "gaps_wall_us = the same gaps in wall-clock time",
+                        "pages filled by unrelated tasks during this start-up: "
+                        + (", ".join(f"{c}={n}" for c, n in sorted(an["other_fills"].items())) or "none")]
+            gone = sorted(paths.get(k, f"[inode {k}]") for k in an["fallback_files"])
+            if gone:
+                comments.append("changed or replaced during the start-up (name and size from before it; "
+                                "some reads matched to requests by time): " + " ".join(gone))
+            text, st = make_trace(name, m["command"], recorded, an, reads, paths, sizes, layouts,
+                                  rootdev, comments)
+            st["wall_s"] = m["traced"][i]["wall_s"]
+            st["quiet_wait_s"] = m["traced"][i]["quiet_wait_s"]
+            st["other_fills"] = an["other_fills"]
+            texts.append(text)
+            stats.append(st)
+        clean = [i for i, x in enumerate(stats) if not x["other_fills"]] or list(range(len(stats)))
+        keep = clean[medoid([stats[i] for i in clean])]
+        probs = check_trace(texts[keep])
+        if probs:
+            log(f"{name}: trace check problems: {probs[:5]}")
+        with open(os.path.join(out, f"{name}{args.suffix}.trace"), "w") as f:
+            f.write(texts[keep])
+        for i, t in enumerate(texts):
+            with open(os.path.join(runs_dir, f"{name}{args.suffix}.run{i + 1}.trace"), "w") as f:
+                f.write(t)
+        summary["apps"][name] = {"command": m["command"], "kept_run": keep + 1, "runs": stats,
+                                 "cold_untraced_s": m["cold"], "warm_s": m["warm"]}
+
+        def rng(k):
+            v = [x[k] for x in stats]
+            return f"{min(v)}..{max(v)}"
+        log(f"{name}: kept run {keep + 1}: files={stats[keep]['files']} bytes={stats[keep]['bytes']} "
+            f"reads={stats[keep]['reads']} think_us={stats[keep]['think_us']} "
+            f"(runs: files {rng('files')} bytes {rng('bytes')} reads {rng('reads')} "
+            f"think {rng('think_us')})")
+    with open(os.path.join(runs_dir, f"summary{args.suffix}.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--apps", default="bash,xterm,konsole",
@@ -784,22 +1188,41 @@ def main():
                     help="directory for <app>.trace (default: <repo>/apps)")
     ap.add_argument("--raw", default="/var/tmp/record-app-trace",
                     help="directory for the raw ftrace text (default: /var/tmp/record-app-trace)")
-    ap.add_argument("--read-ahead-kb", type=int, default=None,
-                    help="set the root disk's read_ahead_kb during recording (restored after); "
-                         "default: leave as is")
+    ap.add_argument("--read-ahead-kb", type=int, default=128,
+                    help="read_ahead_kb of the root disk during recording, restored after "
+                         "(default 128, the kernel default VM_READAHEAD_PAGES; 0 = leave as is)")
     ap.add_argument("--no-xserver", action="store_true",
                     help="do not count the X server's own page-cache fills during the start-up")
     ap.add_argument("--display", type=int, default=91)
     ap.add_argument("--quiet-timeout", type=float, default=600.0,
                     help="before every cold start, wait up to this many seconds for the machine "
-                         "to be idle (CPU < 10%%, no process starts, no disk I/O) for 3 s")
+                         "to be quiet (CPU < 60%%, <= 2 process starts/s, < 1 MiB/s disk I/O) for 3 s")
+    ap.add_argument("--retries", type=int, default=3,
+                    help="re-record a run disturbed by unrelated page-cache fills up to this many times")
     ap.add_argument("--suffix", default="", help="suffix for output file names (e.g. .ra8192)")
+    ap.add_argument("--analyse-only", action="store_true",
+                    help="do not record; re-analyse the raw traces listed in <raw>/meta<suffix>.json")
+    ap.add_argument("--check", nargs="+", metavar="TRACE",
+                    help="only validate trace files against the v1 format and exit")
     args = ap.parse_args()
 
+    if args.check:
+        bad = 0
+        for fn in args.check:
+            try:
+                with open(fn, encoding="utf-8") as f:
+                    probs = check_trace(f.read())
+            except (OSError, ValueError, IndexError) as e:
+                probs = [str(e)]
+            print(f"{fn}: {'ok' if not probs else '; '.join(probs[:5])}")
+            bad += bool(probs)
+        sys.exit(1 if bad else 0)
     if os.geteuid() != 0:
-        die("must run as root (drops caches, uses ftrace)", 2)
+        die("must run as root (drops caches, uses ftrace, reads extents with FIEMAP)", 2)
     if args.runs < 1:
         die("--runs must be >= 1", 2)
+    if args.read_ahead_kb == 0:
+        args.read_ahead_kb = None
     apps = []
     if args.app:
         if not args.command:
@@ -810,144 +1233,39 @@ def main():
             if a not in PRESETS:
                 die(f"unknown app '{a}'; presets: {', '.join(PRESETS)} (or use --app/--command)", 2)
             apps.append((a, PRESETS[a][0], PRESETS[a][1]))
+    if not args.analyse_only:
+        import shutil
+        need = {shlex.split(c)[0] for _, c, _ in apps}
+        if any(nx for _, _, nx in apps):
+            need |= {"Xvfb", "xdpyinfo"}
+        missing = sorted(n for n in need if shutil.which(n) is None)
+        if missing:
+            die(f"not installed: {', '.join(missing)} "
+                "(apt-get install -y xvfb x11-utils xterm konsole)", 2)
     out = os.path.abspath(args.out)
     raw = os.path.abspath(args.raw)
     runs_dir = os.path.join(out, "runs")
-    os.makedirs(out, exist_ok=True)
-    os.makedirs(raw, exist_ok=True)
-    os.makedirs(runs_dir, exist_ok=True)
-
+    for d in (out, raw, runs_dir):
+        os.makedirs(d, exist_ok=True)
     rootdev = root_device()
-    kernel = os.uname().release
-    ra_path = read_ahead_path(rootdev[0])
-    with open(ra_path) as f:
-        ra_saved = f.read().strip()
-    tr = Tracefs()
-    xs = None
-    sched_path = f"/sys/class/block/{rootdev[0]}/queue/scheduler"
-    runs = {}
-    try:
-        tr.setup()
-        if args.read_ahead_kb is not None:
-            with open(ra_path, "w") as f:
-                f.write(str(args.read_ahead_kb))
-        with open(ra_path) as f:
-            ra_now = int(f.read().strip())
+    if args.analyse_only:
+        fn = os.path.join(raw, f"meta{args.suffix}.json")
         try:
-            with open(sched_path) as f:
-                sched = re.search(r"\[(.*?)\]", f.read()).group(1)
-        except (OSError, AttributeError):
-            sched = "unknown"
-        log(f"kernel {kernel}, root device /dev/{rootdev[0]}, read_ahead_kb={ra_now}, scheduler {sched}")
-        if any(nx for _, _, nx in apps):
-            xs = Xserver(args.display)
-            xpid = xs.start()
-            log(f"Xvfb :{args.display} pid {xpid}")
-            # one throw-away client so the X server has initialised everything
-            run_timed(["xdpyinfo"], app_env(args.display))
-            run_timed(["xdpyinfo"], app_env(args.display))
-        for name, command, needs_x in apps:
-            argv = shlex.split(command)
-            env = app_env(args.display if needs_x else None)
-            log(f"{name}: warm-up run")
-            run_timed(argv, env)
-            runs[name] = {"command": command, "traced": [], "cold": [], "warm": []}
-            for i in range(args.runs):
-                waited = wait_quiet(rootdev[0], args.quiet_timeout)
-                if waited is None:
-                    log(f"warning: machine not quiet after {args.quiet_timeout} s; recording anyway")
-                data, pid, wall, overrun = traced_run(tr, argv, env)
-                fn = os.path.join(raw, f"{name}{args.suffix}.run{i + 1}.ftrace.txt")
-                with open(fn, "w") as f:
-                    f.write(data)
-                if overrun:
-                    log(f"warning: {overrun} events lost in run {i + 1}")
-                runs[name]["traced"].append({"raw": fn, "pid": pid, "wall_s": wall, "quiet_wait_s": waited,
-                                             "overrun": overrun,
-                                             "xtids": sorted(xs.tids()) if (xs and needs_x) else []})
-                log(f"{name}: traced cold run {i + 1}: {wall:.3f} s")
-            for i in range(args.timing_runs):
-                wait_quiet(rootdev[0], args.quiet_timeout)
-                runs[name]["cold"].append(run_timed(argv, env, cold=True))
-            run_timed(argv, env)
-            for i in range(args.timing_runs):
-                runs[name]["warm"].append(run_timed(argv, env))
-            log(f"{name}: untraced cold {runs[name]['cold']} warm {runs[name]['warm']}")
-    finally:
-        if xs:
-            xs.stop()
-        tr.restore()
-        try:
-            with open(ra_path, "w") as f:
-                f.write(ra_saved)
+            with open(fn) as f:
+                meta = json.load(f)
         except OSError as e:
-            log(f"warning: could not restore read_ahead_kb: {e}")
-
-    # ---- analysis (after all recordings, so the walk does not disturb them)
-    analyses = {}
-    inos = set()
-    for name in runs:
-        for r in runs[name]["traced"]:
-            with open(r["raw"]) as f:
-                an = analyse(f.read(), r["pid"], r["xtids"], rootdev, not args.no_xserver)
-            analyses.setdefault(name, []).append(an)
-            inos |= {a[3] for a in an["adds"] if a[2] == "f"}
-    log(f"mapping {len(inos)} inodes to paths (walking /)")
-    paths = walk_inodes(os.stat("/").st_dev, inos)
-    layouts, sizes = {}, {}
-    for ino, p in paths.items():
+            die(f"--analyse-only: cannot read {fn}: {e}", 2)
+        wanted = {a for a, _, _ in apps}
+        meta["apps"] = {k: v for k, v in meta["apps"].items() if k in wanted}
+    else:
+        def on_term(signum, frame):
+            raise KeyboardInterrupt
+        signal.signal(signal.SIGTERM, on_term)
         try:
-            st = os.stat(p, follow_symlinks=False)
-        except OSError:
-            continue
-        sizes[ino] = st.st_size
-        layouts[ino] = fiemap(p) if os.path.isfile(p) or os.path.isdir(p) else []
-    date = datetime.date.today().isoformat()
-    summary = {"kernel": kernel, "device": rootdev[0], "read_ahead_kb": ra_now,
-               "scheduler": sched, "date": date, "apps": {}}
-    for name, command, needs_x in apps:
-        pkg = PACKAGES.get(name)
-        ver = f" {pkg} {pkg_version(pkg)}" if pkg else ""
-        osrel = "Debian " + open("/etc/debian_version").read().strip() if os.path.exists("/etc/debian_version") else "Linux"
-        recorded = (f"{date} ftrace filemap/mm_filemap_add_to_page_cache + block_rq_issue/complete "
-                    f"on Linux {kernel}, {osrel}{ver}, cold caches (sync; drop_caches=3), "
-                    f"/dev/{rootdev[0]} read_ahead_kb={ra_now} {sched}"
-                    + (", Xvfb -noreset, X server fills included" if needs_x and not args.no_xserver else ""))
-        texts, stats = [], []
-        for i, an in enumerate(analyses[name]):
-            reads = build_reads(an, layouts)
-            comments = [f"recorded by tools/record-app-trace/record-app-trace.py, run {i + 1} of {len(analyses[name])}",
-                        f"execs: " + ", ".join(p for _, _, p in an["execs"]),
-                        "think_us = issue(read i) - completion(read i-1) of the block requests serving it, >= 0",
-                        "pages filled by unrelated tasks during this start-up: "
-                        + (", ".join(f"{c}={n}" for c, n in sorted(an["other_fills"].items())) or "none")]
-            text, st = make_trace(name, command, recorded, an, reads, paths, sizes, layouts, rootdev, comments)
-            st["wall_s"] = runs[name]["traced"][i]["wall_s"]
-            st["quiet_wait_s"] = runs[name]["traced"][i]["quiet_wait_s"]
-            st["other_fills"] = an["other_fills"]
-            texts.append(text)
-            stats.append(st)
-        order = sorted(range(len(stats)), key=lambda i: stats[i]["bytes"])
-        keep = order[len(order) // 2]
-        probs = check_trace(texts[keep])
-        if probs:
-            log(f"{name}: trace check problems: {probs[:5]}")
-        with open(os.path.join(out, f"{name}{args.suffix}.trace"), "w") as f:
-            f.write(texts[keep])
-        for i, t in enumerate(texts):
-            with open(os.path.join(runs_dir, f"{name}{args.suffix}.run{i + 1}.trace"), "w") as f:
-                f.write(t)
-        summary["apps"][name] = {"command": command, "kept_run": keep + 1, "runs": stats,
-                                 "cold_untraced_s": runs[name]["cold"],
-                                 "warm_s": runs[name]["warm"]}
-        def rng(k):
-            v = [s[k] for s in stats]
-            return f"{min(v)}..{max(v)}"
-        log(f"{name}: kept run {keep + 1}: files={stats[keep]['files']} bytes={stats[keep]['bytes']} "
-            f"reads={stats[keep]['reads']} think_us={stats[keep]['think_us']} "
-            f"(spread files {rng('files')} bytes {rng('bytes')} reads {rng('reads')} think {rng('think_us')})")
-    with open(os.path.join(runs_dir, f"summary{args.suffix}.json"), "w") as f:
-        json.dump(summary, f, indent=1)
+            meta = record(args, apps, rootdev, raw)
+        except KeyboardInterrupt:
+            die("interrupted; machine state restored", 130)
+    analyse_all(args, meta, rootdev, out, runs_dir)
 
 
 if __name__ == "__main__":

@@ -38,18 +38,6 @@ fn startup(sched: &str, workload: &str) -> f64 {
 }
 
 #[test]
-fn xterm_idle_start_on_hdd_is_a_little_under_two_seconds() {
-    for sched in ["noop", "bfq"] {
-        let idle = startup(sched, "none");
-        eprintln!("{sched}: idle xterm start {idle:.3} s");
-        assert!(
-            (1.5..2.0).contains(&idle),
-            "{sched}: idle start {idle:.3} s"
-        );
-    }
-}
-
-#[test]
 fn bfq_starts_xterm_near_idle_time_under_five_readers_and_noop_deadline_do_not() {
     for sched in ["bfq", "noop", "deadline"] {
         let idle = startup(sched, "none");
