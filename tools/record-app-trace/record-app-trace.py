@@ -4,27 +4,36 @@
 Run as root on Linux with tracefs.  For every application it:
 
   1. starts Xvfb (if the app needs X) with -noreset, so the X server is warm and
-     does not reset (and reload its GLX driver) when the app disconnects;
+     does not reset (and reload its GLX driver) when the app disconnects, and
+     sets the root disk's read_ahead_kb (default 128, restored afterwards);
   2. runs the app once warm (first-run effects: config files, font caches);
-  3. N times: sync, drop caches (echo 3), enable ftrace events
+  3. N times: walks the root filesystem (inode -> name, size, ctime as before
+     the start-up), waits for the machine to be quiet, forks a bash that waits
+     on a pipe, enables the ftrace events
         filemap/mm_filemap_add_to_page_cache, block/block_rq_issue,
-        block/block_rq_complete, sched/sched_process_fork|exec|exit
-     and start the command; the start-up ends when the command exits
-     (as in the S suite: `xterm /bin/true` exits once it has started and run
-     /bin/true); the raw trace is saved;
+        block/block_rq_complete, sched/sched_process_fork|exec|exit,
+        sched/sched_switch, sched/sched_wakeup[_new],
+     syncs and drops caches (echo 3), releases the bash, which execs the
+     command (as the S suite's bash does); the start-up ends when the command
+     exits (`xterm /bin/true` exits once it has started and run /bin/true).
+     A run during which unrelated tasks filled the page cache is retried;
   4. measures untraced cold and warm wall-clock start-up times;
-  5. maps inodes to paths (one walk of the root filesystem), maps file pages
-     to disk sectors (FIEMAP), keeps only the page-cache fills of the app's
-     process tree (and, by default, of the X server while the app runs) that a
-     disk read request actually covered, merges contiguous fills of one burst
-     into reads, and computes think times as
-        think_i = issue_i - complete_{i-1}   (clamped at 0)
-     where issue_i is the time the first page of read i entered the page cache
-     and complete_{i-1} the completion time of the last block request that
-     served read i-1 (block_rq_complete);
-  6. writes <out>/<app>.trace (the run with the median byte count),
+  5. maps inodes to paths, file pages to disk sectors (FIEMAP), keeps only the
+     page-cache fills of the app's process tree (and, by default, of the X
+     server while the app runs) that a disk read request actually served,
+     merges contiguous fills of one burst (gaps <= 100 us) into reads, and
+     computes think times as
+        think_i = CPU time of the app tree or X server in
+                  [complete_{i-1}, issue_i]
+     where issue_i is when the first page of read i entered the page cache,
+     complete_{i-1} the completion of the last block request that served read
+     i-1, and "CPU time" the time at least one of those tasks was on a CPU
+     (from sched_switch/sched_wakeup), so time spent runnable behind
+     unrelated load is not counted;
+  6. writes <out>/<app>.trace (the most typical run: see medoid()),
      <out>/runs/<app>.runN.trace (every run) and <out>/runs/summary.json
-     (per-run statistics, timings); raw ftrace text goes to --raw.
+     (per-run statistics, timings); raw ftrace text and the recording
+     metadata go to --raw, from which --analyse-only re-derives the traces.
 
 Filesystem metadata (inode tables, directories, extent blocks read through the
 block device's page cache) is represented as one pseudo-file
@@ -37,11 +46,12 @@ Usage (as root):
   record-app-trace.py [--apps bash,xterm,konsole] [--runs 3] [--out DIR]
                       [--raw DIR] [--read-ahead-kb KB] [--no-xserver]
                       [--app NAME --command CMD [--needs-x]]
+  record-app-trace.py --analyse-only [--out DIR] [--raw DIR]
+  record-app-trace.py --check apps/*.trace
 Only the Python 3 standard library is used.
 """
 
 import argparse
-import array
 import bisect
 import datetime
 import fcntl
@@ -824,7 +834,8 @@ def io_union(reads):
     return tot
 
 
-def make_trace(app, command, recorded, an, reads, paths, sizes, layouts, rootdev, extra_comments):
+def make_trace(app, command, recorded, an, reads, paths, sizes, layouts, rootdev, extra_comments,
+               changed=frozenset()):
     """Render the trace text and its stats."""
     # metadata pseudo-file: compacted disk blocks
     meta_pages = sorted({o for rd in reads if rd["kind"] == "m"
@@ -886,7 +897,7 @@ def make_trace(app, command, recorded, an, reads, paths, sizes, layouts, rootdev
                    + " ".join(f"{k}={v}" for k, v in crit.items())
                    + " (cpu: on a CPU; runq: runnable, CPU taken by unrelated load; D/S: asleep)")
     out.append("# end_think_us: CPU time after the last read until the command exited "
-               "(not expressible as a read line)")
+               "(the final 'end' line)")
     nx = sum(1 for rd in reads if rd["who"] == "x")
     if nx:
         xb = sum(rd["len"] for rd in reads if rd["who"] == "x")
@@ -901,6 +912,9 @@ def make_trace(app, command, recorded, an, reads, paths, sizes, layouts, rootdev
             out.append(f"# file {i} has {len(names)} hard links: " + " ".join(names[:24])
                        + (" ..." if len(names) > 24 else ""))
     for i, (size, path, k) in enumerate(files):
+        if k[0] == "f" and k[1] in changed:
+            out.append(f"# extent {i} unknown: the start-up replaced or modified this file")
+            continue
         ext = meta_ext if k[0] == "m" else [(lo, ph, ln) for lo, ph, ln in layouts.get(k[1], [])]
         for lo, ph, ln in ext[:64]:
             out.append(f"# extent {i} {lo} {ph} {ln}")
@@ -912,6 +926,7 @@ def make_trace(app, command, recorded, an, reads, paths, sizes, layouts, rootdev
     for i, (size, path, k) in enumerate(files):
         out.append(f"file {i} {size} {path}")
     out += lines
+    out.append(f"end {end_think}")
     stats = {"files": len(files), "bytes": total, "reads": len(lines),
              "think_us": think_total, "end_think_us": end_think,
              "io_busy_us": int(round(io_union(reads) * 1e6)),
@@ -959,6 +974,9 @@ def check_trace(text):
                 probs.append(f"line {n}: bad read {l}")
             if fid in sizes and off >= max(sizes[fid], 1) + PAGE:
                 probs.append(f"line {n}: read beyond file size")
+        elif w[0] == "end":
+            if len(w) != 2 or not w[1].isdigit():
+                probs.append(f"line {n}: end line needs one integer")
         else:
             probs.append(f"line {n}: unknown keyword {w[0]}")
     for k in ("app", "command", "recorded"):
@@ -1144,7 +1162,7 @@ def analyse_all(args, meta, rootdev, out, runs_dir):
                 comments.append("changed or replaced during the start-up (name and size from before it; "
                                 "some reads matched to requests by time): " + " ".join(gone))
             text, st = make_trace(name, m["command"], recorded, an, reads, paths, sizes, layouts,
-                                  rootdev, comments)
+                                  rootdev, comments, changed)
             st["wall_s"] = m["traced"][i]["wall_s"]
             st["quiet_wait_s"] = m["traced"][i]["quiet_wait_s"]
             st["other_fills"] = an["other_fills"]
