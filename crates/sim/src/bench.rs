@@ -176,6 +176,11 @@ pub fn repetition_seed(cell_seed: u64, rep: u32) -> u64 {
 /// One repetition of a start-up cell: `iterations` cold starts; the run
 /// stops at the first start that times out, as the suite does.
 pub fn run_startup(cell: &Cell, opts: &SimOptions, rep: u32) -> Result<RunResult, String> {
+    startup_run(cell, opts, rep).map(|(run, _)| run)
+}
+
+/// [`run_startup`], also returning the machine at the end of the run.
+fn startup_run(cell: &Cell, opts: &SimOptions, rep: u32) -> Result<(RunResult, Machine), String> {
     let Setup {
         mut machine,
         app,
@@ -210,7 +215,7 @@ pub fn run_startup(cell: &Cell, opts: &SimOptions, rep: u32) -> Result<RunResult
             }
         }
     }
-    Ok(out)
+    Ok((out, machine))
 }
 
 /// One repetition of a throughput cell: aggregate MB/s (10^6 bytes, reads
@@ -268,25 +273,6 @@ pub fn run_cell(
 /// simulated events and the simulated time, for the events-per-second
 /// benchmark.
 pub fn count_events(cell: &Cell, opts: &SimOptions, rep: u32) -> Result<(u64, Nanos), String> {
-    let Setup {
-        mut machine,
-        app,
-        workload,
-    } = setup(cell, opts, repetition_seed(cell.seed, rep))?;
-    let m = &mut machine;
-    let settle = transitory(&workload);
-    m.run_until(settle, |_| false);
-    if let Some((trace, files)) = app {
-        for _ in 0..cell.iterations {
-            m.run_until(m.now() + secs(PAUSE_BEFORE_START), |_| false);
-            m.drop_caches();
-            let start = m.now();
-            let pid = m.start_app(trace.clone(), files.clone(), IoPrio::DEFAULT);
-            m.run_until(start + secs(cell.timeout_s), |m| {
-                m.app_finished(pid).is_some()
-            });
-            m.kill(pid);
-        }
-    }
+    let (_, m) = startup_run(cell, opts, rep)?;
     Ok((m.events_processed(), m.now()))
 }

@@ -35,6 +35,27 @@ pub struct DispatchRecord {
 /// was 1280 sectors for years, hardware limits are often lower).
 pub const DEFAULT_MAX_SECTORS: u32 = 1024;
 
+/// The elevator's view of the block layer at `now`, for one hook call.
+fn sched_ctx<'a>(
+    now: Nanos,
+    rqs: &'a RequestTable,
+    cgroups: &'a Cgroups,
+    in_driver: usize,
+    device: &Device,
+    ticks: TickSource,
+) -> SchedCtx<'a> {
+    SchedCtx {
+        now,
+        rqs,
+        in_driver,
+        queue_depth: device.queue_depth(),
+        rotational: device.info().rotational,
+        cgroups,
+        ticks,
+        timer_request: None,
+    }
+}
+
 pub struct BlockLayer {
     pub rqs: RequestTable,
     sched: Box<dyn IoScheduler>,
@@ -42,7 +63,6 @@ pub struct BlockLayer {
     pub cgroups: Cgroups,
     pub ticks: TickSource,
     max_sectors: u32,
-    rotational: bool,
     /// Pending (not yet dispatched) requests by end sector, for back merges.
     by_end: HashMap<u64, RqId>,
     /// Pending requests by start sector, for front merges.
@@ -66,7 +86,6 @@ impl BlockLayer {
         cgroups: Cgroups,
         ticks: TickSource,
     ) -> BlockLayer {
-        let rotational = device.info().rotational;
         BlockLayer {
             rqs: RequestTable::default(),
             sched,
@@ -74,7 +93,6 @@ impl BlockLayer {
             cgroups,
             ticks,
             max_sectors: DEFAULT_MAX_SECTORS,
-            rotational,
             by_end: HashMap::default(),
             by_start: HashMap::default(),
             in_driver: 0,
@@ -116,16 +134,14 @@ impl BlockLayer {
         now: Nanos,
         f: impl FnOnce(&mut dyn IoScheduler, &mut SchedCtx) -> T,
     ) -> T {
-        let mut ctx = SchedCtx {
+        let mut ctx = sched_ctx(
             now,
-            rqs: &self.rqs,
-            in_driver: self.in_driver,
-            queue_depth: self.device.queue_depth(),
-            rotational: self.rotational,
-            cgroups: &self.cgroups,
-            ticks: self.ticks,
-            timer_request: None,
-        };
+            &self.rqs,
+            &self.cgroups,
+            self.in_driver,
+            &self.device,
+            self.ticks,
+        );
         let out = f(self.sched.as_mut(), &mut ctx);
         if let Some(req) = ctx.timer_request {
             self.timer_at = req;
@@ -162,16 +178,14 @@ impl BlockLayer {
         if rq.dir != bio.dir || rq.sync != bio.sync || rq.sectors + bio.sectors > self.max_sectors {
             return false;
         }
-        let ctx = SchedCtx {
+        let ctx = sched_ctx(
             now,
-            rqs: &self.rqs,
-            in_driver: self.in_driver,
-            queue_depth: self.device.queue_depth(),
-            rotational: self.rotational,
-            cgroups: &self.cgroups,
-            ticks: self.ticks,
-            timer_request: None,
-        };
+            &self.rqs,
+            &self.cgroups,
+            self.in_driver,
+            &self.device,
+            self.ticks,
+        );
         self.sched.allow_merge(&ctx, id, &bio.ioc, bio.sync)
     }
 

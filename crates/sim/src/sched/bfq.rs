@@ -175,6 +175,32 @@ struct Entity {
     queue: Option<QueueId>,
 }
 
+impl Entity {
+    /// A fresh entity, out of every tree, with no budget yet.
+    fn new(
+        weight: u32,
+        class: usize,
+        parent_sd: usize,
+        own_sd: Option<usize>,
+        queue: Option<QueueId>,
+    ) -> Entity {
+        Entity {
+            weight,
+            orig_weight: weight,
+            budget: 0,
+            service: 0,
+            start: 0,
+            finish: 0,
+            tree: Tree::None,
+            counted: false,
+            class,
+            parent_sd,
+            own_sd,
+            queue,
+        }
+    }
+}
+
 #[derive(Clone, Debug, Default)]
 struct ServiceTree {
     active: Vec<EntId>,
@@ -382,20 +408,13 @@ impl Bfq {
             class_idle_last_service: LONG_AGO,
         });
         let w = ctx.cgroups.weight(cgroup);
-        self.entities.push(Entity {
-            weight: w,
-            orig_weight: w,
-            budget: 0,
-            service: 0,
-            start: 0,
-            finish: 0,
-            tree: Tree::None,
-            counted: false,
-            class: class_index(IoPrioClass::Be),
-            parent_sd: 0,
-            own_sd: Some(sd),
-            queue: None,
-        });
+        self.entities.push(Entity::new(
+            w,
+            class_index(IoPrioClass::Be),
+            0,
+            Some(sd),
+            None,
+        ));
         self.groups.insert(cgroup, ent);
         sd
     }
@@ -414,20 +433,9 @@ impl Bfq {
         let sd = self.group_sd(ioc.cgroup, ctx);
         let ent = self.entities.len();
         let w = Self::ioprio_weight(ioc.prio.level);
-        self.entities.push(Entity {
-            weight: w,
-            orig_weight: w,
-            budget: 0,
-            service: 0,
-            start: 0,
-            finish: 0,
-            tree: Tree::None,
-            counted: false,
-            class: class_index(ioc.prio.class),
-            parent_sd: sd,
-            own_sd: None,
-            queue: Some(self.queues.len()),
-        });
+        let class = class_index(ioc.prio.class);
+        self.entities
+            .push(Entity::new(w, class, sd, None, Some(self.queues.len())));
         let qid = self.queues.len();
         // `bfq_init_bfqq()`: a new sync queue starts I/O bound, with a
         // short think time, "just created", with the default max budget,
