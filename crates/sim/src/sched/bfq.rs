@@ -229,6 +229,9 @@ struct Queue {
     fifo: VecDeque<(Nanos, RqId)>,
     dispatched: u32,
     busy: bool,
+    /// Interactive and soft real-time raising periods started (statistics).
+    raised_interactive: u32,
+    raised_softrt: u32,
     max_budget: u32,
     fifo_expire_used: bool,
     wait_request: bool,
@@ -453,6 +456,8 @@ impl Bfq {
             wait_request: false,
             non_blocking_wait_rq: false,
             softrt_update: false,
+            raised_interactive: 0,
+            raised_softrt: 0,
             io_bound: true,
             has_short_ttime: sync && ioc.prio.class != IoPrioClass::Idle,
             just_created: sync,
@@ -1140,7 +1145,7 @@ impl Bfq {
         let arrived_in_time = ctx.now <= qq.last_end_request + 3 * SLICE_IDLE;
         let in_burst = qq.in_large_burst;
         let default_weight = self.entities[qq.entity].orig_weight == DEFAULT_QUEUE_WEIGHT;
-        let soft_rt = !Self::totally_seeky(qq)
+        let soft_rt = !(self.cfg.bfq_softrt_seeky_filter && Self::totally_seeky(qq))
             && !in_burst
             && qq.soft_rt_next_start < j
             && qq.dispatched == 0
@@ -1189,9 +1194,11 @@ impl Bfq {
                     let qq = &mut self.queues[q];
                     qq.service_from_wr = 0;
                     qq.wr_cur_max_time = d;
+                    qq.raised_interactive += 1;
                     self.set_wr_coeff(q, WR_COEFF);
                 } else {
                     let qq = &mut self.queues[q];
+                    qq.raised_softrt += 1;
                     qq.wr_start_at_switch_to_srt = LONG_AGO;
                     qq.wr_cur_max_time = rt_max;
                     self.set_wr_coeff(q, WR_COEFF * SOFTRT_WEIGHT_FACTOR);
@@ -1211,6 +1218,7 @@ impl Bfq {
                 } else if soft_rt {
                     if self.queues[q].wr_cur_max_time != rt_max {
                         let qq = &mut self.queues[q];
+                        qq.raised_softrt += 1;
                         qq.wr_start_at_switch_to_srt = qq.last_wr_start_finish;
                         qq.wr_cur_max_time = rt_max;
                         self.set_wr_coeff(q, WR_COEFF * SOFTRT_WEIGHT_FACTOR);
@@ -1598,6 +1606,15 @@ impl Bfq {
 impl IoScheduler for Bfq {
     fn name(&self) -> &'static str {
         "bfq"
+    }
+
+    fn raisings(&self, pid: Pid) -> (u32, u32) {
+        self.sync_queues.get(&pid).map_or((0, 0), |&q| {
+            (
+                self.queues[q].raised_interactive,
+                self.queues[q].raised_softrt,
+            )
+        })
     }
 
     /// `bfq_allow_bio_merge()`: a sync bio merges only into a request of

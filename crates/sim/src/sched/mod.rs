@@ -16,7 +16,7 @@
 //! when it fires the block layer calls [`IoScheduler::timer`] and then tries
 //! to dispatch again.
 
-use crate::request::{CgroupId, IoContext, Request, RequestTable, RqId};
+use crate::request::{CgroupId, IoContext, Pid, Request, RequestTable, RqId};
 use devmodel::Nanos;
 
 pub mod anticipatory;
@@ -176,6 +176,15 @@ pub trait IoScheduler: Send {
 
     /// Requests inside the scheduler, not yet dispatched.
     fn queued(&self) -> usize;
+
+    /// Weight-raising periods started so far for process `pid`'s sync
+    /// queue: (interactive, soft real-time). Only BFQ raises weights; the
+    /// others report none. Tests and reports use it to see the heuristics
+    /// at work, e.g. a greedy reader deemed soft real-time.
+    fn raisings(&self, pid: Pid) -> (u32, u32) {
+        let _ = pid;
+        (0, 0)
+    }
 }
 
 /// Tunables shared by the scheduler constructors.
@@ -190,6 +199,11 @@ pub struct SchedConfig {
     /// it off reproduces greedy readers mistaken for soft real-time on
     /// coarse ticks.
     pub bfq_softrt_tick_slack: bool,
+    /// Mainline BFQ (since Linux 5.x) never deems a "totally seeky" queue
+    /// (its last 32 requests all seeky) soft real-time. BFQ v7r2, the one
+    /// of the Linux 3.12 kernels of the CLOUD 2014 runs, had no such
+    /// filter; turning it off brings back that behaviour.
+    pub bfq_softrt_seeky_filter: bool,
 }
 
 impl Default for SchedConfig {
@@ -198,6 +212,7 @@ impl Default for SchedConfig {
             hz: 250,
             low_latency: true,
             bfq_softrt_tick_slack: true,
+            bfq_softrt_seeky_filter: true,
         }
     }
 }
