@@ -8,7 +8,8 @@ use crate::engine::Rng;
 use crate::fs::FileId;
 use crate::request::IoPrio;
 use crate::sched::SchedConfig;
-use crate::system::{secs, to_secs, Machine, MachineConfig, WORKLOAD_FILE_BYTES};
+use crate::system::{secs, to_secs, KernelId, Machine, MachineConfig, HOST, WORKLOAD_FILE_BYTES};
+use crate::vm::VmConfig;
 use crate::workload::{self, AppTrace};
 use devmodel::Nanos;
 use experiment::{Benchmark, Cell, CellResult, Metric, Pattern, RunResult, WorkloadSpec};
@@ -33,11 +34,33 @@ const RANDOM_WRITE_RATE_DIVISOR: f64 = 60.0;
 const SYNC_PERIOD_S: f64 = 2.0;
 
 /// Knobs of the simulated runs beyond the scenario.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct SimOptions {
+    /// The host kernel's scheduler tunables.
     pub sched_cfg: SchedConfig,
     /// Override the device's queue depth.
     pub queue_depth: Option<usize>,
+    /// What every VM is made of (its `sched` is replaced by the cell's
+    /// guest scheduler, or for the other VMs by the same).
+    pub vm: VmConfig,
+}
+
+impl Default for SimOptions {
+    fn default() -> Self {
+        SimOptions {
+            sched_cfg: SchedConfig::default(),
+            queue_depth: None,
+            vm: guest_defaults(),
+        }
+    }
+}
+
+/// The guests of the published runs: Linux 3.12 on ARM, HZ=100, BFQ v7r2,
+/// whose soft real-time test had no filter for totally seeky queues.
+pub fn guest_defaults() -> VmConfig {
+    let mut vm = VmConfig::default();
+    vm.sched_cfg.bfq_softrt_seeky_filter = false;
+    vm
 }
 
 /// Devices the simulator knows.
@@ -58,32 +81,31 @@ pub fn accepted() -> experiment::Accepted {
     experiment::Accepted {
         devices: devices(),
         host_scheds: schedulers(),
-        guest_scheds: Vec::new(),
+        guest_scheds: schedulers(),
         coordination: vec!["off".into()],
         apps: workload::preset_names(),
         allow_cmd_apps: false,
-        allow_vm: false,
+        allow_vm: true,
     }
 }
 
-/// A machine set up for one repetition of a cell, with its workload
+/// A machine set up for one repetition of a cell, with its workloads
 /// running.
 pub struct Setup {
     pub machine: Machine,
+    /// The kernel the app starts in and whose disk throughput counts: the
+    /// host for native cells, VM 1's guest for VM cells.
+    pub app_kernel: KernelId,
     pub app: Option<(Arc<AppTrace>, Vec<FileId>)>,
-    pub workload: WorkloadSpec,
+    /// Every workload started, for the settle time.
+    pub workloads: Vec<WorkloadSpec>,
 }
 
-/// Builds the machine of a native cell: device, elevator, the app's files
-/// and the workload's files, and starts the workload.
+/// Builds the machine of a cell: device, host elevator and host workload;
+/// for VM cells, VM 1 with the guest elevator, the app's files and the
+/// guest workload. Starts the workloads.
 pub fn setup(cell: &Cell, opts: &SimOptions, seed: u64) -> Result<Setup, String> {
-    if !cell.is_native() {
-        return Err(format!(
-            "cell {}: VM cells (guest_sched) are not supported by this simulator build",
-            cell.key()
-        ));
-    }
-    let workload = cell.host_workload_spec()?;
+    let host_workload = cell.host_workload_spec()?;
     let cfg = MachineConfig {
         device: cell.device.clone(),
         queue_depth: opts.queue_depth,
@@ -92,6 +114,18 @@ pub fn setup(cell: &Cell, opts: &SimOptions, seed: u64) -> Result<Setup, String>
         ..MachineConfig::default()
     };
     let mut m = Machine::new(&cfg, seed)?;
+    let mut workloads = vec![host_workload.clone()];
+    let app_kernel = match &cell.guest_sched {
+        None => HOST,
+        Some(gs) => {
+            let vm_cfg = VmConfig {
+                sched: gs.clone(),
+                ..opts.vm.clone()
+            };
+            let (guest, _) = m.add_vm(&vm_cfg, &image_path(1))?;
+            guest
+        }
+    };
 
     // The application's files, placed in path order as an installed
     // system has them.
@@ -107,38 +141,51 @@ pub fn setup(cell: &Cell, opts: &SimOptions, seed: u64) -> Result<Setup, String>
         order.sort_by(|&a, &b| trace.files[a].path.cmp(&trace.files[b].path));
         let mut ids = vec![0; trace.files.len()];
         for i in order {
-            ids[i] = m.add_file(&trace.files[i].path, trace.files[i].size.max(1));
+            let f = &trace.files[i];
+            ids[i] = m.add_file(app_kernel, &f.path, f.size.max(1));
         }
         Some((Arc::new(trace), ids))
     } else {
         None
     };
 
-    start_workload(&mut m, &workload);
+    start_workload(&mut m, HOST, &host_workload);
+    if let Some(gw) = cell.guest_workload_spec() {
+        let gw = gw?;
+        start_workload(&mut m, app_kernel, &gw);
+        workloads.push(gw);
+    }
     Ok(Setup {
         machine: m,
+        app_kernel,
         app,
-        workload,
+        workloads,
     })
 }
 
-/// Starts the S suite's background readers and writers, each on its own
-/// file in the suite's work directory.
-pub fn start_workload(m: &mut Machine, w: &WorkloadSpec) {
+/// Where VM `n`'s image file lives on the host (VMs count from 1).
+pub fn image_path(n: usize) -> String {
+    format!("/var/lib/tandem/images/vm{n}.img")
+}
+
+/// Starts the S suite's background readers and writers in kernel `k`,
+/// each on its own file in the suite's work directory. Writers are capped
+/// as S caps them when the kernel sees a rotational disk (a guest's virtio
+/// disk is one).
+pub fn start_workload(m: &mut Machine, k: KernelId, w: &WorkloadSpec) {
     let random = w.pattern == Some(Pattern::Rand);
     let files: Vec<FileId> = (0..w.readers + w.writers)
-        .map(|i| m.add_file(&format!("/S/file{i}"), WORKLOAD_FILE_BYTES))
+        .map(|i| m.add_file(k, &format!("/S/file{i}"), WORKLOAD_FILE_BYTES))
         .collect();
     for &f in &files[..w.readers as usize] {
         if random {
-            m.start_rand_reader(f, IoPrio::DEFAULT, 0);
+            m.start_rand_reader(k, f, IoPrio::DEFAULT, 0);
         } else {
-            m.start_seq_reader(f, IoPrio::DEFAULT, 0);
+            m.start_seq_reader(k, f, IoPrio::DEFAULT, 0);
         }
     }
     if w.writers > 0 {
-        let rotational = m.block.device().info().rotational;
-        let total = if rotational {
+        let total = if m.rotational(k) {
             MAXRATE_ROTATIONAL_KB_S * 1000.0
         } else {
             0.0
@@ -149,9 +196,9 @@ pub fn start_workload(m: &mut Machine, w: &WorkloadSpec) {
         }
         for i in 0..w.writers as usize {
             let f = files[w.readers as usize + i];
-            m.start_writer(f, random, per_writer, IoPrio::DEFAULT);
+            m.start_writer(k, f, random, per_writer, IoPrio::DEFAULT);
         }
-        m.periodic_sync(secs(SYNC_PERIOD_S));
+        m.periodic_sync(k, secs(SYNC_PERIOD_S));
     }
 }
 
@@ -159,8 +206,8 @@ pub fn start_workload(m: &mut Machine, w: &WorkloadSpec) {
 /// (`transitory_duration 7` plus 6 s): 13 s. The suite waits longer only
 /// when the scheduler exposes `wr_max_time` in sysfs, which BFQ in mainline
 /// Linux does not. Nothing to wait for without a workload.
-pub fn transitory(w: &WorkloadSpec) -> Nanos {
-    if w.is_none() {
+pub fn transitory(workloads: &[WorkloadSpec]) -> Nanos {
+    if workloads.iter().all(|w| w.is_none()) {
         0
     } else {
         secs(TRANSITORY_OTHER_S + TRANSITORY_EXTRA_S)
@@ -183,20 +230,26 @@ pub fn run_startup(cell: &Cell, opts: &SimOptions, rep: u32) -> Result<RunResult
 fn startup_run(cell: &Cell, opts: &SimOptions, rep: u32) -> Result<(RunResult, Machine), String> {
     let Setup {
         mut machine,
+        app_kernel,
         app,
-        workload,
+        workloads,
     } = setup(cell, opts, repetition_seed(cell.seed, rep))?;
     let m = &mut machine;
     let (trace, files) = app.expect("startup cells have an app");
-    let settle = transitory(&workload);
+    let settle = transitory(&workloads);
     m.run_until(m.now() + settle, |_| false);
     let timeout = secs(cell.timeout_s);
     let mut out = RunResult::default();
     for _ in 0..cell.iterations {
         m.run_until(m.now() + secs(PAUSE_BEFORE_START), |_| false);
-        m.drop_caches();
+        // The VM extension of the suite drops the host's caches too,
+        // before every start; otherwise the host cache fakes a fast disk.
+        m.drop_caches(app_kernel);
+        if app_kernel != HOST {
+            m.drop_caches(HOST);
+        }
         let start = m.now();
-        let pid = m.start_app(trace.clone(), files.clone(), IoPrio::DEFAULT);
+        let pid = m.start_app(app_kernel, trace.clone(), files.clone(), IoPrio::DEFAULT);
         m.run_until(start + timeout, |m| m.app_finished(pid).is_some());
         match m.app_finished(pid) {
             Some(t) => {
@@ -219,25 +272,27 @@ fn startup_run(cell: &Cell, opts: &SimOptions, rep: u32) -> Result<(RunResult, M
 }
 
 /// One repetition of a throughput cell: aggregate MB/s (10^6 bytes, reads
-/// plus writes completed by the device) sampled every `sample_s` over
-/// `duration_s`, after the settle time.
+/// plus writes completed by the disk: the device for native cells, VM 1's
+/// virtual disk for VM cells) sampled every `sample_s` over `duration_s`,
+/// after the settle time.
 pub fn run_throughput(cell: &Cell, opts: &SimOptions, rep: u32) -> Result<RunResult, String> {
     let Setup {
         mut machine,
-        workload,
+        app_kernel,
+        workloads,
         ..
     } = setup(cell, opts, repetition_seed(cell.seed, rep))?;
     let m = &mut machine;
-    let settle = transitory(&workload);
+    let settle = transitory(&workloads);
     m.run_until(m.now() + settle, |_| false);
     let sample = secs(cell.sample_s);
     let samples = (cell.duration_s / cell.sample_s).floor().max(1.0) as usize;
     let mut out = RunResult::default();
-    let (r0, w0) = m.sectors_done();
+    let (r0, w0) = m.sectors_done(app_kernel);
     let mut last = r0 + w0;
     for _ in 0..samples {
         m.run_until(m.now() + sample, |_| false);
-        let (r, w) = m.sectors_done();
+        let (r, w) = m.sectors_done(app_kernel);
         let done = r + w;
         out.values
             .push((done - last) as f64 * 512.0 / 1e6 / cell.sample_s);

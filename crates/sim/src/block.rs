@@ -5,6 +5,7 @@
 
 use crate::request::{BioOwner, IoContext, Request, RequestTable, RqId};
 use crate::sched::{Cgroups, IoScheduler, MergeKind, SchedCtx, TickSource};
+use crate::virtio::Virtqueue;
 use devmodel::{Device, Direction, IoRequest, Nanos};
 use rustc_hash::FxHashMap as HashMap;
 
@@ -35,21 +36,75 @@ pub struct DispatchRecord {
 /// was 1280 sectors for years, hardware limits are often lower).
 pub const DEFAULT_MAX_SECTORS: u32 = 1024;
 
+/// What the block layer hands its requests to: a physical device, or (in
+/// a guest) the virtqueue of a virtio-blk disk.
+pub enum Backend {
+    Disk(Device),
+    Virtio(Virtqueue),
+}
+
+impl Backend {
+    fn can_accept(&self) -> bool {
+        match self {
+            Backend::Disk(d) => d.can_accept(),
+            Backend::Virtio(v) => v.can_accept(),
+        }
+    }
+
+    fn submit(&mut self, now: Nanos, tag: u64, io: IoRequest) {
+        match self {
+            Backend::Disk(d) => d.submit(now, tag, io),
+            Backend::Virtio(v) => v.submit(tag, io),
+        }
+    }
+
+    fn pop_completed(&mut self, now: Nanos) -> Option<u64> {
+        match self {
+            Backend::Disk(d) => d.pop_completed(now),
+            Backend::Virtio(v) => v.pop_completed(now),
+        }
+    }
+
+    pub fn next_completion(&self) -> Option<Nanos> {
+        match self {
+            Backend::Disk(d) => d.next_completion(),
+            Backend::Virtio(v) => v.next_completion(),
+        }
+    }
+
+    pub fn queue_depth(&self) -> usize {
+        match self {
+            Backend::Disk(d) => d.queue_depth(),
+            Backend::Virtio(v) => v.depth(),
+        }
+    }
+
+    /// `/sys/block/X/queue/rotational`. virtio-blk leaves it at 1 (the
+    /// driver of the published 3.12 guests never set `QUEUE_FLAG_NONROT`),
+    /// so a guest's elevator treats its virtual disk as a rotating one.
+    pub fn rotational(&self) -> bool {
+        match self {
+            Backend::Disk(d) => d.info().rotational,
+            Backend::Virtio(_) => true,
+        }
+    }
+}
+
 /// The elevator's view of the block layer at `now`, for one hook call.
 fn sched_ctx<'a>(
     now: Nanos,
     rqs: &'a RequestTable,
     cgroups: &'a Cgroups,
     in_driver: usize,
-    device: &Device,
+    backend: &Backend,
     ticks: TickSource,
 ) -> SchedCtx<'a> {
     SchedCtx {
         now,
         rqs,
         in_driver,
-        queue_depth: device.queue_depth(),
-        rotational: device.info().rotational,
+        queue_depth: backend.queue_depth(),
+        rotational: backend.rotational(),
         cgroups,
         ticks,
         timer_request: None,
@@ -59,7 +114,7 @@ fn sched_ctx<'a>(
 pub struct BlockLayer {
     pub rqs: RequestTable,
     sched: Box<dyn IoScheduler>,
-    device: Device,
+    backend: Backend,
     pub cgroups: Cgroups,
     pub ticks: TickSource,
     max_sectors: u32,
@@ -82,14 +137,14 @@ pub struct BlockLayer {
 impl BlockLayer {
     pub fn new(
         sched: Box<dyn IoScheduler>,
-        device: Device,
+        backend: Backend,
         cgroups: Cgroups,
         ticks: TickSource,
     ) -> BlockLayer {
         BlockLayer {
             rqs: RequestTable::default(),
             sched,
-            device,
+            backend,
             cgroups,
             ticks,
             max_sectors: DEFAULT_MAX_SECTORS,
@@ -109,8 +164,20 @@ impl BlockLayer {
         self.sched.as_ref()
     }
 
-    pub fn device(&self) -> &Device {
-        &self.device
+    pub fn backend(&self) -> &Backend {
+        &self.backend
+    }
+
+    pub fn backend_mut(&mut self) -> &mut Backend {
+        &mut self.backend
+    }
+
+    /// The physical device, when there is one (not in a guest).
+    pub fn device(&self) -> Option<&Device> {
+        match &self.backend {
+            Backend::Disk(d) => Some(d),
+            Backend::Virtio(_) => None,
+        }
     }
 
     pub fn in_driver(&self) -> usize {
@@ -124,7 +191,7 @@ impl BlockLayer {
 
     /// Next device completion, if any.
     pub fn next_completion(&self) -> Option<Nanos> {
-        self.device.next_completion()
+        self.backend.next_completion()
     }
 
     /// Runs one elevator hook with a fresh context and applies its timer
@@ -139,7 +206,7 @@ impl BlockLayer {
             &self.rqs,
             &self.cgroups,
             self.in_driver,
-            &self.device,
+            &self.backend,
             self.ticks,
         );
         let out = f(self.sched.as_mut(), &mut ctx);
@@ -183,7 +250,7 @@ impl BlockLayer {
             &self.rqs,
             &self.cgroups,
             self.in_driver,
-            &self.device,
+            &self.backend,
             self.ticks,
         );
         self.sched.allow_merge(&ctx, id, &bio.ioc, bio.sync)
@@ -234,7 +301,7 @@ impl BlockLayer {
     /// Hands requests to the device while it has room and the elevator
     /// has something to give (`blk_mq_do_dispatch_sched`).
     pub fn dispatch(&mut self, now: Nanos) {
-        while self.device.can_accept() {
+        while self.backend.can_accept() {
             let Some(id) = self.with_ctx(now, |s, ctx| s.dispatch(ctx)) else {
                 break;
             };
@@ -256,14 +323,14 @@ impl BlockLayer {
                 });
             }
             self.in_driver += 1;
-            self.device.submit(now, id as u64, io);
+            self.backend.submit(now, id as u64, io);
         }
     }
 
     /// Collects the device's completions due at `now`, tells the elevator,
     /// and returns the owners to wake. Then dispatches again.
     pub fn complete_due(&mut self, now: Nanos, woken: &mut Vec<BioOwner>) {
-        while let Some(tag) = self.device.pop_completed(now) {
+        while let Some(tag) = self.backend.pop_completed(now) {
             let id = tag as RqId;
             self.in_driver -= 1;
             self.with_ctx(now, |s, ctx| s.completed(ctx, id));

@@ -13,4 +13,6 @@ pub mod fs;
 pub mod request;
 pub mod sched;
 pub mod system;
+pub mod virtio;
+pub mod vm;
 pub mod workload;

@@ -1,15 +1,29 @@
-//! One simulated machine: a device, its block layer and elevator, a page
-//! cache, and the processes that use them (background readers and writers,
-//! the write-back flusher, and applications being started).
+//! One simulated machine: the host kernel (a device, its block layer and
+//! elevator, a page cache), the guest kernels of its virtual machines (each
+//! over a virtio disk backed by an image file on the host, see
+//! [`crate::vm`]), QEMU's I/O threads, and the processes that use them
+//! (background readers and writers, the write-back flushers, and
+//! applications being started).
 
-use crate::block::{Bio, BlockLayer};
+use crate::block::{Backend, Bio, BlockLayer};
 use crate::engine::{EventQueue, Rng};
 use crate::fs::{FileId, Layout, PageSet, PAGE, PAGE_SECTORS};
 use crate::request::{BioOwner, CgroupId, IoContext, IoPrio, Pid};
 use crate::sched::{self, Cgroups, SchedConfig, TickSource, MSEC, SEC};
+use crate::virtio::Virtqueue;
+use crate::vm::{
+    Aio, VmConfig, COPY_NS_PER_BYTE, IRQ_INJECT_NS, THREAD_POOL_IDLE_NS, THREAD_POOL_MAX,
+    VIRTQUEUE_NOTIFY_NS, WORKER_HANDOFF_NS,
+};
 use crate::workload::AppTrace;
-use devmodel::{Device, Direction, Nanos};
+use devmodel::{Device, Direction, IoRequest, Nanos};
+use std::collections::VecDeque;
 use std::sync::Arc;
+
+/// One kernel of the simulation: the host is [`HOST`], guests follow.
+pub type KernelId = usize;
+/// The host kernel.
+pub const HOST: KernelId = 0;
 
 /// What a machine is made of.
 #[derive(Clone, Debug)]
@@ -75,14 +89,20 @@ pub const WORKLOAD_FILE_BYTES: u64 = 500 << 20;
 
 #[derive(Clone, Copy, Debug)]
 enum Ev {
-    /// A device completion may be due.
-    Device,
-    /// The elevator's timer, armed for this time.
-    Timer(Nanos),
+    /// A completion may be due on a kernel's backend (a device completion
+    /// on the host, a virtio interrupt in a guest).
+    Device(KernelId),
+    /// A kernel's elevator timer, armed for this time.
+    Timer(KernelId, Nanos),
     /// A process's own timer (think time, rate cap), with its generation.
     Wake(Pid, u64),
     /// The S suite's periodic `sync` (every 2 s while writers run).
-    Sync,
+    Sync(KernelId),
+    /// QEMU drains a VM's virtqueue after the guest's notification.
+    Kick(usize),
+    /// A QEMU request that needed no disk I/O (page-cache hit, buffered
+    /// write) is done copying.
+    JobDone(usize),
 }
 
 /// What a process is.
@@ -105,6 +125,11 @@ pub enum Role {
     Flusher { inflight: u32, sync_left: u64 },
     /// An application being started: a replayed start-up trace.
     App(AppRun),
+    /// A worker of a VM's QEMU thread pool (`aio=threads`), on the host,
+    /// with the request it is performing.
+    QemuWorker { vm: usize, job: Option<usize> },
+    /// A VM's QEMU iothread (`aio=native`/`io_uring`), on the host.
+    QemuIoThread { vm: usize },
     /// Finished or stopped.
     Gone,
 }
@@ -121,15 +146,16 @@ pub struct AppRun {
 }
 
 struct Proc {
+    kernel: KernelId,
     ioc: IoContext,
     role: Role,
     rng: Rng,
     gen: u64,
 }
 
-/// A simulated machine.
-pub struct Machine {
-    q: EventQueue<Ev>,
+/// One kernel: a block layer over a device or a virtqueue, the file
+/// system's layout, and the page cache.
+pub struct Kernel {
     pub block: BlockLayer,
     pub layout: Layout,
     /// Clean cached pages per file.
@@ -139,14 +165,94 @@ pub struct Machine {
     dirty_pages: u64,
     dirty_bg_pages: u64,
     dirty_limit_pages: u64,
+    flusher: Option<Pid>,
+    sync_period: Option<Nanos>,
+    device_ev: Option<Nanos>,
+    timer_ev: Option<Nanos>,
+    capacity_bytes: u64,
+    /// Jiffies lag while the kernel idles (guests, see [`crate::vm`]).
+    lagging_ticks: bool,
+    /// Last time the kernel ran something other than a completion
+    /// interrupt: its jiffies are fresh as of then.
+    last_active: Nanos,
+}
+
+impl Kernel {
+    fn new(block: BlockLayer, capacity_bytes: u64, memory_bytes: u64) -> Kernel {
+        let mem_pages = memory_bytes / PAGE;
+        Kernel {
+            block,
+            layout: Layout::new(capacity_bytes),
+            cache: Vec::new(),
+            dirty: Vec::new(),
+            dirty_pages: 0,
+            dirty_bg_pages: mem_pages * DIRTY_BACKGROUND_RATIO / 100,
+            dirty_limit_pages: mem_pages * DIRTY_RATIO / 100,
+            flusher: None,
+            sync_period: None,
+            device_ev: None,
+            timer_ev: None,
+            capacity_bytes,
+            lagging_ticks: false,
+            last_active: 0,
+        }
+    }
+}
+
+/// One VM's QEMU: its guest kernel, its image file on the host, and the
+/// requests taken from the virtqueue that wait for a thread.
+struct Vm {
+    guest: KernelId,
+    image: FileId,
+    aio: Aio,
+    /// Host cgroup of the VM's QEMU threads.
+    cgroup: CgroupId,
+    kick_scheduled: bool,
+    waiting: VecDeque<(u64, IoRequest)>,
+    /// Idle pool workers, longest idle first: the pool's semaphore wakes
+    /// its waiters in FIFO order (futex wake-ups are FIFO among waiters of
+    /// one priority).
+    idle_workers: VecDeque<Pid>,
+    workers: usize,
+    iothread: Option<Pid>,
+    /// Every QEMU thread the VM ever had.
+    threads: Vec<Pid>,
+}
+
+/// What the host saw of a VM's QEMU.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct QemuStats {
+    /// Threads created so far (pool workers or the iothread).
+    pub threads_created: usize,
+    /// Threads alive now.
+    pub threads_alive: usize,
+    /// Weight-raising periods the host's elevator gave those threads:
+    /// (interactive, soft real-time).
+    pub host_raisings: (u32, u32),
+}
+
+/// A guest request being performed by QEMU.
+struct Job {
+    vm: usize,
+    tag: u64,
+    /// The guest's request, in guest sectors (= sectors of the image).
+    req: IoRequest,
+    /// Host bios not yet completed.
+    pending: u32,
+    /// The QEMU thread performing it.
+    thread: Pid,
+}
+
+/// A simulated machine.
+pub struct Machine {
+    q: EventQueue<Ev>,
+    kernels: Vec<Kernel>,
+    vms: Vec<Vm>,
+    jobs: Vec<Option<Job>>,
+    free_jobs: Vec<usize>,
     procs: Vec<Proc>,
     rng: Rng,
     woken: Vec<BioOwner>,
-    device_ev: Option<Nanos>,
-    timer_ev: Option<Nanos>,
-    flusher: Option<Pid>,
-    sync_period: Option<Nanos>,
-    capacity_bytes: u64,
 }
 
 impl Machine {
@@ -159,29 +265,60 @@ impl Machine {
         let capacity_bytes = model.info().capacity_sectors * 512;
         let device = Device::new(model, depth);
         let sched = sched::by_name(&cfg.sched, &cfg.sched_cfg)?;
-        let ticks = TickSource {
-            hz: cfg.sched_cfg.hz,
-        };
-        let block = BlockLayer::new(sched, device, Cgroups::new(), ticks);
-        let mem_pages = cfg.memory_bytes / PAGE;
+        let ticks = TickSource::new(cfg.sched_cfg.hz);
+        let block = BlockLayer::new(sched, Backend::Disk(device), Cgroups::new(), ticks);
         Ok(Machine {
             q: EventQueue::new(),
-            block,
-            layout: Layout::new(capacity_bytes),
-            cache: Vec::new(),
-            dirty: Vec::new(),
-            dirty_pages: 0,
-            dirty_bg_pages: mem_pages * DIRTY_BACKGROUND_RATIO / 100,
-            dirty_limit_pages: mem_pages * DIRTY_RATIO / 100,
+            kernels: vec![Kernel::new(block, capacity_bytes, cfg.memory_bytes)],
+            vms: Vec::new(),
+            jobs: Vec::new(),
+            free_jobs: Vec::new(),
             procs: Vec::new(),
             rng: Rng::new(seed),
             woken: Vec::new(),
-            device_ev: None,
-            timer_ev: None,
-            flusher: None,
-            sync_period: None,
-            capacity_bytes,
         })
+    }
+
+    /// Adds a virtual machine: its image file is placed on the host at
+    /// `image_path`, its guest kernel gets the elevator and tunables of
+    /// `cfg`. Returns the guest kernel and the VM's index.
+    pub fn add_vm(
+        &mut self,
+        cfg: &VmConfig,
+        image_path: &str,
+    ) -> Result<(KernelId, usize), String> {
+        let sched = sched::by_name(&cfg.sched, &cfg.sched_cfg)?;
+        let ticks = TickSource::new(cfg.sched_cfg.hz);
+        let backend = Backend::Virtio(Virtqueue::new(cfg.virtqueue_depth));
+        let block = BlockLayer::new(sched, backend, Cgroups::new(), ticks);
+        let mut guest = Kernel::new(block, cfg.image_bytes, cfg.memory_bytes);
+        guest.lagging_ticks = cfg.lagging_ticks;
+        guest.last_active = self.now();
+        let k = self.kernels.len();
+        self.kernels.push(guest);
+        let image = self.add_file(HOST, image_path, cfg.image_bytes);
+        let vm = self.vms.len();
+        self.vms.push(Vm {
+            guest: k,
+            image,
+            aio: cfg.aio,
+            cgroup: 0,
+            kick_scheduled: false,
+            waiting: VecDeque::new(),
+            idle_workers: VecDeque::new(),
+            workers: 0,
+            iothread: None,
+            threads: Vec::new(),
+        });
+        if cfg.aio == Aio::IoThread {
+            let pid = self.spawn(HOST, Role::QemuIoThread { vm }, IoPrio::DEFAULT, 0);
+            self.vms[vm].iothread = Some(pid);
+            self.vms[vm].threads.push(pid);
+        } else {
+            // Write-back of the image's dirty pages.
+            self.ensure_flusher(HOST);
+        }
+        Ok((k, vm))
     }
 
     pub fn now(&self) -> Nanos {
@@ -192,35 +329,61 @@ impl Machine {
         self.q.processed()
     }
 
-    pub fn capacity_bytes(&self) -> u64 {
-        self.capacity_bytes
+    pub fn kernel(&self, k: KernelId) -> &Kernel {
+        &self.kernels[k]
     }
 
-    /// Creates a cgroup with a BFQ weight.
-    pub fn create_cgroup(&mut self, weight: u32) -> CgroupId {
-        self.block.cgroups.create(weight)
+    pub fn capacity_bytes(&self, k: KernelId) -> u64 {
+        self.kernels[k].capacity_bytes
     }
 
-    /// Places a file on the device.
-    pub fn add_file(&mut self, path: &str, size: u64) -> FileId {
-        let id = self.layout.add_file(path, size);
-        self.cache.push(PageSet::default());
-        self.dirty.push(PageSet::default());
+    /// Whether kernel `k` sees its disk as rotational.
+    pub fn rotational(&self, k: KernelId) -> bool {
+        self.kernels[k].block.backend().rotational()
+    }
+
+    /// What the host saw of VM `vm`'s QEMU threads.
+    pub fn qemu_stats(&self, vm: usize) -> QemuStats {
+        let v = &self.vms[vm];
+        let sched = self.kernels[HOST].block.scheduler();
+        let host_raisings = v.threads.iter().fold((0, 0), |acc, &pid| {
+            let (i, s) = sched.raisings(pid);
+            (acc.0 + i, acc.1 + s)
+        });
+        QemuStats {
+            threads_created: v.threads.len(),
+            threads_alive: v.workers + v.iothread.is_some() as usize,
+            host_raisings,
+        }
+    }
+
+    /// Creates a cgroup with a BFQ weight in kernel `k`.
+    pub fn create_cgroup(&mut self, k: KernelId, weight: u32) -> CgroupId {
+        self.kernels[k].block.cgroups.create(weight)
+    }
+
+    /// Places a file on kernel `k`'s disk.
+    pub fn add_file(&mut self, k: KernelId, path: &str, size: u64) -> FileId {
+        let kern = &mut self.kernels[k];
+        let id = kern.layout.add_file(path, size);
+        kern.cache.push(PageSet::default());
+        kern.dirty.push(PageSet::default());
         id
     }
 
-    /// Drops the clean page cache (`echo 3 > /proc/sys/vm/drop_caches`);
-    /// dirty pages stay, as in the kernel.
-    pub fn drop_caches(&mut self) {
-        for c in &mut self.cache {
+    /// Drops kernel `k`'s clean page cache (`echo 3 >
+    /// /proc/sys/vm/drop_caches`); dirty pages stay, as in the kernel.
+    pub fn drop_caches(&mut self, k: KernelId) {
+        for c in &mut self.kernels[k].cache {
             c.clear();
         }
     }
 
-    fn spawn(&mut self, role: Role, prio: IoPrio, cgroup: CgroupId) -> Pid {
+    fn spawn(&mut self, kernel: KernelId, role: Role, prio: IoPrio, cgroup: CgroupId) -> Pid {
         let pid = self.procs.len() as Pid;
         let rng = self.rng.fork();
         self.procs.push(Proc {
+            kernel,
             ioc: IoContext { pid, prio, cgroup },
             role,
             rng,
@@ -229,24 +392,43 @@ impl Machine {
         pid
     }
 
-    /// Starts a buffered sequential reader of `file` now.
-    pub fn start_seq_reader(&mut self, file: FileId, prio: IoPrio, cgroup: CgroupId) -> Pid {
-        let pid = self.spawn(Role::SeqReader { file, pos: 0 }, prio, cgroup);
+    /// Starts a buffered sequential reader of `file` in kernel `k` now.
+    pub fn start_seq_reader(
+        &mut self,
+        k: KernelId,
+        file: FileId,
+        prio: IoPrio,
+        cgroup: CgroupId,
+    ) -> Pid {
+        let pid = self.spawn(k, Role::SeqReader { file, pos: 0 }, prio, cgroup);
         self.wake_in(pid, 0);
         pid
     }
 
-    /// Starts a 4 KiB random reader of `file` now.
-    pub fn start_rand_reader(&mut self, file: FileId, prio: IoPrio, cgroup: CgroupId) -> Pid {
-        let pid = self.spawn(Role::RandReader { file }, prio, cgroup);
+    /// Starts a 4 KiB random reader of `file` in kernel `k` now.
+    pub fn start_rand_reader(
+        &mut self,
+        k: KernelId,
+        file: FileId,
+        prio: IoPrio,
+        cgroup: CgroupId,
+    ) -> Pid {
+        let pid = self.spawn(k, Role::RandReader { file }, prio, cgroup);
         self.wake_in(pid, 0);
         pid
     }
 
-    /// Starts a buffered writer of `file`, capped at `rate` bytes/s (0:
-    /// uncapped). Starts the flusher if needed.
-    pub fn start_writer(&mut self, file: FileId, random: bool, rate: f64, prio: IoPrio) -> Pid {
-        self.ensure_flusher();
+    /// Starts a buffered writer of `file` in kernel `k`, capped at `rate`
+    /// bytes/s (0: uncapped). Starts the kernel's flusher if needed.
+    pub fn start_writer(
+        &mut self,
+        k: KernelId,
+        file: FileId,
+        random: bool,
+        rate: f64,
+        prio: IoPrio,
+    ) -> Pid {
+        self.ensure_flusher(k);
         let role = Role::Writer {
             file,
             pos: 0,
@@ -254,33 +436,40 @@ impl Machine {
             rate,
             blocked: false,
         };
-        let pid = self.spawn(role, prio, 0);
+        let pid = self.spawn(k, role, prio, 0);
         self.wake_in(pid, 0);
         pid
     }
 
-    /// Makes the machine run `sync` every `period`, as the S suite does
+    /// Makes kernel `k` run `sync` every `period`, as the S suite does
     /// while writers run ("increase difficulty by periodically syncing").
-    pub fn periodic_sync(&mut self, period: Nanos) {
-        self.ensure_flusher();
-        self.sync_period = Some(period);
+    pub fn periodic_sync(&mut self, k: KernelId, period: Nanos) {
+        self.ensure_flusher(k);
+        self.kernels[k].sync_period = Some(period);
         let at = self.now() + period;
-        self.q.push(at, Ev::Sync);
+        self.q.push(at, Ev::Sync(k));
     }
 
-    fn ensure_flusher(&mut self) {
-        if self.flusher.is_none() {
+    fn ensure_flusher(&mut self, k: KernelId) {
+        if self.kernels[k].flusher.is_none() {
             let role = Role::Flusher {
                 inflight: 0,
                 sync_left: 0,
             };
-            self.flusher = Some(self.spawn(role, IoPrio::DEFAULT, 0));
+            let pid = self.spawn(k, role, IoPrio::DEFAULT, 0);
+            self.kernels[k].flusher = Some(pid);
         }
     }
 
-    /// Starts an application now: `files` are the layout ids of the
-    /// trace's files, in trace order.
-    pub fn start_app(&mut self, trace: Arc<AppTrace>, files: Vec<FileId>, prio: IoPrio) -> Pid {
+    /// Starts an application in kernel `k` now: `files` are the layout ids
+    /// of the trace's files, in trace order.
+    pub fn start_app(
+        &mut self,
+        k: KernelId,
+        trace: Arc<AppTrace>,
+        files: Vec<FileId>,
+        prio: IoPrio,
+    ) -> Pid {
         let now = self.now();
         let run = AppRun {
             trace,
@@ -290,7 +479,7 @@ impl Machine {
             started: now,
             finished: None,
         };
-        let pid = self.spawn(Role::App(run), prio, 0);
+        let pid = self.spawn(k, Role::App(run), prio, 0);
         let think = self.app_think(pid);
         self.wake_in(pid, think);
         pid
@@ -312,19 +501,29 @@ impl Machine {
         p.gen += 1;
     }
 
-    /// Sectors completed so far: (read, write).
-    pub fn sectors_done(&self) -> (u64, u64) {
-        (self.block.sectors_done[0], self.block.sectors_done[1])
+    /// Sectors completed so far by kernel `k`'s disk: (read, write).
+    pub fn sectors_done(&self, k: KernelId) -> (u64, u64) {
+        let b = &self.kernels[k].block;
+        (b.sectors_done[0], b.sectors_done[1])
     }
 
     /// Bytes completed for requests issued by `pid`.
     pub fn bytes_done_by(&self, pid: Pid) -> u64 {
-        self.block
+        let k = self.procs[pid as usize].kernel;
+        self.kernels[k]
+            .block
             .sectors_by_pid
             .get(pid as usize)
             .copied()
             .unwrap_or(0)
             * 512
+    }
+
+    /// Weight-raising periods the elevator of `pid`'s kernel started for
+    /// it: (interactive, soft real-time).
+    pub fn raisings(&self, pid: Pid) -> (u32, u32) {
+        let k = self.procs[pid as usize].kernel;
+        self.kernels[k].block.scheduler().raisings(pid)
     }
 
     fn wake_in(&mut self, pid: Pid, delay: Nanos) {
@@ -350,57 +549,95 @@ impl Machine {
         }
         // Advance the clock even if nothing happened.
         if self.q.now() < until {
-            self.q.push(until, Ev::Timer(Nanos::MAX));
+            self.q.push(until, Ev::Timer(HOST, Nanos::MAX));
             self.q.pop();
         }
     }
 
     fn handle(&mut self, now: Nanos, ev: Ev) {
         match ev {
-            Ev::Device => {
-                self.device_ev = None;
+            Ev::Device(k) => {
+                self.kernels[k].device_ev = None;
                 let mut woken = std::mem::take(&mut self.woken);
-                self.block.complete_due(now, &mut woken);
+                let kern = &mut self.kernels[k];
+                // A guest woken by this interrupt has not caught up with
+                // its ticks yet (see `crate::vm`).
+                if kern.lagging_ticks {
+                    let tick = kern.block.ticks.tick_ns();
+                    kern.block.ticks.stale = Some(kern.last_active / tick);
+                }
+                kern.block.complete_due(now, &mut woken);
+                kern.block.ticks.stale = None;
                 for owner in woken.drain(..) {
                     self.io_done(owner);
                 }
                 self.woken = woken;
             }
-            Ev::Timer(at) => {
-                if self.timer_ev == Some(at) {
-                    self.timer_ev = None;
+            Ev::Timer(k, at) => {
+                let kern = &mut self.kernels[k];
+                if kern.timer_ev == Some(at) {
+                    kern.timer_ev = None;
                 }
-                if self.block.timer_at() == Some(at) {
-                    self.block.fire_timer(now);
+                if kern.block.timer_at() == Some(at) {
+                    kern.last_active = now;
+                    kern.block.fire_timer(now);
                 }
             }
             Ev::Wake(pid, gen) => {
-                if self.procs[pid as usize].gen == gen {
+                let p = &self.procs[pid as usize];
+                if p.gen == gen {
+                    self.kernels[p.kernel].last_active = now;
                     self.step(pid);
                 }
             }
-            Ev::Sync => {
-                if let Some(period) = self.sync_period {
-                    self.start_sync();
-                    self.q.push(now + period, Ev::Sync);
+            Ev::Sync(k) => {
+                if let Some(period) = self.kernels[k].sync_period {
+                    self.kernels[k].last_active = now;
+                    self.start_sync(k);
+                    self.q.push(now + period, Ev::Sync(k));
                 }
             }
+            Ev::Kick(vm) => {
+                self.vms[vm].kick_scheduled = false;
+                let guest = self.vms[vm].guest;
+                if let Backend::Virtio(vq) = self.kernels[guest].block.backend_mut() {
+                    let reqs = vq.take_avail();
+                    self.vms[vm].waiting.extend(reqs);
+                }
+                self.qemu_dispatch(vm);
+            }
+            Ev::JobDone(job) => self.finish_job(job),
         }
     }
 
-    /// Keeps one pending event for the next device completion and one for
-    /// the elevator timer.
+    /// Keeps one pending event for the next completion and one for the
+    /// elevator timer of each kernel, and a QEMU kick for each guest that
+    /// added requests to its virtqueue.
     fn sync_block_events(&mut self) {
-        if let Some(t) = self.block.next_completion() {
-            if self.device_ev.is_none_or(|d| t < d) {
-                self.device_ev = Some(t);
-                self.q.push(t, Ev::Device);
+        for (k, kern) in self.kernels.iter_mut().enumerate() {
+            if let Some(t) = kern.block.next_completion() {
+                if kern.device_ev.is_none_or(|d| t < d) {
+                    kern.device_ev = Some(t);
+                    self.q.push(t, Ev::Device(k));
+                }
+            }
+            if let Some(t) = kern.block.timer_at() {
+                if kern.timer_ev != Some(t) {
+                    kern.timer_ev = Some(t);
+                    self.q.push(t, Ev::Timer(k, t));
+                }
             }
         }
-        if let Some(t) = self.block.timer_at() {
-            if self.timer_ev != Some(t) {
-                self.timer_ev = Some(t);
-                self.q.push(t, Ev::Timer(t));
+        let now = self.q.now();
+        for (i, vm) in self.vms.iter_mut().enumerate() {
+            if vm.kick_scheduled {
+                continue;
+            }
+            if let Backend::Virtio(vq) = self.kernels[vm.guest].block.backend() {
+                if vq.has_avail() {
+                    vm.kick_scheduled = true;
+                    self.q.push(now + VIRTQUEUE_NOTIFY_NS, Ev::Kick(i));
+                }
             }
         }
     }
@@ -414,7 +651,8 @@ impl Machine {
         sync: bool,
         token: u64,
     ) {
-        let ioc = self.procs[pid as usize].ioc;
+        let p = &self.procs[pid as usize];
+        let (k, ioc) = (p.kernel, p.ioc);
         let now = self.now();
         let bio = Bio {
             sector,
@@ -424,15 +662,16 @@ impl Machine {
             ioc,
             owner: BioOwner { pid, token },
         };
-        self.block.submit(now, bio);
+        self.kernels[k].block.submit(now, bio);
     }
 
     /// A process's timer fired: it does its next piece of work.
     fn step(&mut self, pid: Pid) {
         let i = pid as usize;
-        match self.procs[i].role.clone() {
+        let k = self.procs[i].kernel;
+        match self.procs[i].role {
             Role::SeqReader { file, pos } => {
-                let f = self.layout.file(file);
+                let f = self.kernels[k].layout.file(file);
                 let pos = if pos + READAHEAD_BYTES > f.size {
                     0
                 } else {
@@ -453,10 +692,11 @@ impl Machine {
                 );
             }
             Role::RandReader { file } => {
-                let f = self.layout.file(file);
+                let f = self.kernels[k].layout.file(file);
                 let pages = (f.size / PAGE).max(1);
+                let start = f.start_sector;
                 let page = self.procs[i].rng.below(pages);
-                let sector = f.start_sector + page * PAGE_SECTORS;
+                let sector = start + page * PAGE_SECTORS;
                 self.submit(pid, sector, PAGE_SECTORS as u32, Direction::Read, true, 0);
             }
             Role::Writer {
@@ -467,7 +707,17 @@ impl Machine {
                 ..
             } => self.writer_step(pid, file, pos, random, rate),
             Role::App(_) => self.app_step(pid),
-            Role::Flusher { .. } | Role::Gone => {}
+            Role::QemuWorker { vm, job } => match job {
+                Some(job) => self.issue_job(job),
+                // Idle for the pool's timeout: the worker exits.
+                None => {
+                    let v = &mut self.vms[vm];
+                    v.idle_workers.retain(|&w| w != pid);
+                    v.workers -= 1;
+                    self.procs[i].role = Role::Gone;
+                }
+            },
+            Role::QemuIoThread { .. } | Role::Flusher { .. } | Role::Gone => {}
         }
     }
 
@@ -477,11 +727,7 @@ impl Machine {
         match &mut self.procs[pid as usize].role {
             Role::SeqReader { .. } => self.wake_in(pid, READER_CPU_NS),
             Role::RandReader { .. } => self.wake_in(pid, RAND_READER_CPU_NS),
-            Role::Flusher { inflight, .. } => {
-                *inflight -= 1;
-                self.flush_more();
-                self.unblock_writers();
-            }
+            Role::Flusher { .. } => self.flusher_io_done(pid),
             Role::App(run) => {
                 run.pending -= 1;
                 if run.pending == 0 {
@@ -490,7 +736,167 @@ impl Machine {
                     self.wake_in(pid, think);
                 }
             }
+            Role::QemuWorker { .. } | Role::QemuIoThread { .. } => {
+                let job = owner.token as usize;
+                let j = self.jobs[job].as_mut().expect("live job");
+                j.pending -= 1;
+                if j.pending == 0 {
+                    self.finish_job(job);
+                }
+            }
             Role::Writer { .. } | Role::Gone => {}
+        }
+    }
+
+    // ----- QEMU ------------------------------------------------------------
+
+    /// Hands the VM's waiting requests to QEMU threads: to idle pool
+    /// workers, or new ones up to the pool's limit (`thread_pool_submit_aio()`
+    /// spawns a worker when none is idle); or all to the iothread.
+    fn qemu_dispatch(&mut self, vm: usize) {
+        loop {
+            let v = &mut self.vms[vm];
+            let Some(&(tag, req)) = v.waiting.front() else {
+                return;
+            };
+            let thread = match v.aio {
+                Aio::IoThread => v.iothread.expect("iothread"),
+                Aio::Threads => {
+                    if let Some(w) = v.idle_workers.pop_front() {
+                        w
+                    } else if v.workers < THREAD_POOL_MAX {
+                        v.workers += 1;
+                        let cg = v.cgroup;
+                        let role = Role::QemuWorker { vm, job: None };
+                        let pid = self.spawn(HOST, role, IoPrio::DEFAULT, cg);
+                        self.vms[vm].threads.push(pid);
+                        pid
+                    } else {
+                        return;
+                    }
+                }
+            };
+            self.vms[vm].waiting.pop_front();
+            let job = self.new_job(Job {
+                vm,
+                tag,
+                req,
+                pending: 0,
+                thread,
+            });
+            match self.vms[vm].aio {
+                Aio::IoThread => self.issue_job(job),
+                Aio::Threads => {
+                    if let Role::QemuWorker { job: j, .. } = &mut self.procs[thread as usize].role {
+                        *j = Some(job);
+                    }
+                    self.wake_in(thread, WORKER_HANDOFF_NS);
+                }
+            }
+        }
+    }
+
+    fn new_job(&mut self, job: Job) -> usize {
+        match self.free_jobs.pop() {
+            Some(i) => {
+                self.jobs[i] = Some(job);
+                i
+            }
+            None => {
+                self.jobs.push(Some(job));
+                self.jobs.len() - 1
+            }
+        }
+    }
+
+    /// A QEMU thread performs a guest request on the image file.
+    fn issue_job(&mut self, job: usize) {
+        let now = self.now();
+        let (vm, req, thread) = {
+            let j = self.jobs[job].as_ref().expect("live job");
+            (j.vm, j.req, j.thread)
+        };
+        let image = self.vms[vm].image;
+        let host = &self.kernels[HOST];
+        let image_start = host.layout.file(image).start_sector;
+        let token = job as u64;
+        if self.vms[vm].aio == Aio::IoThread {
+            // O_DIRECT: the request itself goes to the host's block layer.
+            // Direct I/O is REQ_SYNC in both directions (`dio_bio_write_op()`).
+            self.jobs[job].as_mut().expect("live").pending = 1;
+            self.submit(
+                thread,
+                image_start + req.sector,
+                req.sectors,
+                req.dir,
+                true,
+                token,
+            );
+            return;
+        }
+        // Buffered: through the host page cache of the image file.
+        let first = req.sector * 512 / PAGE;
+        let last = (req.sector * 512 + req.sectors as u64 * 512).div_ceil(PAGE);
+        let copy = (req.sectors as f64 * 512.0 * COPY_NS_PER_BYTE) as Nanos;
+        match req.dir {
+            Direction::Read => {
+                let holes = self.kernels[HOST].cache[image].missing(first, last);
+                if holes.is_empty() {
+                    self.q.push(now + copy, Ev::JobDone(job));
+                    return;
+                }
+                let mut bios = 0;
+                for (s, e) in holes {
+                    self.kernels[HOST].cache[image].insert(s, e);
+                    bios += self.submit_pages(thread, image_start, s, e, token);
+                }
+                self.jobs[job].as_mut().expect("live").pending = bios;
+            }
+            Direction::Write => {
+                self.dirty_pages_of(HOST, image, first, last);
+                self.q.push(now + copy, Ev::JobDone(job));
+            }
+        }
+    }
+
+    /// Reads pages `[s, e)` of a file starting at `file_start` as bios of
+    /// at most one readahead window each; returns how many.
+    fn submit_pages(&mut self, pid: Pid, file_start: u64, s: u64, e: u64, token: u64) -> u32 {
+        let max_pages = READAHEAD_BYTES / PAGE;
+        let mut bios = 0;
+        let mut p = s;
+        while p < e {
+            let n = (e - p).min(max_pages);
+            self.submit(
+                pid,
+                file_start + p * PAGE_SECTORS,
+                (n * PAGE_SECTORS) as u32,
+                Direction::Read,
+                true,
+                token,
+            );
+            bios += 1;
+            p += n;
+        }
+        bios
+    }
+
+    /// QEMU finished a guest request: it fills the used ring and interrupts
+    /// the guest; a pool worker then takes the next waiting request or
+    /// idles.
+    fn finish_job(&mut self, job: usize) {
+        let now = self.now();
+        let j = self.jobs[job].take().expect("live job");
+        self.free_jobs.push(job);
+        let guest = self.vms[j.vm].guest;
+        if let Backend::Virtio(vq) = self.kernels[guest].block.backend_mut() {
+            vq.complete(j.tag, now + IRQ_INJECT_NS);
+        }
+        if let Role::QemuWorker { job: current, .. } = &mut self.procs[j.thread as usize].role {
+            *current = None;
+            self.vms[j.vm].idle_workers.push_back(j.thread);
+            self.wake_in(j.thread, THREAD_POOL_IDLE_NS);
+            self.qemu_dispatch(j.vm);
         }
     }
 
@@ -510,7 +916,8 @@ impl Machine {
 
     fn app_step(&mut self, pid: Pid) {
         let now = self.now();
-        let (file, offset, len, done) = {
+        let k = self.procs[pid as usize].kernel;
+        let (file, offset, len) = {
             let Role::App(run) = &mut self.procs[pid as usize].role else {
                 return;
             };
@@ -521,13 +928,12 @@ impl Machine {
                     }
                     return;
                 }
-                Some(r) => (run.files[r.file], r.offset, r.len, false),
+                Some(r) => (run.files[r.file], r.offset, r.len),
             }
         };
-        debug_assert!(!done);
         let first = offset / PAGE;
         let last = (offset + len).div_ceil(PAGE);
-        let holes = self.cache[file].missing(first, last);
+        let holes = self.kernels[k].cache[file].missing(first, last);
         if holes.is_empty() {
             // All in memory: go on after the next think time.
             if let Role::App(run) = &mut self.procs[pid as usize].role {
@@ -539,25 +945,11 @@ impl Machine {
         }
         // Pages enter the cache when their reads are submitted (they are
         // locked until the read completes, and nobody else reads them).
-        let start_sector = self.layout.file(file).start_sector;
-        let max_pages = READAHEAD_BYTES / PAGE;
+        let start_sector = self.kernels[k].layout.file(file).start_sector;
         let mut bios = 0;
         for (s, e) in holes {
-            self.cache[file].insert(s, e);
-            let mut p = s;
-            while p < e {
-                let n = (e - p).min(max_pages);
-                self.submit(
-                    pid,
-                    start_sector + p * PAGE_SECTORS,
-                    (n * PAGE_SECTORS) as u32,
-                    Direction::Read,
-                    true,
-                    0,
-                );
-                bios += 1;
-                p += n;
-            }
+            self.kernels[k].cache[file].insert(s, e);
+            bios += self.submit_pages(pid, start_sector, s, e, 0);
         }
         if let Role::App(run) = &mut self.procs[pid as usize].role {
             run.pending += bios;
@@ -566,8 +958,21 @@ impl Machine {
 
     // ----- writers and write-back ----------------------------------------
 
+    /// Marks pages `[first, last)` of `file` dirty in kernel `k`, and wakes
+    /// the flusher when dirty pages pass the background threshold.
+    fn dirty_pages_of(&mut self, k: KernelId, file: FileId, first: u64, last: u64) {
+        let kern = &mut self.kernels[k];
+        let before = kern.dirty[file].pages();
+        kern.dirty[file].insert(first, last);
+        kern.dirty_pages += kern.dirty[file].pages() - before;
+        if kern.dirty_pages >= kern.dirty_bg_pages {
+            self.flush_more(k);
+        }
+    }
+
     fn writer_step(&mut self, pid: Pid, file: FileId, pos: u64, random: bool, rate: f64) {
-        let size = self.layout.file(file).size;
+        let k = self.procs[pid as usize].kernel;
+        let size = self.kernels[k].layout.file(file).size;
         let (page, pages, next_pos) = if random {
             let pages = (size / PAGE).max(1);
             let page = self.procs[pid as usize].rng.below(pages);
@@ -576,19 +981,15 @@ impl Machine {
             let pos = if pos + WRITER_CHUNK > size { 0 } else { pos };
             (pos / PAGE, WRITER_CHUNK / PAGE, pos + WRITER_CHUNK)
         };
-        let before = self.dirty[file].pages();
-        self.dirty[file].insert(page, page + pages);
-        self.dirty_pages += self.dirty[file].pages() - before;
-        let blocked = self.dirty_pages >= self.dirty_limit_pages;
+        self.dirty_pages_of(k, file, page, page + pages);
+        let kern = &self.kernels[k];
+        let blocked = kern.dirty_pages >= kern.dirty_limit_pages;
         if let Role::Writer {
             pos: p, blocked: b, ..
         } = &mut self.procs[pid as usize].role
         {
             *p = next_pos;
             *b = blocked;
-        }
-        if self.dirty_pages >= self.dirty_bg_pages {
-            self.flush_more();
         }
         if !blocked {
             let bytes = pages * PAGE;
@@ -605,15 +1006,16 @@ impl Machine {
 
     /// `balance_dirty_pages()` lets throttled writers go once dirty pages
     /// fall back between the background and the hard threshold.
-    fn unblock_writers(&mut self) {
-        if self.dirty_pages >= (self.dirty_bg_pages + self.dirty_limit_pages) / 2 {
+    fn unblock_writers(&mut self, k: KernelId) {
+        let kern = &self.kernels[k];
+        if kern.dirty_pages >= (kern.dirty_bg_pages + kern.dirty_limit_pages) / 2 {
             return;
         }
         let blocked: Vec<Pid> = self
             .procs
             .iter()
             .enumerate()
-            .filter(|(_, p)| matches!(p.role, Role::Writer { blocked: true, .. }))
+            .filter(|(_, p)| p.kernel == k && matches!(p.role, Role::Writer { blocked: true, .. }))
             .map(|(i, _)| i as Pid)
             .collect();
         for pid in blocked {
@@ -624,21 +1026,32 @@ impl Machine {
         }
     }
 
-    fn start_sync(&mut self) {
-        let dirty = self.dirty_pages;
-        if let Some(f) = self.flusher {
+    fn start_sync(&mut self, k: KernelId) {
+        let dirty = self.kernels[k].dirty_pages;
+        if let Some(f) = self.kernels[k].flusher {
             if let Role::Flusher { sync_left, .. } = &mut self.procs[f as usize].role {
                 *sync_left = (*sync_left).max(dirty);
             }
         }
-        self.flush_more();
+        self.flush_more(k);
+    }
+
+    fn flusher_io_done(&mut self, pid: Pid) {
+        let k = self.procs[pid as usize].kernel;
+        if let Role::Flusher { inflight, .. } = &mut self.procs[pid as usize].role {
+            *inflight -= 1;
+        }
+        self.flush_more(k);
+        self.unblock_writers(k);
     }
 
     /// The flusher submits write-back while it has a reason to: a pending
     /// `sync` (whose writes are REQ_SYNC, as `WB_SYNC_ALL` write-back is),
     /// or dirty pages above the background threshold (async writes).
-    fn flush_more(&mut self) {
-        let Some(fpid) = self.flusher else { return };
+    fn flush_more(&mut self, k: KernelId) {
+        let Some(fpid) = self.kernels[k].flusher else {
+            return;
+        };
         loop {
             let (inflight, sync_left) = match &self.procs[fpid as usize].role {
                 Role::Flusher {
@@ -647,26 +1060,28 @@ impl Machine {
                 } => (*inflight, *sync_left),
                 _ => return,
             };
-            let background = self.dirty_pages > self.dirty_bg_pages;
+            let kern = &mut self.kernels[k];
+            let background = kern.dirty_pages > kern.dirty_bg_pages;
             if inflight >= FLUSH_MAX_INFLIGHT || (sync_left == 0 && !background) {
                 return;
             }
             // Oldest file first would need ages; the file with the most
             // dirty pages is a fair stand-in for write-back's b_io order.
-            let Some(file) = (0..self.dirty.len())
-                .filter(|&f| !self.dirty[f].is_empty())
-                .max_by_key(|&f| (self.dirty[f].pages(), std::cmp::Reverse(f)))
+            let Some(file) = (0..kern.dirty.len())
+                .filter(|&f| !kern.dirty[f].is_empty())
+                .max_by_key(|&f| (kern.dirty[f].pages(), std::cmp::Reverse(f)))
             else {
                 if let Role::Flusher { sync_left, .. } = &mut self.procs[fpid as usize].role {
                     *sync_left = 0;
                 }
                 return;
             };
-            let (s, e) = self.dirty[file]
+            let (s, e) = kern.dirty[file]
                 .take_first(FLUSH_CHUNK_PAGES)
                 .expect("non-empty");
             let n = e - s;
-            self.dirty_pages -= n;
+            kern.dirty_pages -= n;
+            let sector = kern.layout.file(file).start_sector + s * PAGE_SECTORS;
             let sync = sync_left > 0;
             if let Role::Flusher {
                 inflight,
@@ -676,7 +1091,6 @@ impl Machine {
                 *inflight += 1;
                 *sync_left = sync_left.saturating_sub(n);
             }
-            let sector = self.layout.file(file).start_sector + s * PAGE_SECTORS;
             self.submit(
                 fpid,
                 sector,

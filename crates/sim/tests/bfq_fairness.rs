@@ -1,7 +1,7 @@
 //! BFQ divides the device in proportion to weights, whatever the budgets.
 
 use sim::request::{IoPrio, IoPrioClass};
-use sim::system::{secs, Machine, MachineConfig, WORKLOAD_FILE_BYTES};
+use sim::system::{secs, Machine, MachineConfig, HOST, WORKLOAD_FILE_BYTES};
 
 /// Three sequential readers with weights 1:2:4 for 60 s after a 10 s
 /// warm-up; returns each reader's share of the bytes read after warm-up.
@@ -13,18 +13,18 @@ fn shares(device: &str, by_cgroup: bool) -> [f64; 3] {
     };
     let mut m = Machine::new(&cfg, 42).unwrap();
     let files: Vec<_> = (0..3)
-        .map(|i| m.add_file(&format!("/S/file{i}"), WORKLOAD_FILE_BYTES * 8))
+        .map(|i| m.add_file(HOST, &format!("/S/file{i}"), WORKLOAD_FILE_BYTES * 8))
         .collect();
     let mut pids = Vec::new();
     for (i, &f) in files.iter().enumerate() {
         let pid = if by_cgroup {
             // blkio.bfq.weight 100, 200, 400: one group per reader.
-            let cg = m.create_cgroup(100 << i);
-            m.start_seq_reader(f, IoPrio::DEFAULT, cg)
+            let cg = m.create_cgroup(HOST, 100 << i);
+            m.start_seq_reader(HOST, f, IoPrio::DEFAULT, cg)
         } else {
             // ioprio levels 7, 6, 4 give BFQ weights 10, 20, 40.
             let level = [7, 6, 4][i];
-            m.start_seq_reader(f, IoPrio::new(IoPrioClass::Be, level), 0)
+            m.start_seq_reader(HOST, f, IoPrio::new(IoPrioClass::Be, level), 0)
         };
         pids.push(pid);
     }

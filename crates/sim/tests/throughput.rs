@@ -3,7 +3,7 @@
 use experiment::{Benchmark, Cell};
 use sim::bench::{run_throughput, SimOptions};
 use sim::request::IoPrio;
-use sim::system::{secs, Machine, MachineConfig};
+use sim::system::{secs, Machine, MachineConfig, HOST};
 
 /// Aggregate read throughput (bytes/s) of one sequential reader over 60 s
 /// after a 10 s warm-up, on a file large enough not to wrap around.
@@ -14,12 +14,12 @@ fn one_reader_rate(device: &str, sched: &str) -> f64 {
         ..MachineConfig::default()
     };
     let mut m = Machine::new(&cfg, 7).unwrap();
-    let f = m.add_file("/S/file0", 200 << 30);
-    m.start_seq_reader(f, IoPrio::DEFAULT, 0);
+    let f = m.add_file(HOST, "/S/file0", 200 << 30);
+    m.start_seq_reader(HOST, f, IoPrio::DEFAULT, 0);
     m.run_until(secs(10.0), |_| false);
-    let (r0, _) = m.sectors_done();
+    let (r0, _) = m.sectors_done(HOST);
     m.run_until(secs(70.0), |_| false);
-    let (r1, _) = m.sectors_done();
+    let (r1, _) = m.sectors_done(HOST);
     (r1 - r0) as f64 * 512.0 / 60.0
 }
 
@@ -55,6 +55,7 @@ fn s_throughput(sched: &str, workload: &str) -> f64 {
         host_workload: workload.into(),
         guest_sched: None,
         guest_workload: None,
+        other_vms: "none".into(),
         coordination: "off".into(),
         benchmark: Benchmark::Throughput,
         app: "xterm".into(),

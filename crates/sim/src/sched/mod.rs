@@ -83,17 +83,24 @@ impl Default for Cgroups {
     }
 }
 
-/// The kernel tick. `jiffies` advance in steps of 1/HZ; on a guest whose
-/// ticks are delayed they can also jump by several at once, which the tick
-/// source models by reporting a coarser value.
+/// The kernel tick. `jiffies` advance in steps of 1/HZ. A kernel whose
+/// tick is stopped while it idles can also see `jiffies` that lag: the
+/// block layer then sets [`TickSource::stale`] for the duration of a hook,
+/// and the hook sees that older value (see `crate::vm` for when a guest's
+/// jiffies lag).
 #[derive(Clone, Copy, Debug)]
 pub struct TickSource {
     pub hz: u32,
+    /// When set, the value `jiffies` reads instead of the current one.
+    pub stale: Option<u64>,
 }
 
 impl TickSource {
+    pub fn new(hz: u32) -> TickSource {
+        TickSource { hz, stale: None }
+    }
     pub fn jiffies(&self, now: Nanos) -> u64 {
-        now / self.tick_ns()
+        self.stale.unwrap_or(now / self.tick_ns())
     }
     pub fn tick_ns(&self) -> Nanos {
         SEC / self.hz as Nanos

@@ -127,7 +127,7 @@ impl<S: IoScheduler> Harness<S> {
             sched,
             rqs: RequestTable::default(),
             cgroups: Cgroups::new(),
-            ticks: TickSource { hz: 250 },
+            ticks: TickSource::new(250),
             now: 0,
             service,
             queue_depth: 1,
