@@ -37,6 +37,17 @@ enum Command {
     /// The deterministic simulator.
     #[command(subcommand)]
     Sim(SimCommand),
+    /// Print the tables of a results directory, or its comparison with published numbers.
+    Report(ReportArgs),
+}
+
+#[derive(Args)]
+struct ReportArgs {
+    /// Output directory of a run (holding results.json), or a results.json file.
+    dir: PathBuf,
+    /// Compare with a reference file of published numbers (e.g. reference/cloud2014-hdd.toml).
+    #[arg(long, value_name = "FILE")]
+    paper: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -101,6 +112,7 @@ fn main() -> ExitCode {
             sim_list();
             Ok(())
         }
+        Command::Report(a) => report(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -291,4 +303,23 @@ fn sim_list() {
             .collect::<Vec<_>>()
             .join(", ")
     );
+}
+
+/// `tandem report`: unreadable or malformed inputs are usage errors (exit code 2).
+fn report(a: ReportArgs) -> Result<(), Failure> {
+    let results_path = if a.dir.is_file() {
+        a.dir.clone()
+    } else {
+        a.dir.join("results.json")
+    };
+    let (_, results) = experiment::read_results_json(&results_path).map_err(Failure::Usage)?;
+    match &a.paper {
+        None => print!("{}", experiment::render_tables(&results)),
+        Some(path) => {
+            let reference = experiment::read_reference(path).map_err(Failure::Usage)?;
+            let cmp = experiment::compare_with_reference(&reference, &results);
+            print!("{}", experiment::render_comparison(&cmp));
+        }
+    }
+    Ok(())
 }

@@ -2,8 +2,15 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::other_vms::{OtherVms, NO_OTHER_VMS};
 use crate::scenario::{Benchmark, MATRIX_KEYS};
 use crate::workload::WorkloadSpec;
+
+/// Serde default of [`Cell::other_vms`], so results written before the key existed
+/// still read back.
+fn default_other_vms() -> String {
+    NO_OTHER_VMS.to_string()
+}
 
 /// One point of a scenario's matrix, with everything a runner needs to run it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -17,6 +24,10 @@ pub struct Cell {
     pub guest_sched: Option<String>,
     /// `None` for native cells.
     pub guest_workload: Option<String>,
+    /// Canonical `other_vms` value (see [`OtherVms`]): `none` (only VM 1) or the VMs
+    /// besides VM 1, e.g. `3x5r-seq`. Always `none` for native cells.
+    #[serde(default = "default_other_vms")]
+    pub other_vms: String,
     pub coordination: String,
     pub benchmark: Benchmark,
     pub app: String,
@@ -35,10 +46,17 @@ impl Cell {
         self.guest_sched.is_none()
     }
 
+    /// True when VMs other than VM 1 run.
+    pub fn has_other_vms(&self) -> bool {
+        self.other_vms != NO_OTHER_VMS
+    }
+
     /// A stable, human-readable id: the cell's matrix values as `KEY=VALUE` pairs in
     /// expansion order, e.g. `device=hdd-1.8in guest_sched=bfq guest_workload=5r-seq
     /// host_sched=bfq host_workload=1r-seq coordination=off` (guest pairs only for VM
-    /// cells). Each pair is also a valid `--only` argument.
+    /// cells; `other_vms=...` before `coordination` only when it is not `none`, so ids
+    /// of cells without other VMs are what they were before the key existed). Each
+    /// pair is also a valid `--only` argument.
     pub fn key(&self) -> String {
         let mut parts = vec![format!("device={}", self.device)];
         if let Some(g) = &self.guest_sched {
@@ -49,6 +67,9 @@ impl Cell {
         }
         parts.push(format!("host_sched={}", self.host_sched));
         parts.push(format!("host_workload={}", self.host_workload));
+        if self.has_other_vms() {
+            parts.push(format!("other_vms={}", self.other_vms));
+        }
         parts.push(format!("coordination={}", self.coordination));
         parts.join(" ")
     }
@@ -62,6 +83,7 @@ impl Cell {
             "host_workload" => self.host_workload.clone(),
             "guest_sched" => self.guest_sched.clone().unwrap_or_default(),
             "guest_workload" => self.guest_workload.clone().unwrap_or_default(),
+            "other_vms" => self.other_vms.clone(),
             "coordination" => self.coordination.clone(),
             _ => return None,
         })
@@ -70,6 +92,12 @@ impl Cell {
     /// The host workload, parsed.
     pub fn host_workload_spec(&self) -> Result<WorkloadSpec, String> {
         WorkloadSpec::parse(&self.host_workload)
+    }
+
+    /// The VMs besides VM 1, parsed: what a runner starts next to VM 1. Empty
+    /// ([`OtherVms::is_none`]) for native cells and for cells without other VMs.
+    pub fn other_vms_spec(&self) -> Result<OtherVms, String> {
+        OtherVms::parse(&self.other_vms)
     }
 
     /// The guest workload, parsed (`None` for native cells).
@@ -115,8 +143,12 @@ pub fn splitmix64(x: u64) -> u64 {
 /// ```text
 /// bytes = device 0x1f host_sched 0x1f host_workload 0x1f guest_sched 0x1f
 ///         guest_workload 0x1f coordination          (absent guest values = "")
+///         [0x1f other_vms]                          (only when other_vms is not "none")
 /// seed  = splitmix64(scenario_seed XOR splitmix64(fnv1a64(bytes)))
 /// ```
+///
+/// `other_vms` goes last and only when it is not `none`, so the seeds of every cell
+/// without other VMs are the seeds they had before the key existed.
 ///
 /// It depends only on the scenario seed and the cell's matrix values (with canonical
 /// workload names), not on the cell's position in the matrix, nor on other cells.
@@ -136,14 +168,19 @@ pub fn cell_seed(scenario_seed: u64, cell: &Cell) -> u64 {
         }
         bytes.extend_from_slice(f.as_bytes());
     }
+    if cell.has_other_vms() {
+        bytes.push(0x1f);
+        bytes.extend_from_slice(cell.other_vms.as_bytes());
+    }
     splitmix64(scenario_seed ^ splitmix64(fnv1a64(&bytes)))
 }
 
 /// A `--only` filter: `KEY=VALUE` arguments. Repeating a key keeps cells matching any
 /// of its values; different keys must all match. An empty filter matches every cell.
 ///
-/// Workload values are compared by canonical name (`5r0w-seq` matches `5r-seq`).
-/// `guest_sched=` and `guest_workload=` (empty value) match native cells.
+/// Workload and `other_vms` values are compared by canonical name (`5r0w-seq` matches
+/// `5r-seq`, `5r-seq,5r-seq` matches `2x5r-seq`). `guest_sched=` and `guest_workload=`
+/// (empty value) match native cells; `other_vms=none` matches native cells too.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Filter {
     /// (key, accepted values), keys in order of first appearance.
@@ -172,6 +209,8 @@ impl Filter {
             let value = if key.ends_with("_workload") && !value.is_empty() {
                 WorkloadSpec::canonical(value)
                     .map_err(|e| format!("invalid filter \"{arg}\": {e}"))?
+            } else if key == "other_vms" && !value.is_empty() {
+                OtherVms::canonical(value).map_err(|e| format!("invalid filter \"{arg}\": {e}"))?
             } else if key == "host_workload" {
                 return Err(format!(
                     "invalid filter \"{arg}\": empty value; accepted: {}",

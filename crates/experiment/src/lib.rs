@@ -1,15 +1,18 @@
 //! Everything about experiments that does not depend on who runs them (the simulator,
 //! the real runner, or published reference numbers): the scenario schema and its
 //! validation, cell expansion, `--only` filters, workload names, the result schema,
-//! statistics, S-style stat file names, text tables, SVG plots and the output
-//! directory. A pure library: it never prints.
+//! statistics, S-style stat file names, text tables, SVG plots, the output directory
+//! and the comparison with published reference numbers. A pure library: it never
+//! prints.
 //!
 //! See the crate's README.md for the scenario keys, the naming scheme and the outputs.
 
 pub mod apptrace;
 pub mod cell;
 pub mod naming;
+pub mod other_vms;
 pub mod output;
+pub mod paper;
 pub mod result;
 pub mod scenario;
 pub mod stats;
@@ -21,9 +24,14 @@ pub use cell::{cell_seed, fnv1a64, splitmix64, Cell, Filter};
 pub use naming::{
     format_g, sanitize_component, stat_file_contents, stat_file_header, stat_file_name,
 };
+pub use other_vms::{OtherVm, OtherVms, ACCEPTED_OTHER_VMS, MAX_OTHER_VMS, NO_OTHER_VMS};
 pub use output::{
     parse_results_csv, parse_results_json, read_results_json, results_csv, results_json,
     stat_file_paths, write_outputs, CsvRow, CSV_COLUMNS, CSV_EXTRA_COLUMNS, RESULTS_JSON_SCHEMA,
+};
+pub use paper::{
+    compare_with_reference, parse_reference, read_reference, render_comparison, Comparison,
+    ComparisonRow, ComparisonSummary, PaperValue, Reference, ReferenceCell, TandemValue,
 };
 pub use result::{CellResult, Metric, RunMeta, RunResult};
 pub use scenario::{

@@ -4,7 +4,8 @@
 //! `comm_startup_lat.sh` writes `<sched>-<N>r<M>w-<pattern>-lat_thr_stat.txt` and
 //! `throughput-sync.sh` writes `<sched>-<N>r<M>w-<pattern>-<D>sec-aggthr_stat.txt`.
 //! VM cells extend them backward-compatibly (the guest part comes first, so S's
-//! `*<sched>-<workload>*` globs still find them); see [`stat_file_name`].
+//! `*<sched>-<workload>*` globs still find them; other VMs and coordination go right
+//! before the suffix); see [`stat_file_name`].
 
 use crate::cell::Cell;
 use crate::result::{CellResult, Metric};
@@ -62,11 +63,20 @@ pub fn sanitize_component(s: &str) -> String {
 /// ```
 ///
 /// `<hw>`/`<gw>` are the host/guest workloads in S form `<N>r<M>w-<seq|rand>` (idle is
-/// `0r0w-seq`, as in S); `<D>` is `duration_s` (an integer when whole). When
-/// `coordination` is not `off`, `-coord-<mode>` goes right before the
-/// `-lat_thr_stat.txt` / `-<D>sec-aggthr_stat.txt` suffix, so S's `*stat.txt` globs
-/// still match. Every component is passed through [`sanitize_component`] (a no-op for
-/// kernel scheduler names and tandem workload names).
+/// `0r0w-seq`, as in S); `<D>` is `duration_s` (an integer when whole). Then, in this
+/// order, right before the `-lat_thr_stat.txt` / `-<D>sec-aggthr_stat.txt` suffix (so
+/// S's `*stat.txt` globs still match):
+///
+/// - when `other_vms` is not `none`: `-vms-<other_vms>`, the canonical value with its
+///   commas written as `+` (`-vms-3x5r-seq`, `-vms-1r-seq+2x5r-rand`). The workloads
+///   keep tandem's names, not S's, so S's `*<sched>-<NrMw-pattern>*` globs never match
+///   inside this part;
+/// - when `coordination` is not `off`: `-coord-<mode>`.
+///
+/// e.g. `bfq-5r0w-seq-host-bfq-1r0w-seq-vms-3x5r-seq-coord-vbfq-lat_thr_stat.txt`.
+/// Cells without other VMs keep the names they had before `other_vms` existed. Every
+/// component is passed through [`sanitize_component`] (a no-op for kernel scheduler
+/// names, tandem workload names and `+`).
 pub fn stat_file_name(cell: &Cell) -> String {
     let mut name = String::new();
     if let (Some(gs), Some(gw)) = (&cell.guest_sched, &cell.guest_workload) {
@@ -78,6 +88,10 @@ pub fn stat_file_name(cell: &Cell) -> String {
     name.push_str(&sanitize_component(&cell.host_sched));
     name.push('-');
     name.push_str(&s_workload(&cell.host_workload));
+    if cell.has_other_vms() {
+        name.push_str("-vms-");
+        name.push_str(&sanitize_component(&cell.other_vms.replace(',', "+")));
+    }
     if cell.coordination != "off" {
         name.push_str("-coord-");
         name.push_str(&sanitize_component(&cell.coordination));
@@ -164,7 +178,8 @@ fn app_text(app: &str) -> &str {
 /// The first line of a stat file, S-style: `Results for bfq, 5 xterm, 5 seq readers
 /// and 0 seq writers` (start-up) or `Results for bfq, 5 seq readers and 0 seq writers`
 /// (throughput). VM cells continue with `, in a VM on host scheduler cfq with 1 seq
-/// readers and 0 seq writers in the host`, then `, coordination vbfq` when not off.
+/// readers and 0 seq writers in the host`, then `, beside 3 other VMs (3x5r-seq)` when
+/// other VMs run, then `, coordination vbfq` when not off.
 pub fn stat_file_header(cell: &Cell) -> String {
     let mut h = format!("Results for {}", cell.app_side_sched());
     if cell.benchmark == Benchmark::Startup {
@@ -177,6 +192,11 @@ pub fn stat_file_header(cell: &Cell) -> String {
             cell.host_sched,
             rw_text(&cell.host_workload)
         ));
+    }
+    if cell.has_other_vms() {
+        let n = cell.other_vms_spec().map(|v| v.count()).unwrap_or(0);
+        let vms = if n == 1 { "VM" } else { "VMs" };
+        h.push_str(&format!(", beside {n} other {vms} ({})", cell.other_vms));
     }
     if cell.coordination != "off" {
         h.push_str(&format!(", coordination {}", cell.coordination));

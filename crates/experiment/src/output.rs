@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cell::Cell;
 use crate::naming::{sanitize_component, stat_file_contents, stat_file_name};
+use crate::other_vms::{OtherVms, NO_OTHER_VMS};
 use crate::result::{CellResult, Metric, RunMeta, RunResult};
 use crate::scenario::Benchmark;
 use crate::stats::Summary;
@@ -35,9 +36,16 @@ pub const CSV_COLUMNS: &[&str] = &[
     "timeouts",
 ];
 
-/// Extra columns after [`CSV_COLUMNS`].
-pub const CSV_EXTRA_COLUMNS: &[&str] =
-    &["scenario", "iterations", "repetitions", "seed", "stat_file"];
+/// Extra columns after [`CSV_COLUMNS`]. `other_vms` comes first among them rather than
+/// next to the other matrix keys, so the contract columns keep their positions.
+pub const CSV_EXTRA_COLUMNS: &[&str] = &[
+    "other_vms",
+    "scenario",
+    "iterations",
+    "repetitions",
+    "seed",
+    "stat_file",
+];
 
 /// Value of `schema` in `results.json`.
 pub const RESULTS_JSON_SCHEMA: &str = "tandem-results/1";
@@ -114,6 +122,7 @@ pub fn results_csv(results: &[CellResult]) -> String {
             num(s.ci95_low),
             num(s.ci95_high),
             r.timeouts().to_string(),
+            c.other_vms.clone(),
             c.scenario.clone(),
             c.iterations.to_string(),
             c.repetitions.to_string(),
@@ -213,6 +222,8 @@ pub struct CsvRow {
     pub host_sched: String,
     pub guest_workload: Option<String>,
     pub host_workload: String,
+    /// Canonical `other_vms`; `none` when the column is missing or empty.
+    pub other_vms: String,
     pub coordination: String,
     pub benchmark: Benchmark,
     pub app: String,
@@ -365,6 +376,11 @@ pub fn parse_results_csv(text: &str) -> Result<Vec<CsvRow>, String> {
                     .map_err(|_| format!("row {lineno}: column timeouts: not a count: \"{v}\""))?,
             ),
         };
+        let other_vms = match opt("other_vms") {
+            None => NO_OTHER_VMS.to_string(),
+            Some(v) => OtherVms::canonical(&v)
+                .map_err(|e| format!("row {lineno}: column other_vms: {e}"))?,
+        };
         out.push(CsvRow {
             runner: get("runner"),
             device: get("device"),
@@ -372,6 +388,7 @@ pub fn parse_results_csv(text: &str) -> Result<Vec<CsvRow>, String> {
             host_sched: get("host_sched"),
             guest_workload: opt("guest_workload"),
             host_workload: get("host_workload"),
+            other_vms,
             coordination: opt("coordination").unwrap_or_else(|| "off".to_string()),
             benchmark,
             app: get("app"),

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use toml::Value;
 
 use crate::cell::{cell_seed, Cell};
+use crate::other_vms::{OtherVms, ACCEPTED_OTHER_VMS, NO_OTHER_VMS};
 use crate::workload::WorkloadSpec;
 
 /// The benchmark a scenario runs.
@@ -75,7 +76,8 @@ pub struct Scenario {
 }
 
 /// The `[matrix]` table. Workload lists hold canonical names (see
-/// [`WorkloadSpec::name`]). Empty `guest_sched`/`guest_workload` mean native cells.
+/// [`WorkloadSpec::name`]), `other_vms` canonical values (see [`OtherVms::name`]).
+/// Empty `guest_sched`/`guest_workload` mean native cells.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Matrix {
     pub device: Vec<String>,
@@ -83,7 +85,14 @@ pub struct Matrix {
     pub host_workload: Vec<String>,
     pub guest_sched: Vec<String>,
     pub guest_workload: Vec<String>,
+    /// `["none"]` unless the scenario runs VMs besides VM 1.
+    #[serde(default = "default_other_vms")]
+    pub other_vms: Vec<String>,
     pub coordination: Vec<String>,
+}
+
+fn default_other_vms() -> Vec<String> {
+    vec![NO_OTHER_VMS.to_string()]
 }
 
 /// Top-level scenario keys, in documentation order.
@@ -108,6 +117,7 @@ pub const MATRIX_KEYS: &[&str] = &[
     "guest_sched",
     "guest_workload",
     "coordination",
+    "other_vms",
 ];
 
 /// Default values.
@@ -206,12 +216,17 @@ impl Scenario {
         } else {
             1
         };
-        m.device.len() * guest * m.host_sched.len() * m.host_workload.len() * m.coordination.len()
+        m.device.len()
+            * guest
+            * m.host_sched.len()
+            * m.host_workload.len()
+            * m.other_vms.len()
+            * m.coordination.len()
     }
 
     /// Full cartesian expansion of the matrix, in a stable order: `device` (outermost),
-    /// `guest_sched`, `guest_workload`, `host_sched`, `host_workload`, `coordination`
-    /// (innermost), each in the order of its list. Each cell gets its own seed
+    /// `guest_sched`, `guest_workload`, `host_sched`, `host_workload`, `other_vms`,
+    /// `coordination` (innermost), each in the order of its list. Each cell gets its own seed
     /// ([`cell_seed`]), which depends only on the scenario seed and the cell's matrix
     /// values, so running a subset (`--only`) gives the same per-cell results.
     pub fn cells(&self) -> Vec<Cell> {
@@ -233,26 +248,29 @@ impl Scenario {
             for (guest_sched, guest_workload) in &guests {
                 for host_sched in &m.host_sched {
                     for host_workload in &m.host_workload {
-                        for coordination in &m.coordination {
-                            let mut cell = Cell {
-                                scenario: self.name.clone(),
-                                device: device.clone(),
-                                host_sched: host_sched.clone(),
-                                host_workload: host_workload.clone(),
-                                guest_sched: guest_sched.clone(),
-                                guest_workload: guest_workload.clone(),
-                                coordination: coordination.clone(),
-                                benchmark: self.benchmark,
-                                app: self.app.clone(),
-                                iterations: self.iterations,
-                                repetitions: self.repetitions,
-                                timeout_s: self.timeout_s,
-                                duration_s: self.duration_s,
-                                sample_s: self.sample_s,
-                                seed: 0,
-                            };
-                            cell.seed = cell_seed(self.seed, &cell);
-                            cells.push(cell);
+                        for other_vms in &m.other_vms {
+                            for coordination in &m.coordination {
+                                let mut cell = Cell {
+                                    scenario: self.name.clone(),
+                                    device: device.clone(),
+                                    host_sched: host_sched.clone(),
+                                    host_workload: host_workload.clone(),
+                                    guest_sched: guest_sched.clone(),
+                                    guest_workload: guest_workload.clone(),
+                                    other_vms: other_vms.clone(),
+                                    coordination: coordination.clone(),
+                                    benchmark: self.benchmark,
+                                    app: self.app.clone(),
+                                    iterations: self.iterations,
+                                    repetitions: self.repetitions,
+                                    timeout_s: self.timeout_s,
+                                    duration_s: self.duration_s,
+                                    sample_s: self.sample_s,
+                                    seed: 0,
+                                };
+                                cell.seed = cell_seed(self.seed, &cell);
+                                cells.push(cell);
+                            }
                         }
                     }
                 }
@@ -692,6 +710,8 @@ fn parse_matrix(t: &toml::Table, accepted: &Accepted) -> Result<Matrix, Scenario
     let guest_workload = canonical_workloads("matrix.guest_workload", &guest_workload)?;
     check_duplicates("matrix.guest_workload", &guest_workload)?;
 
+    let other_vms = parse_other_vms(get("other_vms")?, !guest_sched.is_empty())?;
+
     let coordination = match get("coordination")? {
         None => {
             let d = vec![defaults::COORDINATION.to_string()];
@@ -732,6 +752,49 @@ fn parse_matrix(t: &toml::Table, accepted: &Accepted) -> Result<Matrix, Scenario
         host_workload,
         guest_sched,
         guest_workload,
+        other_vms,
         coordination,
     })
+}
+
+/// `matrix.other_vms`: canonical values, `["none"]` when absent. Other VMs run beside
+/// VM 1, so a native scenario (`is_vm` false) accepts only `none`.
+fn parse_other_vms(values: Option<Vec<String>>, is_vm: bool) -> Result<Vec<String>, ScenarioError> {
+    let key = "matrix.other_vms";
+    let values = match values {
+        None => return Ok(vec![NO_OTHER_VMS.to_string()]),
+        Some(l) if l.is_empty() => {
+            return Err(ScenarioError::key(
+                key,
+                format!(
+                    "empty list; give at least one value (or leave it out for [\"none\"]); \
+                     accepted: {ACCEPTED_OTHER_VMS}"
+                ),
+            ))
+        }
+        Some(l) => l,
+    };
+    let canonical = values
+        .iter()
+        .map(|v| OtherVms::canonical(v).map_err(|e| ScenarioError::key(key, e)))
+        .collect::<Result<Vec<String>, ScenarioError>>()?;
+    check_duplicates(key, &canonical)?;
+    if !is_vm {
+        if let Some((written, _)) = values
+            .iter()
+            .zip(&canonical)
+            .find(|(_, c)| c.as_str() != NO_OTHER_VMS)
+        {
+            return Err(ScenarioError::key(
+                key,
+                format!(
+                    "\"{written}\" needs VM cells: other VMs run beside VM 1, the VM that runs \
+                     the app, but this scenario is native (matrix.guest_sched is missing or \
+                     empty); set matrix.guest_sched and matrix.guest_workload, or use \
+                     other_vms = [\"none\"] (the default)"
+                ),
+            ));
+        }
+    }
+    Ok(canonical)
 }

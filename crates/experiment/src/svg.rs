@@ -331,23 +331,51 @@ fn push_unique(v: &mut Vec<String>, x: &str) -> usize {
     }
 }
 
-/// Builds a grouped bar chart from results: one group per guest workload (host
-/// workload for native cells), one bar per series: the host scheduler for native
-/// cells, `<guest sched> on <host sched>, host <host workload>` for VM cells (plus
-/// `[<coordination>]` when the results have several coordination modes). Bars show the
-/// mean over runs, error bars the min and max of the per-run means; a cell with any
-/// timeout is drawn to its `timeout_s` with an `X` above it.
+/// Builds a grouped bar chart from results, in the layout of Figure 1 of the CLOUD 2014
+/// paper for VM cells:
+///
+/// - one group per guest workload (host workload for native cells), in order of first
+///   appearance;
+/// - one bar per series. Native cells: the host scheduler, plus ` [<coordination>]`
+///   when the results have several coordination modes (unchanged from before VM plots).
+///   VM cells: `<guest sched> guest, host <host workload>` when the VM cells share one
+///   host scheduler (named in the x label), else `<guest sched> on <host sched>, host
+///   <host workload>`; then `, other VMs <other_vms>` when not `none` and `, coord
+///   <mode>` when not `off`. ` [<runner>]` is appended when the results come from
+///   several runners, so their bars do not land on each other;
+/// - native series in order of first appearance, then VM series ordered by host
+///   scheduler, host workload, other VMs, coordination, guest scheduler (each by first
+///   appearance), so that guest schedulers facing the same host load stand side by
+///   side, as in the paper.
+///
+/// Bars show the mean over runs, error bars the min and max of the per-run means; a
+/// cell with any timeout is drawn to its `timeout_s` with an `X` above it.
 pub fn build_chart<'a, I>(title: &str, results: I, reference: Option<(f64, String)>) -> BarChart
 where
     I: IntoIterator<Item = &'a CellResult>,
 {
     let results: Vec<&CellResult> = results.into_iter().collect();
     let mut coords: Vec<String> = Vec::new();
+    let mut runners: Vec<String> = Vec::new();
+    // First-appearance orders of the VM cells' values, for ordering the series.
+    let mut vm_host_scheds: Vec<String> = Vec::new();
+    let mut vm_host_workloads: Vec<String> = Vec::new();
+    let mut vm_other_vms: Vec<String> = Vec::new();
+    let mut vm_guest_scheds: Vec<String> = Vec::new();
     for r in &results {
-        push_unique(&mut coords, &r.cell.coordination);
+        let c = &r.cell;
+        push_unique(&mut coords, &c.coordination);
+        push_unique(&mut runners, &r.runner);
+        if let Some(gs) = &c.guest_sched {
+            push_unique(&mut vm_host_scheds, &c.host_sched);
+            push_unique(&mut vm_host_workloads, &c.host_workload);
+            push_unique(&mut vm_other_vms, &c.other_vms);
+            push_unique(&mut vm_guest_scheds, gs);
+        }
     }
     let all_native = results.iter().all(|r| r.cell.is_native());
     let all_vm = results.iter().all(|r| !r.cell.is_native());
+    let one_vm_host_sched = vm_host_scheds.len() == 1;
     let metric = results
         .first()
         .map(|r| r.metric)
@@ -356,18 +384,55 @@ where
 
     let mut groups = Vec::new();
     let mut series = Vec::new();
+    // Sort key of each series, parallel to `series`.
+    let mut series_keys: Vec<(usize, Vec<usize>)> = Vec::new();
     let mut bars = Vec::new();
     for r in &results {
         let c = &r.cell;
         let g = push_unique(&mut groups, c.app_side_workload());
-        let mut label = match &c.guest_sched {
-            Some(gs) => format!("{gs} on {}, host {}", c.host_sched, c.host_workload),
-            None => c.host_sched.clone(),
+        let position = |v: &[String], x: &str| v.iter().position(|y| y == x).unwrap_or(0);
+        let (mut label, key) = match &c.guest_sched {
+            Some(gs) => {
+                let mut label = if one_vm_host_sched {
+                    format!("{gs} guest, host {}", c.host_workload)
+                } else {
+                    format!("{gs} on {}, host {}", c.host_sched, c.host_workload)
+                };
+                if c.has_other_vms() {
+                    label.push_str(&format!(", other VMs {}", c.other_vms));
+                }
+                if c.coordination != "off" {
+                    label.push_str(&format!(", coord {}", c.coordination));
+                }
+                let key = vec![
+                    position(&vm_host_scheds, &c.host_sched),
+                    position(&vm_host_workloads, &c.host_workload),
+                    position(&vm_other_vms, &c.other_vms),
+                    position(&coords, &c.coordination),
+                    position(&vm_guest_scheds, gs),
+                    position(&runners, &r.runner),
+                ];
+                (label, (1, key))
+            }
+            None => {
+                let mut label = c.host_sched.clone();
+                if coords.len() > 1 {
+                    label.push_str(&format!(" [{}]", c.coordination));
+                }
+                (label, (0, vec![series.len()]))
+            }
         };
-        if coords.len() > 1 {
-            label.push_str(&format!(" [{}]", c.coordination));
+        if runners.len() > 1 {
+            label.push_str(&format!(" [{}]", r.runner));
         }
-        let si = push_unique(&mut series, &label);
+        let si = match series.iter().position(|s| *s == label) {
+            Some(i) => i,
+            None => {
+                series.push(label.clone());
+                series_keys.push(key);
+                series.len() - 1
+            }
+        };
         let sum = r.summary();
         let timeouts = r.timeouts();
         let (value, error) = if timeouts > 0 {
@@ -395,16 +460,29 @@ where
             tooltip,
         });
     }
+    // Reorder the series by their keys (stable: equal keys keep first-appearance order).
+    let mut order: Vec<usize> = (0..series.len()).collect();
+    order.sort_by(|&a, &b| series_keys[a].cmp(&series_keys[b]));
+    let mut new_index = vec![0; series.len()];
+    for (new, &old) in order.iter().enumerate() {
+        new_index[old] = new;
+    }
+    let series: Vec<String> = order.iter().map(|&i| series[i].clone()).collect();
+    for b in &mut bars {
+        b.series = new_index[b.series];
+    }
     let x_label = if all_native {
-        "Host workload"
+        "Host workload".to_string()
+    } else if all_vm && one_vm_host_sched {
+        format!("Guest workload (host scheduler {})", vm_host_scheds[0])
     } else if all_vm {
-        "Guest workload"
+        "Guest workload".to_string()
     } else {
-        "Workload (guest workload for VM cells, host workload for native cells)"
+        "Workload (guest workload for VM cells, host workload for native cells)".to_string()
     };
     BarChart {
         title: title.to_string(),
-        x_label: x_label.to_string(),
+        x_label,
         y_label: metric.label().to_string(),
         groups,
         series,
@@ -434,8 +512,9 @@ where
 }
 
 /// The idle start-up reference among results: the first start-up cell without
-/// timeouts whose host workload is `none` and whose guest workload is `none` or
-/// absent; returns its mean and a label naming its scheduler(s).
+/// timeouts whose host workload is `none`, whose guest workload is `none` or absent,
+/// and without other VMs (their I/O would make the disk busy); returns its mean and a
+/// label naming its scheduler(s).
 pub fn idle_reference<'a, I>(results: I) -> Option<(f64, String)>
 where
     I: IntoIterator<Item = &'a CellResult>,
@@ -445,6 +524,7 @@ where
         let idle = r.metric == Metric::StartupS
             && c.host_workload == "none"
             && matches!(c.guest_workload.as_deref(), None | Some("none"))
+            && !c.has_other_vms()
             && r.timeouts() == 0;
         let s = r.summary();
         if !idle || s.n == 0 || !s.mean.is_finite() {

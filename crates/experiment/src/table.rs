@@ -1,6 +1,7 @@
 //! Text tables of results (`table.txt`).
 
 use crate::naming::format_g;
+use crate::other_vms::NO_OTHER_VMS;
 use crate::result::{CellResult, Metric};
 
 /// Key of one table: results sharing it go into the same table.
@@ -13,6 +14,7 @@ struct TableKey {
     metric: Metric,
     guest_sched: Option<String>,
     guest_workload: Option<String>,
+    other_vms: String,
 }
 
 fn key_of(r: &CellResult) -> TableKey {
@@ -24,6 +26,7 @@ fn key_of(r: &CellResult) -> TableKey {
         metric: r.metric,
         guest_sched: r.cell.guest_sched.clone(),
         guest_workload: r.cell.guest_workload.clone(),
+        other_vms: r.cell.other_vms.clone(),
     }
 }
 
@@ -48,7 +51,8 @@ pub fn cell_text(r: &CellResult) -> String {
 }
 
 /// Renders the tables: one per (runner, device, benchmark, app, guest scheduler, guest
-/// workload), in order of first appearance. Rows are host workloads, columns host
+/// workload, other VMs), in order of first appearance; the title names the other VMs
+/// only when there are some. Rows are host workloads, columns host
 /// schedulers (`sched/coordination` when there is more than one coordination mode in
 /// the table), both in order of first appearance; cells per [`cell_text`]; a missing
 /// combination is blank.
@@ -93,10 +97,13 @@ pub fn render_tables(results: &[CellResult]) -> String {
         if ti > 0 {
             out.push('\n');
         }
-        let guest = match (&key.guest_sched, &key.guest_workload) {
+        let mut guest = match (&key.guest_sched, &key.guest_workload) {
             (Some(gs), Some(gw)) => format!("guest {gs}, guest workload {gw}"),
             _ => "native".to_string(),
         };
+        if key.other_vms != NO_OTHER_VMS {
+            guest.push_str(&format!(", other VMs {}", key.other_vms));
+        }
         let what = if key.benchmark == "startup" {
             format!("startup of {}", key.app)
         } else {

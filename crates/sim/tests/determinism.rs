@@ -14,6 +14,7 @@ fn cells(seed: u64) -> Vec<Cell> {
                 host_workload: "2r2w-rand".into(),
                 guest_sched: None,
                 guest_workload: None,
+                other_vms: "none".into(),
                 coordination: "off".into(),
                 benchmark: b,
                 app: "xterm".into(),

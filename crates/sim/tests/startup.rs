@@ -12,6 +12,7 @@ fn cell(sched: &str, workload: &str) -> Cell {
         host_workload: workload.into(),
         guest_sched: None,
         guest_workload: None,
+        other_vms: "none".into(),
         coordination: "off".into(),
         benchmark: Benchmark::Startup,
         app: "xterm".into(),

@@ -1,0 +1,250 @@
+//! `tandem report`: tables of a results directory, and the comparison with the paper's
+//! published numbers.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use experiment::{Accepted, CellResult, Metric, RunMeta, RunResult, Scenario};
+
+fn tandem(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(args)
+        .output()
+        .expect("tandem runs")
+}
+
+fn tmpdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("tandem-report-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn paper_file() -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../reference/cloud2014-hdd.toml")
+        .to_string_lossy()
+        .into_owned()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A results directory with three VM cells of the paper's matrix, written through the
+/// experiment crate: guest bfq 1r-seq with an idle host (2.4 s, paper 2.2), guest cfq
+/// 5r-seq with an idle host (timed out, paper 30.0), and the idle cell (2.0 s).
+fn results_dir(name: &str) -> PathBuf {
+    let v = |xs: &[&str]| xs.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let accepted = Accepted {
+        devices: v(&["hdd-1.8in"]),
+        host_scheds: v(&["bfq"]),
+        guest_scheds: v(&["bfq", "cfq"]),
+        coordination: v(&["off"]),
+        apps: v(&["xterm"]),
+        allow_cmd_apps: false,
+        allow_vm: true,
+    };
+    let scenario = Scenario::from_toml_str(
+        "benchmark = \"startup\"\n[matrix]\ndevice = \"hdd-1.8in\"\nhost_sched = \"bfq\"\nhost_workload = \"none\"\nguest_sched = [\"bfq\", \"cfq\"]\nguest_workload = [\"none\", \"1r-seq\", \"5r-seq\"]\n",
+        &accepted,
+    )
+    .unwrap();
+    let results: Vec<CellResult> = scenario
+        .cells()
+        .into_iter()
+        .filter_map(|c| {
+            let run = match (c.guest_sched.as_deref()?, c.guest_workload.as_deref()?) {
+                ("bfq", "none") => RunResult {
+                    values: vec![2.0, 2.0],
+                    timeouts: 0,
+                },
+                ("bfq", "1r-seq") => RunResult {
+                    values: vec![2.3, 2.5],
+                    timeouts: 0,
+                },
+                ("cfq", "5r-seq") => RunResult {
+                    values: vec![25.0, 60.0],
+                    timeouts: 1,
+                },
+                _ => return None,
+            };
+            Some(CellResult {
+                cell: c,
+                runner: "sim".into(),
+                metric: Metric::StartupS,
+                runs: vec![run],
+            })
+        })
+        .collect();
+    let d = tmpdir(name);
+    experiment::write_outputs(&d, &RunMeta::default(), &results).unwrap();
+    d
+}
+
+#[test]
+fn report_prints_the_tables() {
+    let d = results_dir("tables");
+    let o = tandem(&["report", d.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert_eq!(
+        out,
+        std::fs::read_to_string(d.join("table.txt")).unwrap(),
+        "the same tables as table.txt"
+    );
+    assert!(
+        out.contains("== hdd-1.8in | startup of xterm | guest bfq, guest workload 1r-seq | sim ==")
+    );
+    // a results.json file works as well as its directory
+    let o = tandem(&["report", d.join("results.json").to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), out);
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn report_compares_with_the_paper() {
+    let d = results_dir("paper");
+    let o = tandem(&["report", d.to_str().unwrap(), "--paper", &paper_file()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines[0],
+        "== hdd-1.8in | start-up time [s], tandem vs paper | ratio = tandem/paper =="
+    );
+    assert!(lines[1].starts_with("cell") && lines[1].ends_with("X-match"));
+    let row = |prefix: &str| -> Vec<String> {
+        let line = lines
+            .iter()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no row {prefix} in\n{out}"));
+        line[prefix.len()..]
+            .split_whitespace()
+            .map(str::to_string)
+            .collect()
+    };
+    assert_eq!(
+        row("xterm: idle disk (guest bfq, host bfq)"),
+        vec!["1.90", "2.00", "1.05", "yes"]
+    );
+    assert_eq!(
+        row("xterm: guest bfq 1r-seq, host bfq none"),
+        vec!["2.20", "2.40", "1.09", "yes"]
+    );
+    assert_eq!(
+        row("xterm: guest cfq 5r-seq, host bfq none"),
+        vec!["30.00", "X", "no"]
+    );
+    assert_eq!(
+        row("xterm: guest cfq 5r-rand, host bfq 5r-seq"),
+        vec!["X", "missing"]
+    );
+    // 1 idle row + 24 cells of the figure, 22 of them missing
+    assert_eq!(lines.len(), 2 + 25 + 1, "{out}");
+    assert_eq!(
+        *lines.last().unwrap(),
+        "summary: 3 cells compared, 22 missing; 2 of 2 within ±25%; X matches 2 of 3; \
+         worst ratio 1.09 (xterm: guest bfq 1r-seq, host bfq none)"
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn report_after_a_native_sim_run() {
+    let d = tmpdir("sim");
+    let scenario = d.join("idle.toml");
+    std::fs::write(
+        &scenario,
+        "name = \"idle\"\nbenchmark = \"startup\"\napp = \"xterm\"\niterations = 1\nrepetitions = 1\n[matrix]\ndevice = [\"hdd-1.8in\"]\nhost_sched = [\"bfq\", \"noop\"]\nhost_workload = [\"none\", \"1r-seq\"]\n",
+    )
+    .unwrap();
+    let out = d.join("out");
+    let o = tandem(&[
+        "sim",
+        "run",
+        scenario.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--only",
+        "host_sched=bfq",
+        "--only",
+        "host_workload=none",
+        "--quiet",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = tandem(&["report", out.to_str().unwrap(), "--paper", &paper_file()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    // the native idle cell is compared with the paper's idle time; VM cells are missing
+    assert!(text.contains("\nxterm: idle disk (native bfq) "), "{text}");
+    assert!(
+        text.contains("summary: 1 cells compared, 24 missing;"),
+        "{text}"
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn bad_inputs_exit_with_code_2() {
+    let d = results_dir("bad");
+    // no results.json
+    let empty = tmpdir("empty");
+    let o = tandem(&["report", empty.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr(&o);
+    assert!(
+        e.starts_with("tandem: ") && e.contains("results.json: cannot read"),
+        "{e}"
+    );
+    // malformed results.json
+    std::fs::write(empty.join("results.json"), "{\"schema\": 1}").unwrap();
+    let o = tandem(&["report", empty.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("invalid results.json"),
+        "{}",
+        stderr(&o)
+    );
+    // missing reference file
+    let missing = empty.join("nope.toml");
+    let o = tandem(&[
+        "report",
+        d.to_str().unwrap(),
+        "--paper",
+        missing.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("nope.toml: cannot read"),
+        "{}",
+        stderr(&o)
+    );
+    // malformed reference file: the error names the key and the value
+    let bad = empty.join("bad.toml");
+    std::fs::write(
+        &bad,
+        "[device]\nname = \"hdd-1.8in\"\n[startup.xterm]\nhost_sched = \"bfq\"\nguest_workloads = [\"1r-seq\"]\n\"bfq/none\" = [\"slow\"]\n",
+    )
+    .unwrap();
+    let o = tandem(&[
+        "report",
+        d.to_str().unwrap(),
+        "--paper",
+        bad.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr(&o);
+    assert!(
+        e.contains("bad.toml: startup.xterm.\"bfq/none\"[0]: expected seconds or \"X\" (timed out), found \"slow\""),
+        "{e}"
+    );
+    assert!(o.stdout.is_empty());
+    let _ = std::fs::remove_dir_all(&d);
+    let _ = std::fs::remove_dir_all(&empty);
+}
