@@ -19,6 +19,14 @@ const EMBEDDED_SCENARIOS: &[(&str, &str)] = &[
         "native-hdd-throughput",
         include_str!("../../../scenarios/native-hdd-throughput.toml"),
     ),
+    (
+        "cloud2014",
+        include_str!("../../../scenarios/cloud2014.toml"),
+    ),
+    (
+        "cloud2014-throughput",
+        include_str!("../../../scenarios/cloud2014-throughput.toml"),
+    ),
 ];
 
 #[derive(Parser)]
@@ -94,6 +102,22 @@ struct SimKnobs {
     /// Override the device's command queue depth (NCQ).
     #[arg(long)]
     queue_depth: Option<usize>,
+    /// Kernel tick rate of the guests (CONFIG_HZ; the published ARM guests ran at 100).
+    #[arg(long, default_value_t = sim::vm::DEFAULT_GUEST_HZ)]
+    guest_hz: u32,
+    /// Turn off the "+4 ticks" slack of the guests' BFQ soft real-time test.
+    #[arg(long)]
+    guest_no_softrt_slack: bool,
+    /// Guest jiffies that never lag (by default they catch up only after the
+    /// interrupt that wakes an idle guest has been handled).
+    #[arg(long)]
+    guest_exact_ticks: bool,
+    /// How QEMU issues guest I/O on the host: threads, native or io_uring.
+    #[arg(long, default_value = "threads")]
+    aio: String,
+    /// virtio-blk queue size of the guests.
+    #[arg(long, default_value_t = sim::virtio::DEFAULT_VIRTQUEUE_DEPTH)]
+    virtqueue_depth: usize,
 }
 
 #[derive(Args)]
@@ -146,11 +170,29 @@ fn knobs_to_opts(k: &SimKnobs) -> Result<sim::bench::SimOptions, Failure> {
             "--queue-depth 0: the device queue depth must be at least 1".into(),
         ));
     }
+    if !(10..=10_000).contains(&k.guest_hz) {
+        return Err(Failure::Usage(format!(
+            "--guest-hz {}: out of range; accepted: 10 to 10000",
+            k.guest_hz
+        )));
+    }
+    if k.virtqueue_depth == 0 {
+        return Err(Failure::Usage(
+            "--virtqueue-depth 0: the virtqueue must hold at least 1 request".into(),
+        ));
+    }
+    let aio = sim::vm::Aio::parse(&k.aio).map_err(|e| Failure::Usage(format!("--aio: {e}")))?;
     let mut opts = sim::bench::SimOptions::default();
     opts.sched_cfg.hz = k.hz;
     opts.sched_cfg.bfq_softrt_tick_slack = !k.no_softrt_slack;
     opts.sched_cfg.low_latency = !k.no_low_latency;
     opts.queue_depth = k.queue_depth;
+    opts.vm.sched_cfg.hz = k.guest_hz;
+    opts.vm.sched_cfg.bfq_softrt_tick_slack = !k.guest_no_softrt_slack;
+    opts.vm.sched_cfg.low_latency = !k.no_low_latency;
+    opts.vm.lagging_ticks = !k.guest_exact_ticks;
+    opts.vm.aio = aio;
+    opts.vm.virtqueue_depth = k.virtqueue_depth;
     Ok(opts)
 }
 
@@ -197,33 +239,54 @@ fn sim_run(a: RunArgs) -> Result<(), Failure> {
     if cells.is_empty() {
         return Err(Failure::Usage("no cell matches the --only filters".into()));
     }
+    let total: u64 = cells.iter().map(|c| c.repetitions as u64).sum();
+    // Work is handed out by repetition, longest-running cells' repetitions
+    // interleaved with short ones, so that the cores stay busy to the end.
+    let work: Vec<(usize, u32)> = cells
+        .iter()
+        .enumerate()
+        .flat_map(|(i, c)| (0..c.repetitions).map(move |r| (i, r)))
+        .collect();
     let jobs = a
         .jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
         .max(1)
-        .min(cells.len());
-    let total: u64 = cells.iter().map(|c| c.repetitions as u64).sum();
+        .min(work.len().max(1));
     let pb = progress_bar(total, a.quiet);
     let started = std::time::Instant::now();
     let next = AtomicUsize::new(0);
-    let results: Mutex<Vec<Option<Result<experiment::CellResult, String>>>> =
-        Mutex::new(vec![None; cells.len()]);
+    type RunSlot = Option<Result<experiment::RunResult, String>>;
+    let runs: Mutex<Vec<Vec<RunSlot>>> = Mutex::new(
+        cells
+            .iter()
+            .map(|c| vec![None; c.repetitions as usize])
+            .collect(),
+    );
     std::thread::scope(|s| {
         for _ in 0..jobs {
             s.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= cells.len() {
+                let w = next.fetch_add(1, Ordering::Relaxed);
+                let Some(&(i, rep)) = work.get(w) else {
                     break;
-                }
-                let r = sim::bench::run_cell(&cells[i], &opts, || pb.inc(1));
-                results.lock().expect("no poisoned lock")[i] = Some(r);
+                };
+                let r = sim::bench::run_repetition(&cells[i], &opts, rep);
+                runs.lock().expect("no poisoned lock")[i][rep as usize] = Some(r);
+                pb.inc(1);
             });
         }
     });
     pb.finish_and_clear();
     let mut out = Vec::with_capacity(cells.len());
-    for r in results.into_inner().expect("no poisoned lock") {
-        out.push(r.expect("every cell ran").map_err(Failure::Run)?);
+    for (cell, cell_runs) in cells
+        .iter()
+        .zip(runs.into_inner().expect("no poisoned lock"))
+    {
+        let runs = cell_runs
+            .into_iter()
+            .map(|r| r.expect("every repetition ran"))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(Failure::Run)?;
+        out.push(sim::bench::cell_result(cell, runs));
     }
     let mut extra = serde_json::Map::new();
     extra.insert("hz".into(), a.knobs.hz.into());
@@ -234,6 +297,19 @@ fn sim_run(a: RunArgs) -> Result<(), Failure> {
     extra.insert("low_latency".into(), (!a.knobs.no_low_latency).into());
     if let Some(d) = a.knobs.queue_depth {
         extra.insert("queue_depth".into(), d.into());
+    }
+    if scenario.is_vm() {
+        extra.insert("guest_hz".into(), a.knobs.guest_hz.into());
+        extra.insert(
+            "guest_bfq_softrt_tick_slack".into(),
+            (!a.knobs.guest_no_softrt_slack).into(),
+        );
+        extra.insert(
+            "guest_lagging_ticks".into(),
+            (!a.knobs.guest_exact_ticks).into(),
+        );
+        extra.insert("aio".into(), a.knobs.aio.clone().into());
+        extra.insert("virtqueue_depth".into(), a.knobs.virtqueue_depth.into());
     }
     let meta = RunMeta {
         runner: "sim".into(),

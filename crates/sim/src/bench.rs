@@ -12,7 +12,7 @@ use crate::system::{secs, to_secs, KernelId, Machine, MachineConfig, HOST, WORKL
 use crate::vm::VmConfig;
 use crate::workload::{self, AppTrace};
 use devmodel::Nanos;
-use experiment::{Benchmark, Cell, CellResult, Metric, Pattern, RunResult, WorkloadSpec};
+use experiment::{Benchmark, Cell, CellResult, Metric, OtherVm, Pattern, RunResult, WorkloadSpec};
 use std::sync::Arc;
 
 /// `SLEEPTIME_ITER` plus the one-second pause of `invoke_commands`: the
@@ -114,7 +114,7 @@ pub fn setup(cell: &Cell, opts: &SimOptions, seed: u64) -> Result<Setup, String>
         ..MachineConfig::default()
     };
     let mut m = Machine::new(&cfg, seed)?;
-    let mut workloads = vec![host_workload.clone()];
+    let mut workloads = vec![host_workload];
     let app_kernel = match &cell.guest_sched {
         None => HOST,
         Some(gs) => {
@@ -154,6 +154,23 @@ pub fn setup(cell: &Cell, opts: &SimOptions, seed: u64) -> Result<Setup, String>
         let gw = gw?;
         start_workload(&mut m, app_kernel, &gw);
         workloads.push(gw);
+    }
+    // VMs 2..N, each with its own image on the host and the cell's guest
+    // scheduler, running their workloads.
+    if let Some(gs) = &cell.guest_sched {
+        for (i, other) in cell.other_vms_spec()?.vms.iter().enumerate() {
+            let vm_cfg = VmConfig {
+                sched: gs.clone(),
+                ..opts.vm.clone()
+            };
+            let (guest, _) = m.add_vm(&vm_cfg, &image_path(i + 2))?;
+            match other {
+                OtherVm::Workload(w) => {
+                    start_workload(&mut m, guest, w);
+                    workloads.push(*w);
+                }
+            }
+        }
     }
     Ok(Setup {
         machine: m,
@@ -301,6 +318,24 @@ pub fn run_throughput(cell: &Cell, opts: &SimOptions, rep: u32) -> Result<RunRes
     Ok(out)
 }
 
+/// Runs one repetition of a cell.
+pub fn run_repetition(cell: &Cell, opts: &SimOptions, rep: u32) -> Result<RunResult, String> {
+    match cell.benchmark {
+        Benchmark::Startup => run_startup(cell, opts, rep),
+        Benchmark::Throughput => run_throughput(cell, opts, rep),
+    }
+}
+
+/// A cell's result from its repetitions.
+pub fn cell_result(cell: &Cell, runs: Vec<RunResult>) -> CellResult {
+    CellResult {
+        cell: cell.clone(),
+        runner: "sim".into(),
+        metric: Metric::for_benchmark(cell.benchmark),
+        runs,
+    }
+}
+
 /// Runs every repetition of a cell. `progress` is called after each.
 pub fn run_cell(
     cell: &Cell,
@@ -309,19 +344,10 @@ pub fn run_cell(
 ) -> Result<CellResult, String> {
     let mut runs = Vec::with_capacity(cell.repetitions as usize);
     for rep in 0..cell.repetitions {
-        let run = match cell.benchmark {
-            Benchmark::Startup => run_startup(cell, opts, rep)?,
-            Benchmark::Throughput => run_throughput(cell, opts, rep)?,
-        };
-        runs.push(run);
+        runs.push(run_repetition(cell, opts, rep)?);
         progress();
     }
-    Ok(CellResult {
-        cell: cell.clone(),
-        runner: "sim".into(),
-        metric: Metric::for_benchmark(cell.benchmark),
-        runs,
-    })
+    Ok(cell_result(cell, runs))
 }
 
 /// Runs one repetition of a start-up cell and returns the number of

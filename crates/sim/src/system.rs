@@ -894,7 +894,15 @@ impl Machine {
         }
         if let Role::QemuWorker { job: current, .. } = &mut self.procs[j.thread as usize].role {
             *current = None;
-            self.vms[j.vm].idle_workers.push_back(j.thread);
+            // A worker back from a request finds the semaphore already
+            // posted when requests wait, and takes one without sleeping;
+            // otherwise it sleeps behind the workers already waiting.
+            let v = &mut self.vms[j.vm];
+            if v.waiting.is_empty() {
+                v.idle_workers.push_back(j.thread);
+            } else {
+                v.idle_workers.push_front(j.thread);
+            }
             self.wake_in(j.thread, THREAD_POOL_IDLE_NS);
             self.qemu_dispatch(j.vm);
         }

@@ -229,7 +229,9 @@ struct Queue {
     fifo: VecDeque<(Nanos, RqId)>,
     dispatched: u32,
     busy: bool,
-    /// Interactive and soft real-time raising periods started (statistics).
+    /// Raising periods started from an unraised weight (statistics):
+    /// interactive, and soft real-time. An interactive period switching to
+    /// soft real-time and back is not counted again.
     raised_interactive: u32,
     raised_softrt: u32,
     max_budget: u32,
@@ -911,6 +913,16 @@ impl Bfq {
         if !qq.sync || qq.class == IoPrioClass::Idle {
             return false;
         }
+        // v7r2's idle window: `enable_idle = 0` when the think-time mean
+        // (valid above 80 samples) exceeds `slice_idle`, or on a queueing
+        // device for a seeky queue; raised queues keep it.
+        if self.cfg.bfq_idle_window_by_think_time
+            && qq.wr_coeff == 1
+            && ((qq.ttime_samples > 80 && qq.ttime_mean > SLICE_IDLE)
+                || (Self::hw_tag(ctx) && Self::seeky(qq)))
+        {
+            return false;
+        }
         self.idling_boosts_thr_without_issues(ctx, q) || self.idling_needed_for_guarantees(q)
     }
 
@@ -1145,7 +1157,8 @@ impl Bfq {
         let arrived_in_time = ctx.now <= qq.last_end_request + 3 * SLICE_IDLE;
         let in_burst = qq.in_large_burst;
         let default_weight = self.entities[qq.entity].orig_weight == DEFAULT_QUEUE_WEIGHT;
-        let soft_rt = !(self.cfg.bfq_softrt_seeky_filter && Self::totally_seeky(qq))
+        let seeky_filtered = self.cfg.bfq_softrt_seeky_filter && Self::totally_seeky(qq);
+        let soft_rt = !seeky_filtered
             && !in_burst
             && qq.soft_rt_next_start < j
             && qq.dispatched == 0
@@ -1218,7 +1231,6 @@ impl Bfq {
                 } else if soft_rt {
                     if self.queues[q].wr_cur_max_time != rt_max {
                         let qq = &mut self.queues[q];
-                        qq.raised_softrt += 1;
                         qq.wr_start_at_switch_to_srt = qq.last_wr_start_finish;
                         qq.wr_cur_max_time = rt_max;
                         self.set_wr_coeff(q, WR_COEFF * SOFTRT_WEIGHT_FACTOR);

@@ -211,6 +211,15 @@ pub struct SchedConfig {
     /// of the Linux 3.12 kernels of the CLOUD 2014 runs, had no such
     /// filter; turning it off brings back that behaviour.
     pub bfq_softrt_seeky_filter: bool,
+    /// BFQ v7r2's idle window (`bfq_update_idle_window()`, Linux 3.12): no
+    /// idling for a queue, not weight-raised, whose mean think time exceeds
+    /// `slice_idle`. Mainline BFQ idles on such queues on rotational disks,
+    /// but merges the queues of processes doing interleaved I/O (QEMU's I/O
+    /// threads are the textbook case), which this simulator does not model;
+    /// without one or the other, the host would idle 8 ms after every
+    /// request of a thread pool that hands consecutive requests to
+    /// different threads. On by default.
+    pub bfq_idle_window_by_think_time: bool,
 }
 
 impl Default for SchedConfig {
@@ -220,6 +229,7 @@ impl Default for SchedConfig {
             low_latency: true,
             bfq_softrt_tick_slack: true,
             bfq_softrt_seeky_filter: true,
+            bfq_idle_window_by_think_time: true,
         }
     }
 }
