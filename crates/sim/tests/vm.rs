@@ -1,0 +1,264 @@
+//! The VM I/O stack: guest block layer over a virtqueue, QEMU's threads on
+//! the host image file, the host scheduler seeing only those threads, and
+//! the guest's lagging ticks.
+
+use experiment::{Accepted, Scenario};
+use sim::bench::{accepted, guest_defaults, run_startup, run_throughput, SimOptions};
+use sim::request::IoPrio;
+use sim::system::{secs, Machine, MachineConfig, HOST};
+use sim::vm::{Aio, VmConfig, THREAD_POOL_MAX};
+
+fn machine(device: &str) -> Machine {
+    let cfg = MachineConfig {
+        device: device.into(),
+        ..MachineConfig::default()
+    };
+    Machine::new(&cfg, 11).unwrap()
+}
+
+fn vm(sched: &str) -> VmConfig {
+    VmConfig {
+        sched: sched.into(),
+        ..guest_defaults()
+    }
+}
+
+/// `n` random readers in the guest; returns their pids.
+fn guest_rand_readers(m: &mut Machine, g: usize, n: usize) -> Vec<u32> {
+    (0..n)
+        .map(|i| {
+            let f = m.add_file(g, &format!("/S/file{i}"), 500 << 20);
+            m.start_rand_reader(g, f, IoPrio::DEFAULT, 0)
+        })
+        .collect()
+}
+
+#[test]
+fn guest_reads_reach_the_host_disk_through_qemu_threads_only() {
+    let mut m = machine("hdd-1.8in");
+    let (g, v) = m.add_vm(&vm("bfq"), "/images/vm1.img").unwrap();
+    let f = m.add_file(g, "/S/file0", 500 << 20);
+    let reader = m.start_seq_reader(g, f, IoPrio::DEFAULT, 0);
+    m.run_until(secs(10.0), |_| false);
+    let guest_read = m.sectors_done(g).0;
+    let host_read = m.sectors_done(HOST).0;
+    assert!(guest_read > 0);
+    // Cold host cache, no other host I/O: every guest sector is read once
+    // on the host (requests still in flight make up the difference).
+    assert!(host_read >= guest_read && host_read <= guest_read + 2048);
+    // The guest reader itself never issues I/O on the host: only the QEMU
+    // threads do.
+    let stats = m.qemu_stats(v);
+    assert!(stats.threads_created >= 1);
+    assert_eq!(m.bytes_done_by(reader), guest_read * 512);
+}
+
+#[test]
+fn thread_pool_grows_on_demand_to_64_and_shrinks_when_idle() {
+    let mut m = machine("ssd-sata");
+    let cfg = VmConfig {
+        sched: "noop".into(),
+        ..guest_defaults()
+    };
+    let (g, v) = m.add_vm(&cfg, "/images/vm1.img").unwrap();
+    let readers = guest_rand_readers(&mut m, g, 100);
+    m.run_until(secs(2.0), |_| false);
+    let s = m.qemu_stats(v);
+    assert_eq!(s.threads_created, THREAD_POOL_MAX);
+    assert_eq!(s.threads_alive, THREAD_POOL_MAX);
+    for pid in readers {
+        m.kill(pid);
+    }
+    // Idle workers exit after 10 s.
+    m.run_until(secs(13.0), |_| false);
+    assert_eq!(m.qemu_stats(v).threads_alive, 0);
+}
+
+#[test]
+fn iothread_mode_issues_everything_from_one_thread() {
+    let mut m = machine("emmc");
+    let cfg = VmConfig {
+        aio: Aio::IoThread,
+        ..vm("noop")
+    };
+    let (g, v) = m.add_vm(&cfg, "/images/vm1.img").unwrap();
+    guest_rand_readers(&mut m, g, 20);
+    m.run_until(secs(2.0), |_| false);
+    let s = m.qemu_stats(v);
+    assert_eq!((s.threads_created, s.threads_alive), (1, 1));
+    assert!(m.sectors_done(HOST).0 > 0);
+}
+
+#[test]
+fn virtqueue_depth_bounds_the_guests_requests_in_flight() {
+    let mut m = machine("ssd-sata");
+    let cfg = VmConfig {
+        virtqueue_depth: 3,
+        ..vm("noop")
+    };
+    let (g, v) = m.add_vm(&cfg, "/images/vm1.img").unwrap();
+    guest_rand_readers(&mut m, g, 30);
+    m.run_until(secs(2.0), |_| false);
+    // Never more than 3 requests at QEMU, so never more than 3 workers.
+    assert_eq!(m.qemu_stats(v).threads_created, 3);
+}
+
+/// Soft real-time raisings the guest's BFQ gave 5 greedy random readers
+/// over 60 s on the 1.8-inch disk, with HZ=100.
+fn greedy_readers_deemed_soft_rt(slack: bool, lagging_ticks: bool) -> u32 {
+    let mut m = machine("hdd-1.8in");
+    let mut cfg = vm("bfq");
+    cfg.sched_cfg.hz = 100;
+    cfg.sched_cfg.bfq_softrt_tick_slack = slack;
+    cfg.lagging_ticks = lagging_ticks;
+    let (g, _) = m.add_vm(&cfg, "/images/vm1.img").unwrap();
+    let readers = guest_rand_readers(&mut m, g, 5);
+    m.run_until(secs(60.0), |_| false);
+    readers.iter().map(|&p| m.raisings(p).1).sum()
+}
+
+#[test]
+fn hz100_guest_without_tick_slack_deems_greedy_random_readers_soft_real_time() {
+    let bug = greedy_readers_deemed_soft_rt(false, true);
+    let fixed = greedy_readers_deemed_soft_rt(true, true);
+    let exact_ticks = greedy_readers_deemed_soft_rt(false, false);
+    eprintln!("soft-rt raisings: no slack {bug}, slack {fixed}, exact ticks {exact_ticks}");
+    assert!(bug >= 25, "expected many misdetections, got {bug}");
+    assert_eq!(fixed, 0, "the +4 ticks slack removes them");
+    assert_eq!(exact_ticks, 0, "ticks that do not jump do not cause them");
+}
+
+fn cloud_cell(text: &str, filters: &[(&str, &str)]) -> experiment::Cell {
+    let s = Scenario::from_toml_str(text, &accepted()).unwrap();
+    s.cells()
+        .into_iter()
+        .find(|c| filters.iter().all(|(k, v)| c.get(k).as_deref() == Some(*v)))
+        .expect("cell")
+}
+
+const STARTUP: &str = r#"
+benchmark = "startup"
+iterations = 3
+repetitions = 1
+[matrix]
+device = ["hdd-1.8in", "microsd-class6", "emmc"]
+guest_sched = ["bfq", "cfq"]
+guest_workload = ["1r-seq", "5r-seq", "1r-rand"]
+host_sched = ["bfq"]
+host_workload = ["none", "5r-seq"]
+"#;
+
+fn mean_startup(filters: &[(&str, &str)]) -> f64 {
+    let cell = cloud_cell(STARTUP, filters);
+    let r = run_startup(&cell, &SimOptions::default(), 0).unwrap();
+    r.values.iter().sum::<f64>() / r.values.len() as f64
+}
+
+#[test]
+fn a_host_workload_slows_the_guests_start_up_under_bfq_on_every_device() {
+    for dev in ["hdd-1.8in", "microsd-class6", "emmc"] {
+        for gw in ["1r-seq", "1r-rand"] {
+            let base = [
+                ("device", dev),
+                ("guest_sched", "bfq"),
+                ("guest_workload", gw),
+            ];
+            let idle_host = mean_startup(&[base.as_slice(), &[("host_workload", "none")]].concat());
+            let busy_host =
+                mean_startup(&[base.as_slice(), &[("host_workload", "5r-seq")]].concat());
+            eprintln!("{dev} {gw}: host idle {idle_host:.2} s, host 5r-seq {busy_host:.2} s");
+            assert!(
+                busy_host > 1.2 * idle_host,
+                "{dev} {gw}: the host's readers should slow the guest's start-up \
+                 ({idle_host:.2} s -> {busy_host:.2} s)"
+            );
+        }
+    }
+}
+
+#[test]
+fn vm_cells_are_deterministic_and_the_seed_matters() {
+    let text = r#"
+benchmark = "startup"
+iterations = 2
+repetitions = 2
+[matrix]
+device = ["emmc"]
+guest_sched = ["bfq"]
+guest_workload = ["5r-rand"]
+host_sched = ["bfq"]
+host_workload = ["1r-seq"]
+"#;
+    let cell = cloud_cell(text, &[]);
+    let opts = SimOptions::default();
+    let a = run_startup(&cell, &opts, 0).unwrap();
+    let b = run_startup(&cell, &opts, 0).unwrap();
+    let c = run_startup(&cell, &opts, 1).unwrap();
+    assert_eq!(a.values, b.values);
+    assert_ne!(a.values, c.values);
+}
+
+/// The guest's throughput, read from its virtual disk, never exceeds what
+/// the host's device can deliver. The runs are short enough that no reader
+/// wraps around its 500 MiB file: a wrapped reader would re-read pages the
+/// host's page cache still holds, which a real host would serve from memory
+/// too. Writers are left out: with `cache=writeback` their writes complete
+/// in the host's page cache, faster than the disk.
+#[test]
+fn guest_throughput_stays_within_the_device_peak() {
+    let text = r#"
+benchmark = "throughput"
+repetitions = 1
+duration_s = 10
+[matrix]
+device = ["hdd-1.8in", "microsd-class6"]
+guest_sched = ["bfq", "cfq"]
+guest_workload = ["1r-seq", "5r-seq"]
+host_sched = ["bfq"]
+host_workload = ["none"]
+"#;
+    let s = Scenario::from_toml_str(text, &accepted()).unwrap();
+    for cell in s.cells() {
+        let peak = devmodel::preset(&cell.device)
+            .unwrap()
+            .info()
+            .peak_read_bytes_per_s
+            / 1e6;
+        let r = run_throughput(&cell, &SimOptions::default(), 0).unwrap();
+        let mean = r.values.iter().sum::<f64>() / r.values.len() as f64;
+        eprintln!("{}: {mean:.2} MB/s (peak {peak:.2})", cell.key());
+        assert!(
+            mean > 0.0 && mean <= peak * 1.02,
+            "{}: {mean} MB/s",
+            cell.key()
+        );
+    }
+}
+
+#[test]
+fn vm_scenario_errors_name_the_key_value_and_accepted_values() {
+    let bad = r#"
+benchmark = "startup"
+[matrix]
+device = ["hdd-1.8in"]
+guest_sched = ["bfqq"]
+guest_workload = ["1r-seq"]
+host_sched = ["bfq"]
+host_workload = ["none"]
+"#;
+    let e = Scenario::from_toml_str(bad, &accepted())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("matrix.guest_sched") && e.contains("bfqq") && e.contains("cfq"),
+        "{e}"
+    );
+    // A runner without VMs refuses VM scenarios.
+    let native_only = Accepted {
+        allow_vm: false,
+        ..accepted()
+    };
+    let ok_vm = bad.replace("bfqq", "bfq");
+    assert!(Scenario::from_toml_str(&ok_vm, &native_only).is_err());
+    assert!(Scenario::from_toml_str(&ok_vm, &accepted()).is_ok());
+}
