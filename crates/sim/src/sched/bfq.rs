@@ -32,7 +32,8 @@ use super::{IoScheduler, MergeKind, SchedConfig, SchedCtx, MSEC, SEC};
 use crate::request::{CgroupId, IoContext, IoPrioClass, Pid, RqId};
 use devmodel::Nanos;
 use rustc_hash::FxHashMap as HashMap;
-use std::collections::{BTreeSet, VecDeque};
+use std::cell::Cell;
+use std::collections::VecDeque;
 
 // ----- constants, with where they come from -----------------------------
 
@@ -209,6 +210,61 @@ struct ServiceTree {
     wsum: u64,
 }
 
+/// A queue's pending requests, sorted by (sector, id). A queue holds a
+/// handful of requests at a time, so a sorted vector beats a B-tree here:
+/// no node allocated each time the queue fills up again, and a lookup is
+/// one binary search over contiguous memory. Ids are unique, so the order
+/// is total and the same as the B-tree's.
+#[derive(Clone, Debug, Default)]
+struct SortList(Vec<Filed>);
+
+/// A request filed in a [`SortList`]: (sector, id).
+type Filed = (u64, RqId);
+
+impl SortList {
+    fn insert(&mut self, key: Filed) {
+        if let Err(i) = self.0.binary_search(&key) {
+            self.0.insert(i, key);
+        }
+    }
+
+    fn remove(&mut self, key: Filed) {
+        if let Ok(i) = self.0.binary_search(&key) {
+            // Often the only request: no shifting needed.
+            if i + 1 == self.0.len() {
+                self.0.pop();
+            } else {
+                self.0.remove(i);
+            }
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn first(&self) -> Option<Filed> {
+        self.0.first().copied()
+    }
+
+    /// The first request at or after sector `head`, and the last one
+    /// before it.
+    fn around(&self, head: u64) -> (Option<Filed>, Option<Filed>) {
+        let i = self.0.partition_point(|&(s, _)| s < head);
+        let back = i.checked_sub(1).map(|j| self.0[j]);
+        (self.0.get(i).copied(), back)
+    }
+
+    /// Where request `id` is filed.
+    fn sector_of(&self, id: RqId) -> Option<u64> {
+        self.0.iter().find(|&&(_, x)| x == id).map(|&(s, _)| s)
+    }
+}
+
 #[derive(Clone, Debug)]
 struct SchedData {
     trees: [ServiceTree; CLASSES],
@@ -224,7 +280,7 @@ struct Queue {
     sync: bool,
     class: IoPrioClass,
     /// Pending requests sorted by sector.
-    sort_list: BTreeSet<(u64, RqId)>,
+    sort_list: SortList,
     /// Pending requests in arrival order, with their FIFO deadline.
     fifo: VecDeque<(Nanos, RqId)>,
     dispatched: u32,
@@ -284,12 +340,17 @@ pub struct Bfq {
     entities: Vec<Entity>,
     sds: Vec<SchedData>,
     queues: Vec<Queue>,
-    /// Sync queue per process, async queue per (cgroup, class, level).
-    sync_queues: HashMap<Pid, QueueId>,
+    /// Sync queue per process, indexed by pid (pids are indices in the
+    /// machine's process table, small and dense), and async queue per
+    /// (cgroup, class, level).
+    sync_queues: Vec<Option<QueueId>>,
     async_queues: HashMap<(CgroupId, IoPrioClass, u8), QueueId>,
     /// Group entity per cgroup (cgroup 0 is the root and has none).
     groups: HashMap<CgroupId, EntId>,
-    rq_queue: HashMap<RqId, QueueId>,
+    /// Queue of each request inside the scheduler or the device, indexed
+    /// by id: ids are slots of the block layer's request slab, so they are
+    /// small and reused, and a vector saves hashing on every hook.
+    rq_queue: Vec<Option<QueueId>>,
     in_service: Option<QueueId>,
     queued: usize,
     busy_queues: [usize; CLASSES],
@@ -310,6 +371,13 @@ pub struct Bfq {
     last_ins_in_burst: Jiffies,
     burst_parent: Option<usize>,
     rotational: Option<bool>,
+    /// `(varied, smallest)` over the weights of the queues with I/O
+    /// pending or in flight, for [`Bfq::asymmetric`]; `None` when stale.
+    /// The idling and charging decisions ask for it over and over, but it
+    /// changes only when a queue's weight changes, a queue becomes busy or
+    /// idle, or its first request enters or last request leaves the
+    /// device: each of those spots clears it ([`Bfq::weights_changed`]).
+    active_weights: Cell<Option<(bool, u32)>>,
 }
 
 impl Bfq {
@@ -325,10 +393,10 @@ impl Bfq {
             entities: Vec::new(),
             sds: vec![root],
             queues: Vec::new(),
-            sync_queues: HashMap::default(),
+            sync_queues: Vec::new(),
             async_queues: HashMap::default(),
             groups: HashMap::default(),
-            rq_queue: HashMap::default(),
+            rq_queue: Vec::new(),
             in_service: None,
             queued: 0,
             busy_queues: [0; CLASSES],
@@ -346,6 +414,7 @@ impl Bfq {
             last_ins_in_burst: LONG_AGO,
             burst_parent: None,
             rotational: None,
+            active_weights: Cell::new(None),
         }
     }
 
@@ -426,7 +495,7 @@ impl Bfq {
 
     fn queue_for(&mut self, ctx: &SchedCtx, ioc: &IoContext, sync: bool) -> QueueId {
         let existing = if sync {
-            self.sync_queues.get(&ioc.pid).copied()
+            self.sync_queue(ioc.pid)
         } else {
             self.async_queues
                 .get(&(ioc.cgroup, ioc.prio.class, ioc.prio.level))
@@ -449,7 +518,7 @@ impl Bfq {
             entity: ent,
             sync,
             class: ioc.prio.class,
-            sort_list: BTreeSet::new(),
+            sort_list: SortList::default(),
             fifo: VecDeque::new(),
             dispatched: 0,
             busy: false,
@@ -484,7 +553,11 @@ impl Bfq {
             tot_idle_time: 0,
         });
         if sync {
-            self.sync_queues.insert(ioc.pid, qid);
+            let pid = ioc.pid as usize;
+            if self.sync_queues.len() <= pid {
+                self.sync_queues.resize(pid + 1, None);
+            }
+            self.sync_queues[pid] = Some(qid);
             // Burst detection runs when a queue is created (the kernel
             // runs it at the queue's first activation after creation).
             self.handle_burst(ctx, qid);
@@ -493,6 +566,10 @@ impl Bfq {
                 .insert((ioc.cgroup, ioc.prio.class, ioc.prio.level), qid);
         }
         qid
+    }
+
+    fn sync_queue(&self, pid: Pid) -> Option<QueueId> {
+        self.sync_queues.get(pid as usize).copied().flatten()
     }
 
     fn seeky(q: &Queue) -> bool {
@@ -524,24 +601,31 @@ impl Bfq {
             t.wsum = t.wsum - old as u64 + w as u64;
         }
         self.entities[e].weight = w;
+        self.weights_changed();
     }
 
     /// `bfq_forget_idle()`: idle entities whose finish time the virtual
     /// time has passed no longer hold a place in the weight sum.
     fn forget_idle(&mut self, sd: usize, class: usize) {
-        let vtime = self.sds[sd].trees[class].vtime;
-        let idle = std::mem::take(&mut self.sds[sd].trees[class].idle);
-        let mut keep = Vec::with_capacity(idle.len());
-        for e in idle {
-            if self.entities[e].finish <= vtime {
-                self.entities[e].tree = Tree::None;
-                self.entities[e].counted = false;
-                self.sds[sd].trees[class].wsum -= self.entities[e].weight as u64;
-            } else {
-                keep.push(e);
-            }
+        // In place: this runs at every dispatch, and the idle tree is
+        // usually empty or keeps all its entities.
+        let entities = &mut self.entities;
+        let t = &mut self.sds[sd].trees[class];
+        if t.idle.is_empty() {
+            return;
         }
-        self.sds[sd].trees[class].idle = keep;
+        let vtime = t.vtime;
+        t.idle.retain(|&e| {
+            let ent = &mut entities[e];
+            if ent.finish <= vtime {
+                ent.tree = Tree::None;
+                ent.counted = false;
+                t.wsum -= ent.weight as u64;
+                false
+            } else {
+                true
+            }
+        });
     }
 
     /// `__bfq_activate_entity()`: puts an entity on its active tree with a
@@ -783,8 +867,7 @@ impl Bfq {
     fn next_rq(&self, ctx: &SchedCtx, q: QueueId) -> Option<RqId> {
         let qq = &self.queues[q];
         let head = self.last_position;
-        let fwd = qq.sort_list.range((head, 0)..).next().copied();
-        let back = qq.sort_list.range(..(head, 0)).next_back().copied();
+        let (fwd, back) = qq.sort_list.around(head);
         let cost = |(s, id): (u64, RqId)| -> Option<u64> {
             let end = ctx.rq(id).end_sector();
             if s >= head {
@@ -804,7 +887,7 @@ impl Bfq {
             (Some(f), None) => Some(f.1),
             (None, Some(b)) => {
                 // Wrap around to the lowest sector when nothing is ahead.
-                let first = qq.sort_list.iter().next().copied().unwrap_or(b);
+                let first = qq.sort_list.first().unwrap_or(b);
                 Some(if cost(b).is_some() { b.1 } else { first.1 })
             }
             (None, None) => None,
@@ -854,33 +937,50 @@ impl Bfq {
     /// classes, or groups with pending I/O make idling necessary to
     /// preserve service guarantees.
     fn asymmetric(&self, q: QueueId) -> bool {
-        let mut weights = self
-            .queues
-            .iter()
-            .filter(|x| x.busy || x.dispatched > 0)
-            .map(|x| self.entities[x.entity].weight);
-        let varied = match weights.next() {
-            Some(first) => {
-                let mut v = false;
-                let mut min = first;
-                for w in weights {
-                    if w != first {
-                        v = true;
-                    }
-                    min = min.min(w);
-                }
-                // The queue with the smallest weight does not need idling
-                // to protect itself (`smallest_weight` in the kernel).
-                v && self.entities[self.queues[q].entity].weight != min
-            }
-            None => false,
-        };
+        let (varied, min) = self.active_weights();
+        // The queue with the smallest weight does not need idling to
+        // protect itself (`smallest_weight` in the kernel).
+        let varied = varied && self.entities[self.queues[q].entity].weight != min;
         let classes_busy = self.busy_queues.iter().filter(|&&n| n > 0).count() > 1;
         let groups_pending = self
             .groups
             .values()
             .any(|&g| self.entities[g].tree != Tree::None && self.entities[g].tree != Tree::Idle);
         varied || classes_busy || groups_pending
+    }
+
+    /// Whether the weights of the queues with I/O pending or in flight
+    /// differ, and the smallest of them ((false, 0) if there is no such
+    /// queue). Cached, see `active_weights`.
+    fn active_weights(&self) -> (bool, u32) {
+        if let Some(v) = self.active_weights.get() {
+            return v;
+        }
+        let mut weights = self
+            .queues
+            .iter()
+            .filter(|x| x.busy || x.dispatched > 0)
+            .map(|x| self.entities[x.entity].weight);
+        let v = match weights.next() {
+            Some(first) => {
+                let mut varied = false;
+                let mut min = first;
+                for w in weights {
+                    varied |= w != first;
+                    min = min.min(w);
+                }
+                (varied, min)
+            }
+            None => (false, 0),
+        };
+        self.active_weights.set(Some(v));
+        v
+    }
+
+    /// A queue's weight changed, or a queue joined or left the set of
+    /// those with I/O pending or in flight: `active_weights` is stale.
+    fn weights_changed(&self) {
+        self.active_weights.set(None);
     }
 
     fn hw_tag(ctx: &SchedCtx) -> bool {
@@ -1007,12 +1107,12 @@ impl Bfq {
     /// the queue is in a large burst, or when an interactive queue has
     /// received too much service.
     fn update_wr_data(&mut self, ctx: &SchedCtx, q: QueueId) {
-        let j = Self::jiffies(ctx);
-        let rt_max = Self::ms_to_j(ctx, WR_RT_MAX_TIME_MS);
         let qq = &self.queues[q];
         if qq.wr_coeff <= 1 {
             return;
         }
+        let j = Self::jiffies(ctx);
+        let rt_max = Self::ms_to_j(ctx, WR_RT_MAX_TIME_MS);
         if qq.in_large_burst {
             self.end_wr(q, ctx);
         } else if qq.last_wr_start_finish + qq.wr_cur_max_time < j {
@@ -1132,6 +1232,9 @@ impl Bfq {
         if qq.wr_coeff > 1 {
             self.wr_busy_queues += 1;
         }
+        if qq.dispatched == 0 {
+            self.weights_changed();
+        }
         let e = self.queues[q].entity;
         self.activate_entity(e, backshift);
     }
@@ -1142,6 +1245,9 @@ impl Bfq {
         self.busy_queues[class_index(qq.class)] -= 1;
         if qq.wr_coeff > 1 {
             self.wr_busy_queues -= 1;
+        }
+        if qq.dispatched == 0 {
+            self.weights_changed();
         }
     }
 
@@ -1526,8 +1632,12 @@ impl Bfq {
     fn remove_request(&mut self, ctx: &SchedCtx, q: QueueId, rq: RqId) {
         let sector = ctx.rq(rq).sector;
         let qq = &mut self.queues[q];
-        qq.sort_list.remove(&(sector, rq));
-        if let Some(pos) = qq.fifo.iter().position(|&(_, id)| id == rq) {
+        qq.sort_list.remove((sector, rq));
+        // Mostly the oldest request goes: pop it without `remove`'s
+        // general (wrap-around) shuffling.
+        if qq.fifo.front().is_some_and(|&(_, id)| id == rq) {
+            qq.fifo.pop_front();
+        } else if let Some(pos) = qq.fifo.iter().position(|&(_, id)| id == rq) {
             qq.fifo.remove(pos);
         }
         self.queued -= 1;
@@ -1611,7 +1721,7 @@ impl Bfq {
 
     /// The current weight-raising coefficient of a process's sync queue.
     pub fn wr_coeff_of(&self, pid: Pid) -> Option<u32> {
-        self.sync_queues.get(&pid).map(|&q| self.queues[q].wr_coeff)
+        self.sync_queue(pid).map(|q| self.queues[q].wr_coeff)
     }
 }
 
@@ -1621,7 +1731,7 @@ impl IoScheduler for Bfq {
     }
 
     fn raisings(&self, pid: Pid) -> (u32, u32) {
-        self.sync_queues.get(&pid).map_or((0, 0), |&q| {
+        self.sync_queue(pid).map_or((0, 0), |q| {
             (
                 self.queues[q].raised_interactive,
                 self.queues[q].raised_softrt,
@@ -1635,7 +1745,10 @@ impl IoScheduler for Bfq {
         if !sync {
             return true;
         }
-        match (self.rq_queue.get(&rq), self.sync_queues.get(&ioc.pid)) {
+        match (
+            self.rq_queue.get(rq).copied().flatten(),
+            self.sync_queue(ioc.pid),
+        ) {
             (Some(a), Some(b)) => a == b,
             _ => false,
         }
@@ -1653,7 +1766,10 @@ impl IoScheduler for Bfq {
             (r.ioc, r.sync, r.sector, r.end_sector())
         };
         let q = self.queue_for(ctx, &ioc, sync);
-        self.rq_queue.insert(rq, q);
+        if self.rq_queue.len() <= rq {
+            self.rq_queue.resize(rq + 1, None);
+        }
+        self.rq_queue[rq] = Some(q);
         // `__bfq_insert_request()`.
         if sync {
             self.update_thinktime(ctx, q);
@@ -1708,11 +1824,11 @@ impl IoScheduler for Bfq {
 
     fn merged(&mut self, ctx: &mut SchedCtx, rq: RqId, kind: MergeKind) {
         if kind == MergeKind::Front {
-            if let Some(&q) = self.rq_queue.get(&rq) {
+            if let Some(q) = self.rq_queue.get(rq).copied().flatten() {
                 let qq = &mut self.queues[q];
                 let new_sector = ctx.rq(rq).sector;
-                if let Some(&(s, _)) = qq.sort_list.iter().find(|&&(_, id)| id == rq) {
-                    qq.sort_list.remove(&(s, rq));
+                if let Some(s) = qq.sort_list.sector_of(rq) {
+                    qq.sort_list.remove((s, rq));
                 }
                 qq.sort_list.insert((new_sector, rq));
             }
@@ -1732,6 +1848,9 @@ impl IoScheduler for Bfq {
         self.remove_request(ctx, q, rq);
         self.update_peak_rate(ctx, rq);
         self.queues[q].dispatched += 1;
+        if self.queues[q].dispatched == 1 && !self.queues[q].busy {
+            self.weights_changed();
+        }
         self.rq_in_driver += 1;
         self.update_wr_data(ctx, q);
         // An IDLE-class queue gives the device back after each request
@@ -1743,18 +1862,20 @@ impl IoScheduler for Bfq {
     }
 
     fn completed(&mut self, ctx: &mut SchedCtx, rq: RqId) {
-        let Some(q) = self.rq_queue.remove(&rq) else {
+        let Some(q) = self.rq_queue.get_mut(rq).and_then(Option::take) else {
             return;
         };
         self.rq_in_driver = ctx.in_driver;
         let now = ctx.now;
-        {
+        let went_idle = {
             let qq = &mut self.queues[q];
             qq.dispatched -= 1;
-            if qq.dispatched == 0 && !qq.busy {
-                qq.budget_timeout = ctx.jiffies() as Jiffies;
-            }
             qq.last_end_request = now;
+            qq.dispatched == 0 && !qq.busy
+        };
+        if went_idle {
+            self.queues[q].budget_timeout = Self::jiffies(ctx);
+            self.weights_changed();
         }
         // A long gap since the last completion with tiny requests means the
         // device went idle: close the current rate observation.
@@ -1808,5 +1929,41 @@ impl IoScheduler for Bfq {
 
     fn queued(&self) -> usize {
         self.queued
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::Rng;
+    use std::collections::BTreeSet;
+
+    /// The sorted vector answers every question the scheduler asks of a
+    /// queue's requests exactly as the ordered set it stands for.
+    #[test]
+    fn sort_list_matches_an_ordered_set() {
+        let mut list = SortList::default();
+        let mut set: BTreeSet<(u64, RqId)> = BTreeSet::new();
+        let mut r = Rng::new(11);
+        for _ in 0..20_000 {
+            let key = (r.below(64) * 8, r.below(16) as RqId);
+            if r.below(2) == 0 {
+                list.insert(key);
+                set.insert(key);
+            } else {
+                list.remove(key);
+                set.remove(&key);
+            }
+            let head = r.below(70 * 8);
+            let fwd = set.range((head, 0)..).next().copied();
+            let back = set.range(..(head, 0)).next_back().copied();
+            assert_eq!(list.around(head), (fwd, back));
+            assert_eq!(list.first(), set.first().copied());
+            assert_eq!(list.len(), set.len());
+            assert_eq!(list.is_empty(), set.is_empty());
+            let id = key.1;
+            let filed = set.iter().find(|&&(_, x)| x == id).map(|&(s, _)| s);
+            assert_eq!(list.sector_of(id), filed);
+        }
     }
 }
