@@ -28,6 +28,7 @@ use toml::{Spanned, Value};
 
 use crate::other_vms::NO_OTHER_VMS;
 use crate::result::{CellResult, Metric};
+use crate::scenario::describe;
 use crate::workload::WorkloadSpec;
 
 /// Top-level keys of a reference file.
@@ -308,18 +309,6 @@ fn paper_value(key: &str, v: &Value) -> Result<PaperValue, String> {
         ));
     }
     Ok(PaperValue::Seconds(x))
-}
-
-fn describe(v: &Value) -> String {
-    match v {
-        Value::String(s) => format!("\"{s}\""),
-        Value::Integer(i) => i.to_string(),
-        Value::Float(f) => f.to_string(),
-        Value::Boolean(b) => b.to_string(),
-        Value::Datetime(d) => d.to_string(),
-        Value::Array(_) => "an array".to_string(),
-        Value::Table(_) => "a table".to_string(),
-    }
 }
 
 /// Byte offsets of the keys of each `[startup.<app>]` table, to keep the file's series

@@ -284,7 +284,8 @@ fn type_name(v: &Value) -> &'static str {
     v.type_str()
 }
 
-fn describe(v: &Value) -> String {
+/// A TOML value as error messages quote it.
+pub(crate) fn describe(v: &Value) -> String {
     match v {
         Value::String(s) => format!("\"{s}\""),
         Value::Integer(i) => i.to_string(),
