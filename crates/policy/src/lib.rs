@@ -1,0 +1,1 @@
+//! Coordination policy shared by `tandem sim` and the host/guest daemons.
