@@ -27,6 +27,12 @@ const EMBEDDED_SCENARIOS: &[(&str, &str)] = &[
         "cloud2014-throughput",
         include_str!("../../../scenarios/cloud2014-throughput.toml"),
     ),
+    ("vbfq", include_str!("../../../scenarios/vbfq.toml")),
+    (
+        "vbfq-throughput",
+        include_str!("../../../scenarios/vbfq-throughput.toml"),
+    ),
+    ("multi-vm", include_str!("../../../scenarios/multi-vm.toml")),
 ];
 
 #[derive(Parser)]
@@ -113,11 +119,29 @@ struct SimKnobs {
     #[arg(long)]
     guest_exact_ticks: bool,
     /// How QEMU issues guest I/O on the host: threads, native or io_uring.
-    #[arg(long, default_value = "threads")]
+    #[arg(long, default_value = "native")]
     aio: String,
     /// virtio-blk queue size of the guests.
     #[arg(long, default_value_t = sim::virtio::DEFAULT_VIRTQUEUE_DEPTH)]
     virtqueue_depth: usize,
+    /// Coordination channel from guests to host: hypercall, virtio-serial or polling.
+    #[arg(long, default_value = "virtio-serial")]
+    channel: String,
+    /// Longest help lease, in ms: a HELP not renewed ends after it.
+    #[arg(long, value_name = "MS")]
+    lease_ms: Option<u64>,
+    /// Share of the budget window a VM may spend boosted (0 to 1].
+    #[arg(long, value_name = "FRACTION")]
+    budget: Option<f64>,
+    /// Budget window, in seconds.
+    #[arg(long, value_name = "S")]
+    budget_window_s: Option<f64>,
+    /// VMs the host boosts at once.
+    #[arg(long, value_name = "N")]
+    max_boosted: Option<usize>,
+    /// Weight factor of the help-weight mode.
+    #[arg(long, default_value_t = sim::coord::DEFAULT_WEIGHT_FACTOR)]
+    weight_factor: u32,
 }
 
 #[derive(Args)]
@@ -193,6 +217,35 @@ fn knobs_to_opts(k: &SimKnobs) -> Result<sim::bench::SimOptions, Failure> {
     opts.vm.lagging_ticks = !k.guest_exact_ticks;
     opts.vm.aio = aio;
     opts.vm.virtqueue_depth = k.virtqueue_depth;
+    opts.coord.channel =
+        sim::coord::Channel::parse(&k.channel).map_err(|e| Failure::Usage(format!("--channel: {e}")))?;
+    if let Some(ms) = k.lease_ms {
+        opts.coord.policy.max_lease_ns = ms * 1_000_000;
+    }
+    if let Some(f) = k.budget {
+        opts.coord.policy.budget_fraction = f;
+    }
+    if let Some(s) = k.budget_window_s {
+        if !(s.is_finite() && s > 0.0) {
+            return Err(Failure::Usage(format!(
+                "--budget-window-s {s}: must be a positive number of seconds"
+            )));
+        }
+        opts.coord.policy.budget_window_ns = (s * 1e9) as u64;
+    }
+    if let Some(n) = k.max_boosted {
+        opts.coord.policy.max_boosted = n;
+    }
+    if k.weight_factor == 0 {
+        return Err(Failure::Usage(
+            "--weight-factor 0: the factor must be at least 1".into(),
+        ));
+    }
+    opts.coord.weight_factor = k.weight_factor;
+    opts.coord
+        .policy
+        .validate()
+        .map_err(|e| Failure::Usage(format!("coordination policy: {e}")))?;
     Ok(opts)
 }
 

@@ -3,10 +3,15 @@
 //!
 //! A value is `none` (only VM 1) or a comma-separated list of entries for VMs 2..N, in
 //! VM order. Each entry is a role, optionally prefixed by a repeat count `Kx`:
-//! `5r-seq`, `3x5r-seq`, `1r-seq,2x5r-rand`. Today the only role is a background
-//! workload (a [`WorkloadSpec`] name other than `none`); new roles (e.g. a greedy VM)
-//! are new [`OtherVm`] variants parsed in [`OtherVm::parse`], the one place that reads
-//! an entry.
+//! `5r-seq`, `3x5r-seq`, `1r-seq,2x5r-rand`. Roles:
+//! - a background workload (a [`WorkloadSpec`] name other than `none`);
+//! - `greedy-<workload>`: the same workload in a guest that misbehaves, asking its
+//!   host for help all the time (coordinated scenarios);
+//! - `app`: the VM starts the cell's app at the same moments as VM 1, and runs nothing
+//!   else.
+//!
+//! New roles are new [`OtherVm`] variants parsed in [`OtherVm::parse`], the one place
+//! that reads an entry.
 
 use std::fmt;
 
@@ -21,9 +26,10 @@ pub const MAX_OTHER_VMS: usize = 64;
 
 /// What [`OtherVms::parse`] accepts, for error messages.
 pub const ACCEPTED_OTHER_VMS: &str = "\"none\" (only VM 1), or a comma-separated list of \
-workloads for VMs 2..N, each optionally prefixed by a repeat count Kx (K >= 1), e.g. \
-\"5r-seq\", \"3x5r-seq\", \"1r-seq,2x5r-rand\"; workloads: Nr-seq, Nr-rand, NrMw-seq, \
-NrMw-rand, Mw-seq, Mw-rand";
+roles for VMs 2..N, each optionally prefixed by a repeat count Kx (K >= 1), e.g. \
+\"5r-seq\", \"3x5r-seq\", \"1r-seq,2x5r-rand\", \"greedy-5r-seq,2x5r-seq\", \"app,2x5r-seq\"; \
+roles: a workload (Nr-seq, Nr-rand, NrMw-seq, NrMw-rand, Mw-seq, Mw-rand), greedy-<workload> \
+(a guest asking for help all the time), app (starts the app with VM 1)";
 
 /// What one VM besides VM 1 does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -31,11 +37,28 @@ pub enum OtherVm {
     /// Runs a background workload (never [`WorkloadSpec::NONE`]) under the guest
     /// scheduler of the cell.
     Workload(WorkloadSpec),
+    /// Runs a background workload in a guest that asks its host for help all the
+    /// time, whatever its elevator says.
+    Greedy(WorkloadSpec),
+    /// Starts the cell's app at the same moments as VM 1 (and runs no workload).
+    App,
 }
+
+/// Prefix of the greedy role.
+const GREEDY_PREFIX: &str = "greedy-";
+/// The app role.
+const APP_ROLE: &str = "app";
 
 impl OtherVm {
     /// Parses one entry without its repeat count, e.g. `5r-seq` or `5r0w-seq`.
     pub fn parse(s: &str) -> Result<OtherVm, String> {
+        if s == APP_ROLE {
+            return Ok(OtherVm::App);
+        }
+        let (greedy, s) = match s.strip_prefix(GREEDY_PREFIX) {
+            Some(rest) => (true, rest),
+            None => (false, s),
+        };
         let w = WorkloadSpec::parse(s)?;
         if w.is_none() {
             return Err(format!(
@@ -43,13 +66,19 @@ impl OtherVm {
                  \"none\" alone means no other VMs"
             ));
         }
-        Ok(OtherVm::Workload(w))
+        Ok(if greedy {
+            OtherVm::Greedy(w)
+        } else {
+            OtherVm::Workload(w)
+        })
     }
 
     /// Canonical name of the entry (`5r-seq`).
     pub fn name(&self) -> String {
         match self {
             OtherVm::Workload(w) => w.name(),
+            OtherVm::Greedy(w) => format!("{GREEDY_PREFIX}{}", w.name()),
+            OtherVm::App => APP_ROLE.to_string(),
         }
     }
 }

@@ -612,6 +612,7 @@ guest_workloads = ["1r-seq", "5r0w-seq"]
                 .map(|(i, v)| RunResult {
                     values: v.to_vec(),
                     timeouts: if i == 0 { timeouts } else { 0 },
+                    ..Default::default()
                 })
                 .collect(),
         }

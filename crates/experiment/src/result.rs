@@ -1,5 +1,6 @@
 //! The result schema shared by all runners.
 
+use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
@@ -75,6 +76,11 @@ pub struct RunResult {
     pub values: Vec<f64>,
     #[serde(default)]
     pub timeouts: u32,
+    /// What else the runner measured during the run, by name (e.g. how long the
+    /// host boosted each VM, `vm2_boosted_s`). Reports may show them; the statistics
+    /// are over `values` only.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub counters: BTreeMap<String, f64>,
 }
 
 impl RunResult {

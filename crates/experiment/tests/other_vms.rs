@@ -270,6 +270,7 @@ fn result(cell: Cell, mean: f64) -> CellResult {
         runs: vec![RunResult {
             values: vec![mean],
             timeouts: 0,
+            ..Default::default()
         }],
     }
 }

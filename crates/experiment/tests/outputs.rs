@@ -100,6 +100,7 @@ fn startup_result(cell: Cell, runs: &[&[f64]], timeouts: &[u32]) -> CellResult {
             .map(|(i, v)| RunResult {
                 values: v.to_vec(),
                 timeouts: timeouts.get(i).copied().unwrap_or(0),
+                ..Default::default()
             })
             .collect(),
     }
@@ -182,6 +183,7 @@ fn stat_file_layout() {
         runs: vec![RunResult {
             values: vec![10.0, 12.0],
             timeouts: 0,
+            ..Default::default()
         }],
     };
     let text = stat_file_contents(&t);
@@ -245,7 +247,11 @@ guest_workload = ["none", "5r-seq"]
                         values[2] = c.timeout_s;
                         timeouts = 1;
                     }
-                    RunResult { values, timeouts }
+                    RunResult {
+                        values,
+                        timeouts,
+                        ..Default::default()
+                    }
                 })
                 .collect();
             CellResult {
@@ -556,10 +562,12 @@ fn svg_native_and_throughput() {
                 RunResult {
                     values: vec![100.0 + i as f64, 110.0],
                     timeouts: 0,
+                    ..Default::default()
                 },
                 RunResult {
                     values: vec![90.0, 95.0 + i as f64],
                     timeouts: 0,
+                    ..Default::default()
                 },
             ],
         })

@@ -49,6 +49,7 @@ fn startup_results(matrix: &str) -> Vec<CellResult> {
                         vec![base + 0.1 * k as f64, base]
                     },
                     timeouts: u32::from(timeout && k == 0),
+                    ..Default::default()
                 })
                 .collect();
             CellResult {
@@ -191,6 +192,7 @@ fn throughput_svg_of_vm_cells_is_grouped_the_same_way() {
             runs: vec![RunResult {
                 values: vec![5.0 + i as f64, 6.0],
                 timeouts: 0,
+                ..Default::default()
             }],
         })
         .collect();

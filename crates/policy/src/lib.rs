@@ -1,1 +1,51 @@
 //! Coordination policy shared by `tandem sim` and the host/guest daemons.
+//!
+//! A guest asks its host for help when one of its applications needs urgent
+//! service (an application starting, an interactive or soft real-time task);
+//! the host then boosts that VM's I/O until the guest says it no longer needs
+//! help. This crate holds every decision of that exchange, so that the
+//! simulator and the real daemons make exactly the same ones:
+//!
+//! - [`protocol`]: the messages between guest and host and their wire format;
+//! - guest side: [`detect`] turns what the guest sees into an [`Urgency`], and
+//!   [`HelpClient`] turns a stream of urgencies into HELP / NO-HELP messages
+//!   with leases;
+//! - host side: [`Arbiter`] grants help under [`lease`]s and [`budget`]s and
+//!   shares a limited number of boost slots fairly among the VMs that ask.
+//!
+//! Everything is pure and deterministic: no I/O, no clocks, no threads. Every
+//! function that depends on time takes the current time from its caller as
+//! [`Nanos`], and the objects that have timers report the next time they must
+//! be called (`next_deadline`), so a discrete-event simulator and a real
+//! event loop drive them the same way.
+
+pub mod arbiter;
+pub mod budget;
+pub mod config;
+pub mod detect;
+pub mod fairshare;
+pub mod help_client;
+pub mod lease;
+pub mod protocol;
+
+/// Time in nanoseconds, on whatever clock the caller uses (simulated time in
+/// `tandem sim`, a monotonic clock in the daemons).
+pub type Nanos = u64;
+
+/// A VM, as the host numbers them.
+pub type VmId = u32;
+
+/// One millisecond.
+pub const MS: Nanos = 1_000_000;
+/// One second.
+pub const SEC: Nanos = 1_000_000_000;
+
+pub use arbiter::{Arbiter, BoostChange, UnboostReason, VmStats};
+pub use config::PolicyConfig;
+pub use detect::{
+    BfqStateDetector, GuestEvent, GuestSignalConfig, GuestSignalDetector, Urgency,
+};
+pub use help_client::HelpClient;
+pub use protocol::{
+    decode, DecodeError, HelpReason, Message, Resource, MAX_MESSAGE_BYTES, PROTOCOL_VERSION,
+};

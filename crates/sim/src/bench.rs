@@ -4,6 +4,7 @@
 //! `comm_startup_lat.sh` and `throughput-sync.sh` step by step; each step says
 //! which line of the suite it stands for.
 
+use crate::coord::{CoordConfig, Coordination};
 use crate::engine::Rng;
 use crate::fs::FileId;
 use crate::request::IoPrio;
@@ -18,6 +19,13 @@ use std::sync::Arc;
 /// `SLEEPTIME_ITER` plus the one-second pause of `invoke_commands`: the
 /// suite waits 3 s + 1 s before each start.
 const PAUSE_BEFORE_START: f64 = 4.0;
+/// The suite's pause before a start is two `sleep`s and a few commands of
+/// a shell script (cache drop, `date`, the command line being parsed): a
+/// real run never starts two repetitions at the same instant relative to
+/// the background readers. A start is delayed by up to 50 ms more, drawn
+/// from the repetition's random stream, so that repetitions differ as real
+/// ones do even when every workload is sequential.
+const START_JITTER_NS: Nanos = 50_000_000;
 /// After a start shorter than 2 s the suite sleeps 2 s more "to let a
 /// minimum of thr stats be printed".
 const SHORT_START: f64 = 2.0;
@@ -43,6 +51,9 @@ pub struct SimOptions {
     /// What every VM is made of (its `sched` is replaced by the cell's
     /// guest scheduler, or for the other VMs by the same).
     pub vm: VmConfig,
+    /// Coordination between guests and host (its `mode` is replaced by the
+    /// cell's `coordination`).
+    pub coord: CoordConfig,
 }
 
 impl Default for SimOptions {
@@ -51,6 +62,7 @@ impl Default for SimOptions {
             sched_cfg: SchedConfig::default(),
             queue_depth: None,
             vm: guest_defaults(),
+            coord: CoordConfig::default(),
         }
     }
 }
@@ -82,7 +94,7 @@ pub fn accepted() -> experiment::Accepted {
         devices: devices(),
         host_scheds: schedulers(),
         guest_scheds: schedulers(),
-        coordination: vec!["off".into()],
+        coordination: Coordination::NAMES.iter().map(|s| s.to_string()).collect(),
         apps: workload::preset_names(),
         allow_cmd_apps: false,
         allow_vm: true,
@@ -97,6 +109,11 @@ pub struct Setup {
     /// host for native cells, VM 1's guest for VM cells.
     pub app_kernel: KernelId,
     pub app: Option<(Arc<AppTrace>, Vec<FileId>)>,
+    /// Other kernels that start the app at the same moments (VMs with the
+    /// `app` role), with the app's files there.
+    pub other_apps: Vec<(KernelId, Vec<FileId>)>,
+    /// Number of VMs (0 for native cells).
+    pub vms: usize,
     /// Every workload started, for the settle time.
     pub workloads: Vec<WorkloadSpec>,
 }
@@ -114,6 +131,17 @@ pub fn setup(cell: &Cell, opts: &SimOptions, seed: u64) -> Result<Setup, String>
         ..MachineConfig::default()
     };
     let mut m = Machine::new(&cfg, seed)?;
+    let mode = Coordination::parse(&cell.coordination)?;
+    if mode != Coordination::Off && cell.guest_sched.is_none() {
+        return Err(format!(
+            "coordination \"{}\" needs VM cells (a guest_sched)",
+            cell.coordination
+        ));
+    }
+    m.set_coordination(CoordConfig {
+        mode,
+        ..opts.coord.clone()
+    })?;
     let mut workloads = vec![host_workload];
     let app_kernel = match &cell.guest_sched {
         None => HOST,
@@ -122,7 +150,10 @@ pub fn setup(cell: &Cell, opts: &SimOptions, seed: u64) -> Result<Setup, String>
                 sched: gs.clone(),
                 ..opts.vm.clone()
             };
-            let (guest, _) = m.add_vm(&vm_cfg, &image_path(1))?;
+            let (guest, vm) = m.add_vm(&vm_cfg, &image_path(1))?;
+            if mode == Coordination::StaticRt {
+                m.set_static_boost(vm);
+            }
             guest
         }
     };
@@ -137,13 +168,7 @@ pub fn setup(cell: &Cell, opts: &SimOptions, seed: u64) -> Result<Setup, String>
                 workload::preset_names().join(", ")
             )
         })?;
-        let mut order: Vec<usize> = (0..trace.files.len()).collect();
-        order.sort_by(|&a, &b| trace.files[a].path.cmp(&trace.files[b].path));
-        let mut ids = vec![0; trace.files.len()];
-        for i in order {
-            let f = &trace.files[i];
-            ids[i] = m.add_file(app_kernel, &f.path, f.size.max(1));
-        }
+        let ids = install_app(&mut m, app_kernel, &trace);
         Some((Arc::new(trace), ids))
     } else {
         None
@@ -157,17 +182,32 @@ pub fn setup(cell: &Cell, opts: &SimOptions, seed: u64) -> Result<Setup, String>
     }
     // VMs 2..N, each with its own image on the host and the cell's guest
     // scheduler, running their workloads.
+    let mut other_apps = Vec::new();
+    let mut vms = 0;
     if let Some(gs) = &cell.guest_sched {
+        vms = 1;
         for (i, other) in cell.other_vms_spec()?.vms.iter().enumerate() {
             let vm_cfg = VmConfig {
                 sched: gs.clone(),
                 ..opts.vm.clone()
             };
-            let (guest, _) = m.add_vm(&vm_cfg, &image_path(i + 2))?;
+            let (guest, vm) = m.add_vm(&vm_cfg, &image_path(i + 2))?;
+            vms += 1;
             match other {
                 OtherVm::Workload(w) => {
                     start_workload(&mut m, guest, w);
                     workloads.push(*w);
+                }
+                OtherVm::Greedy(w) => {
+                    m.set_greedy(vm);
+                    start_workload(&mut m, guest, w);
+                    workloads.push(*w);
+                }
+                OtherVm::App => {
+                    if let Some((trace, _)) = &app {
+                        let ids = install_app(&mut m, guest, trace);
+                        other_apps.push((guest, ids));
+                    }
                 }
             }
         }
@@ -176,8 +216,41 @@ pub fn setup(cell: &Cell, opts: &SimOptions, seed: u64) -> Result<Setup, String>
         machine: m,
         app_kernel,
         app,
+        other_apps,
+        vms,
         workloads,
     })
+}
+
+/// Places the app's files in kernel `k`, in path order as an installed
+/// system has them; returns their ids in trace order.
+fn install_app(m: &mut Machine, k: KernelId, trace: &AppTrace) -> Vec<FileId> {
+    let mut order: Vec<usize> = (0..trace.files.len()).collect();
+    order.sort_by(|&a, &b| trace.files[a].path.cmp(&trace.files[b].path));
+    let mut ids = vec![0; trace.files.len()];
+    for i in order {
+        let f = &trace.files[i];
+        ids[i] = m.add_file(k, &f.path, f.size.max(1));
+    }
+    ids
+}
+
+/// Per-run counters of coordination: for each VM `n` (from 1), the time
+/// the host boosted it (`vm<n>_boosted_s`) and the HELP messages it sent
+/// (`vm<n>_helps`), plus the run's simulated length (`run_s`), so that
+/// `boosted / run` is the share of the run each VM spent boosted.
+fn coord_counters(m: &Machine, vms: usize, out: &mut RunResult) {
+    if vms == 0 {
+        return;
+    }
+    out.counters.insert("run_s".into(), to_secs(m.now()));
+    for vm in 0..vms {
+        let s = m.coord_stats(vm);
+        out.counters
+            .insert(format!("vm{}_boosted_s", vm + 1), to_secs(s.boosted_ns));
+        out.counters
+            .insert(format!("vm{}_helps", vm + 1), s.helps_sent as f64);
+    }
 }
 
 /// Where VM `n`'s image file lives on the host (VMs count from 1).
@@ -249,42 +322,60 @@ fn startup_run(cell: &Cell, opts: &SimOptions, rep: u32) -> Result<(RunResult, M
         mut machine,
         app_kernel,
         app,
+        other_apps,
+        vms,
         workloads,
     } = setup(cell, opts, repetition_seed(cell.seed, rep))?;
     let m = &mut machine;
     let (trace, files) = app.expect("startup cells have an app");
+    // A stream of its own, so that the jitter does not shift the draws of
+    // the simulated machine.
+    let mut jitter = Rng::new(repetition_seed(cell.seed, rep) ^ 0x5354_4152_545F_4A49);
     let settle = transitory(&workloads);
     m.run_until(m.now() + settle, |_| false);
     let timeout = secs(cell.timeout_s);
     let mut out = RunResult::default();
     for _ in 0..cell.iterations {
-        m.run_until(m.now() + secs(PAUSE_BEFORE_START), |_| false);
+        let pause = secs(PAUSE_BEFORE_START) + jitter.below(START_JITTER_NS);
+        m.run_until(m.now() + pause, |_| false);
         // The VM extension of the suite drops the host's caches too,
         // before every start; otherwise the host cache fakes a fast disk.
         m.drop_caches(app_kernel);
+        for (k, _) in &other_apps {
+            m.drop_caches(*k);
+        }
         if app_kernel != HOST {
             m.drop_caches(HOST);
         }
         let start = m.now();
-        let pid = m.start_app(app_kernel, trace.clone(), files.clone(), IoPrio::DEFAULT);
-        m.run_until(start + timeout, |m| m.app_finished(pid).is_some());
-        match m.app_finished(pid) {
+        // VM 1's app, and those of the VMs that start it at the same
+        // moment: the start counts until the last of them is up.
+        let mut pids = vec![m.start_app(app_kernel, trace.clone(), files.clone(), IoPrio::DEFAULT)];
+        for (k, ids) in &other_apps {
+            pids.push(m.start_app(*k, trace.clone(), ids.clone(), IoPrio::DEFAULT));
+        }
+        let all_up = |m: &Machine| pids.iter().all(|&p| m.app_finished(p).is_some());
+        m.run_until(start + timeout, all_up);
+        let last = pids.iter().map(|&p| m.app_finished(p)).collect::<Option<Vec<_>>>();
+        for &p in &pids {
+            m.kill(p);
+        }
+        match last.and_then(|ts| ts.into_iter().max()) {
             Some(t) => {
                 let took = to_secs(t - start);
                 out.values.push(took);
-                m.kill(pid);
                 if took < SHORT_START {
                     m.run_until(m.now() + secs(SHORT_START), |_| false);
                 }
             }
             None => {
-                m.kill(pid);
                 out.values.push(cell.timeout_s);
                 out.timeouts += 1;
                 break;
             }
         }
     }
+    coord_counters(&machine, vms, &mut out);
     Ok((out, machine))
 }
 
@@ -296,6 +387,7 @@ pub fn run_throughput(cell: &Cell, opts: &SimOptions, rep: u32) -> Result<RunRes
     let Setup {
         mut machine,
         app_kernel,
+        vms,
         workloads,
         ..
     } = setup(cell, opts, repetition_seed(cell.seed, rep))?;
@@ -307,6 +399,8 @@ pub fn run_throughput(cell: &Cell, opts: &SimOptions, rep: u32) -> Result<RunRes
     let mut out = RunResult::default();
     let (r0, w0) = m.sectors_done(app_kernel);
     let mut last = r0 + w0;
+    let (hr0, hw0) = m.sectors_done(HOST);
+    let t0 = m.now();
     for _ in 0..samples {
         m.run_until(m.now() + sample, |_| false);
         let (r, w) = m.sectors_done(app_kernel);
@@ -315,6 +409,17 @@ pub fn run_throughput(cell: &Cell, opts: &SimOptions, rep: u32) -> Result<RunRes
             .push((done - last) as f64 * 512.0 / 1e6 / cell.sample_s);
         last = done;
     }
+    if app_kernel != HOST {
+        // What the disk itself delivered to everyone (all VMs and the
+        // host's workload): what coordination must not cost.
+        let (hr, hw) = m.sectors_done(HOST);
+        let secs = to_secs(m.now() - t0);
+        out.counters.insert(
+            "aggregate_mb_s".into(),
+            (hr + hw - hr0 - hw0) as f64 * 512.0 / 1e6 / secs,
+        );
+    }
+    coord_counters(m, vms, &mut out);
     Ok(out)
 }
 

@@ -8,6 +8,7 @@
 
 pub mod bench;
 pub mod block;
+pub mod coord;
 pub mod engine;
 pub mod fs;
 pub mod request;

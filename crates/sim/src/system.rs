@@ -6,6 +6,7 @@
 //! applications being started).
 
 use crate::block::{Backend, Bio, BlockLayer};
+use crate::coord::{CoordConfig, CoordStats, Coordination};
 use crate::engine::{EventQueue, Rng};
 use crate::fs::{FileId, Layout, PageSet, PAGE, PAGE_SECTORS};
 use crate::request::{BioOwner, CgroupId, IoContext, IoPrio, Pid};
@@ -103,6 +104,34 @@ enum Ev {
     /// A QEMU request that needed no disk I/O (page-cache hit, buffered
     /// write) is done copying.
     JobDone(usize),
+    /// A guest's coordination message reaches the host.
+    CoordMsg(usize, CoordMsg),
+    /// The host's arbiter has a deadline (lease expiry, budget, quantum).
+    HostCoord(Nanos),
+    /// A guest's coordination client has a deadline (renewal, NO-HELP).
+    GuestCoord(usize, Nanos),
+}
+
+/// A coordination message in flight (the `policy` protocol's HELP and
+/// NO-HELP, as the host's arbiter uses them).
+#[derive(Clone, Copy, Debug)]
+enum CoordMsg {
+    Help { duration_ns: Nanos },
+    NoHelp,
+}
+
+/// The guest side of a coordinated VM.
+struct GuestCoord {
+    detector: policy::BfqStateDetector,
+    client: policy::HelpClient,
+    /// The current need, as the detector last said.
+    urgency: policy::Urgency,
+    /// The guest asks for help all the time (a misbehaving guest).
+    greedy: bool,
+    /// Raised busy queues at the last look.
+    last_raised: usize,
+    /// The pending [`Ev::GuestCoord`] event.
+    timer_ev: Option<Nanos>,
 }
 
 /// What a process is.
@@ -217,6 +246,15 @@ struct Vm {
     iothread: Option<Pid>,
     /// Every QEMU thread the VM ever had.
     threads: Vec<Pid>,
+    /// Coordination: the guest side (None when the VM does not ask).
+    guest_coord: Option<GuestCoord>,
+    /// The host privileges the VM's threads now (helped, or statically).
+    boosted: bool,
+    /// Statically privileged (`static-rt`), whatever the guest says.
+    static_boost: bool,
+    /// When the current boost began, and the boosted time before it.
+    boosted_since: Nanos,
+    stats: CoordStats,
 }
 
 /// What the host saw of a VM's QEMU.
@@ -253,6 +291,10 @@ pub struct Machine {
     procs: Vec<Proc>,
     rng: Rng,
     woken: Vec<BioOwner>,
+    coord: CoordConfig,
+    /// The host side of coordination (modes that ask for help).
+    arbiter: Option<policy::Arbiter>,
+    host_coord_ev: Option<Nanos>,
 }
 
 impl Machine {
@@ -276,7 +318,56 @@ impl Machine {
             procs: Vec::new(),
             rng: Rng::new(seed),
             woken: Vec::new(),
+            coord: CoordConfig::default(),
+            arbiter: None,
+            host_coord_ev: None,
         })
+    }
+
+    /// Sets the coordination between guests and host. Call it before
+    /// adding VMs: each VM added afterwards gets a guest side that asks for
+    /// help when the mode does, and the host's arbiter learns of it.
+    pub fn set_coordination(&mut self, cfg: CoordConfig) -> Result<(), String> {
+        cfg.policy.validate()?;
+        if !self.vms.is_empty() {
+            return Err("coordination must be set before VMs are added".into());
+        }
+        self.arbiter = cfg
+            .mode
+            .asks_for_help()
+            .then(|| policy::Arbiter::new(cfg.policy.clone()));
+        self.coord = cfg;
+        Ok(())
+    }
+
+    /// Makes VM `vm` a greedy guest: it asks for help all the time.
+    pub fn set_greedy(&mut self, vm: usize) {
+        if let Some(gc) = self.vms[vm].guest_coord.as_mut() {
+            gc.greedy = true;
+        }
+        self.poll_guest(vm);
+        self.sync_block_events();
+    }
+
+    /// Privileges VM `vm`'s QEMU threads for good (`static-rt`).
+    pub fn set_static_boost(&mut self, vm: usize) {
+        self.vms[vm].static_boost = true;
+        self.actuate(vm);
+    }
+
+    /// Coordination counters of VM `vm` so far.
+    pub fn coord_stats(&self, vm: usize) -> CoordStats {
+        let v = &self.vms[vm];
+        let mut s = v.stats;
+        if v.boosted {
+            s.boosted_ns += self.now() - v.boosted_since;
+        }
+        s
+    }
+
+    /// Whether the host privileges VM `vm` now.
+    pub fn vm_boosted(&self, vm: usize) -> bool {
+        self.vms[vm].boosted || self.vms[vm].static_boost
     }
 
     /// Adds a virtual machine: its image file is placed on the host at
@@ -309,11 +400,30 @@ impl Machine {
             workers: 0,
             iothread: None,
             threads: Vec::new(),
+            guest_coord: None,
+            boosted: false,
+            static_boost: false,
+            boosted_since: 0,
+            stats: CoordStats::default(),
         });
+        if let Some(arb) = self.arbiter.as_mut() {
+            arb.add_vm(vm as policy::VmId, 1);
+            let lease = self.coord.policy.max_lease_ns;
+            self.vms[vm].guest_coord = Some(GuestCoord {
+                detector: policy::BfqStateDetector::new(lease)
+                    .with_hysteresis(self.coord.no_help_delay_ns),
+                client: policy::HelpClient::new(lease),
+                urgency: policy::Urgency::NoHelp,
+                greedy: false,
+                last_raised: 0,
+                timer_ev: None,
+            });
+        }
         if cfg.aio == Aio::IoThread {
             let pid = self.spawn(HOST, Role::QemuIoThread { vm }, IoPrio::DEFAULT, 0);
             self.vms[vm].iothread = Some(pid);
             self.vms[vm].threads.push(pid);
+            self.actuate_thread(vm, pid);
         } else {
             // Write-back of the image's dirty pages.
             self.ensure_flusher(HOST);
@@ -542,6 +652,11 @@ impl Machine {
             }
             let (now, ev) = self.q.pop().expect("peeked");
             self.handle(now, ev);
+            if self.arbiter.is_some() {
+                for vm in 0..self.vms.len() {
+                    self.poll_guest(vm);
+                }
+            }
             self.sync_block_events();
             if stop(self) {
                 return;
@@ -607,7 +722,156 @@ impl Machine {
                 self.qemu_dispatch(vm);
             }
             Ev::JobDone(job) => self.finish_job(job),
+            Ev::CoordMsg(vm, msg) => {
+                if let Some(arb) = self.arbiter.as_mut() {
+                    match msg {
+                        CoordMsg::Help { duration_ns } => arb.help(vm as policy::VmId, now, duration_ns),
+                        CoordMsg::NoHelp => arb.no_help(vm as policy::VmId, now),
+                    }
+                }
+                self.host_coord_update();
+            }
+            Ev::HostCoord(at) => {
+                if self.host_coord_ev == Some(at) {
+                    self.host_coord_ev = None;
+                    self.host_coord_update();
+                }
+            }
+            Ev::GuestCoord(vm, at) => {
+                if let Some(gc) = self.vms[vm].guest_coord.as_mut() {
+                    if gc.timer_ev == Some(at) {
+                        gc.timer_ev = None;
+                    }
+                }
+                // The guest is polled after every event.
+            }
         }
+    }
+
+    // ----- coordination ---------------------------------------------------
+
+    /// The guest side of VM `vm` looks at its elevator: the detector turns
+    /// the count of raised busy queues into a need, the client into HELP,
+    /// renewals and NO-HELP, which leave through the channel.
+    fn poll_guest(&mut self, vm: usize) {
+        let now = self.now();
+        let guest = self.vms[vm].guest;
+        let since = now.saturating_sub(self.coord.help_per_raising_ns);
+        let raised = self.kernels[guest].block.scheduler().raised_busy_queues(since);
+        let channel = self.coord.channel;
+        let lease = self.coord.policy.max_lease_ns;
+        let Some(gc) = self.vms[vm].guest_coord.as_mut() else {
+            return;
+        };
+        let due = |t: Option<Nanos>| t.is_some_and(|t| t <= now);
+        if gc.greedy {
+            gc.urgency = policy::Urgency::Help {
+                resource: policy::Resource::Io,
+                reason: policy::HelpReason::Explicit,
+                duration_ns: lease,
+            };
+        } else if raised != gc.last_raised || due(gc.detector.next_deadline()) {
+            gc.last_raised = raised;
+            if let Some(u) = gc.detector.observe(now, raised, 0) {
+                gc.urgency = u;
+            }
+        }
+        {
+            if let Some(msg) = gc.client.step(now, &gc.urgency) {
+                let kind = match msg {
+                    policy::Message::Help {
+                        duration_hint_ms, ..
+                    } => {
+                        self.vms[vm].stats.helps_sent += 1;
+                        Some(CoordMsg::Help {
+                            duration_ns: duration_hint_ms as Nanos * 1_000_000,
+                        })
+                    }
+                    policy::Message::NoHelp { .. } => {
+                        self.vms[vm].stats.no_helps_sent += 1;
+                        Some(CoordMsg::NoHelp)
+                    }
+                    _ => None,
+                };
+                if let Some(kind) = kind {
+                    self.q.push(channel.delivery(now), Ev::CoordMsg(vm, kind));
+                }
+            }
+        }
+        let gc = self.vms[vm].guest_coord.as_mut().expect("guest side");
+        let next = [gc.detector.next_deadline(), gc.client.next_deadline()]
+            .into_iter()
+            .flatten()
+            .filter(|&t| t > now)
+            .min();
+        if let Some(t) = next {
+            if gc.timer_ev.is_none_or(|e| t < e) {
+                gc.timer_ev = Some(t);
+                self.q.push(t, Ev::GuestCoord(vm, t));
+            }
+        }
+    }
+
+    /// The host's arbiter decides who is boosted now; the changes are
+    /// applied to the VMs' QEMU threads.
+    fn host_coord_update(&mut self) {
+        let now = self.now();
+        let Some(arb) = self.arbiter.as_mut() else {
+            return;
+        };
+        let changes = arb.update(now);
+        let next = arb.next_deadline();
+        for c in changes {
+            let (vm, on) = match c {
+                policy::BoostChange::Boost(vm) => (vm as usize, true),
+                policy::BoostChange::Unboost(vm, _) => (vm as usize, false),
+            };
+            let v = &mut self.vms[vm];
+            if v.boosted == on {
+                continue;
+            }
+            if on {
+                v.boosted_since = now;
+            } else {
+                v.stats.boosted_ns += now - v.boosted_since;
+            }
+            v.boosted = on;
+            self.actuate(vm);
+        }
+        if let Some(t) = next {
+            let t = t.max(now);
+            if self.host_coord_ev.is_none_or(|e| t < e || e < now) {
+                self.host_coord_ev = Some(t);
+                self.q.push(t, Ev::HostCoord(t));
+            }
+        }
+    }
+
+    /// Applies VM `vm`'s current privilege to all its live QEMU threads.
+    fn actuate(&mut self, vm: usize) {
+        let threads: Vec<Pid> = self.vms[vm]
+            .threads
+            .iter()
+            .copied()
+            .filter(|&p| !matches!(self.procs[p as usize].role, Role::Gone))
+            .collect();
+        for pid in threads {
+            self.actuate_thread(vm, pid);
+        }
+    }
+
+    /// Applies VM `vm`'s current privilege to one of its QEMU threads: its
+    /// ioprio (seen by the elevator on the thread's next request) and the
+    /// host elevator's own boost.
+    fn actuate_thread(&mut self, vm: usize, pid: Pid) {
+        let on = self.vms[vm].boosted || self.vms[vm].static_boost;
+        if self.coord.mode == Coordination::Off {
+            return;
+        }
+        let (boost, prio) = self.coord.actuation(on);
+        self.procs[pid as usize].ioc.prio = prio;
+        let now = self.now();
+        self.kernels[HOST].block.set_boost(now, pid, boost);
     }
 
     /// Keeps one pending event for the next completion and one for the
@@ -770,6 +1034,8 @@ impl Machine {
                         let role = Role::QemuWorker { vm, job: None };
                         let pid = self.spawn(HOST, role, IoPrio::DEFAULT, cg);
                         self.vms[vm].threads.push(pid);
+                        // A new worker of a helped VM is helped too.
+                        self.actuate_thread(vm, pid);
                         pid
                     } else {
                         return;

@@ -28,8 +28,8 @@
 //! for workloads with interleaved or synchronized processes, which the
 //! scenarios here do not have.
 
-use super::{IoScheduler, MergeKind, SchedConfig, SchedCtx, MSEC, SEC};
-use crate::request::{CgroupId, IoContext, IoPrioClass, Pid, RqId};
+use super::{HostBoost, IoScheduler, MergeKind, SchedConfig, SchedCtx, MSEC, SEC};
+use crate::request::{CgroupId, IoContext, IoPrio, IoPrioClass, Pid, RqId};
 use devmodel::Nanos;
 use rustc_hash::FxHashMap as HashMap;
 use std::cell::Cell;
@@ -279,6 +279,18 @@ struct Queue {
     entity: EntId,
     sync: bool,
     class: IoPrioClass,
+    /// The ioprio the queue was set up with; a process that changes its
+    /// ioprio gets it applied at the queue's next activation or requeue.
+    prio: IoPrio,
+    /// A changed ioprio waiting for that moment (`entity.prio_changed`).
+    new_prio: Option<IoPrio>,
+    /// Host-side coordination privilege ([`IoScheduler::set_boost`]).
+    boost: HostBoost,
+    /// The current raising was started by a [`HostBoost::Raise`], not by
+    /// BFQ's own heuristics: it ends with the boost.
+    wr_by_boost: bool,
+    /// When the current raising began (from an unraised weight).
+    wr_started_at: Nanos,
     /// Pending requests sorted by sector.
     sort_list: SortList,
     /// Pending requests in arrival order, with their FIFO deadline.
@@ -371,6 +383,11 @@ pub struct Bfq {
     last_ins_in_burst: Jiffies,
     burst_parent: Option<usize>,
     rotational: Option<bool>,
+    /// Host-side coordination privileges by pid, including processes that
+    /// have no queue yet (a QEMU worker created while its VM is helped).
+    boosts: Vec<HostBoost>,
+    /// The time of the hook being run.
+    now: Nanos,
     /// `(varied, smallest)` over the weights of the queues with I/O
     /// pending or in flight, for [`Bfq::asymmetric`]; `None` when stale.
     /// The idling and charging decisions ask for it over and over, but it
@@ -414,6 +431,8 @@ impl Bfq {
             last_ins_in_burst: LONG_AGO,
             burst_parent: None,
             rotational: None,
+            boosts: Vec::new(),
+            now: 0,
             active_weights: Cell::new(None),
         }
     }
@@ -518,6 +537,11 @@ impl Bfq {
             entity: ent,
             sync,
             class: ioc.prio.class,
+            prio: ioc.prio,
+            new_prio: None,
+            boost: HostBoost::None,
+            wr_by_boost: false,
+            wr_started_at: 0,
             sort_list: SortList::default(),
             fifo: VecDeque::new(),
             dispatched: 0,
@@ -714,7 +738,15 @@ impl Bfq {
         }
         if still_busy {
             // `__bfq_requeue_entity()`: the next budget starts where the
-            // service just ended.
+            // service just ended, in the class of a changed ioprio
+            // (`__bfq_entity_update_weight_prio()`).
+            if let Some(q) = self.entities[e].queue {
+                if let Some(prio) = self.queues[q].new_prio.take() {
+                    self.requeue_with_prio(e, q, prio);
+                    self.entities[e].service = 0;
+                    return self.end_service_walk_up(sd);
+                }
+            }
             let ent = &mut self.entities[e];
             ent.start = ent.finish;
             ent.finish = ent.start + Self::delta(ent.budget as u64, ent.weight);
@@ -726,6 +758,12 @@ impl Bfq {
             self.deactivate_entity(e);
         }
         self.entities[e].service = 0;
+        self.end_service_walk_up(sd);
+    }
+
+    /// After an entity of `sd` ended its service: its group ends its own
+    /// service, or leaves the trees if nothing is left in it.
+    fn end_service_walk_up(&mut self, sd: usize) {
         if let Some(owner) = self.sds[sd].owner {
             let busy = self.sd_has_active(sd);
             if self.entities[owner].tree == Tree::InService {
@@ -1086,13 +1124,92 @@ impl Bfq {
     /// Applies the raising coefficient to the entity's weight.
     fn refresh_weight(&mut self, q: QueueId) {
         let e = self.queues[q].entity;
-        let w = self.entities[e].orig_weight * self.queues[q].wr_coeff;
+        let factor = match self.queues[q].boost {
+            HostBoost::Weight(f) => f.max(1),
+            HostBoost::None | HostBoost::Raise => 1,
+        };
+        let w = self.entities[e].orig_weight * self.queues[q].wr_coeff * factor;
         self.set_weight(e, w);
+    }
+
+    /// Applies a host-side privilege to queue `q`.
+    fn apply_boost(&mut self, ctx: &SchedCtx, q: QueueId, boost: HostBoost) {
+        let old = self.queues[q].boost;
+        if old == boost {
+            return;
+        }
+        self.queues[q].boost = boost;
+        if boost == HostBoost::Raise && self.queues[q].wr_coeff == 1 {
+            // Raised as an application being started would be, for as
+            // long as the boost lasts (`update_wr_data` leaves it alone).
+            let d = self.wr_duration(ctx);
+            let j = Self::jiffies(ctx);
+            let qq = &mut self.queues[q];
+            qq.wr_cur_max_time = d;
+            qq.last_wr_start_finish = j;
+            qq.service_from_wr = 0;
+            qq.wr_by_boost = true;
+            self.set_wr_coeff(q, WR_COEFF);
+        } else if old == HostBoost::Raise && self.queues[q].wr_by_boost {
+            self.queues[q].wr_by_boost = false;
+            if self.queues[q].wr_coeff > 1 {
+                self.end_wr(q, ctx);
+            }
+        } else {
+            self.refresh_weight(q);
+        }
+        if old == HostBoost::Raise && boost != HostBoost::Raise {
+            self.refresh_weight(q);
+        }
+    }
+
+    /// Requeues a busy queue's entity that just ended its service in the
+    /// class and weight of its new ioprio, at its new tree's virtual time.
+    fn requeue_with_prio(&mut self, e: EntId, q: QueueId, prio: IoPrio) {
+        let (sd, class) = (self.entities[e].parent_sd, self.entities[e].class);
+        if self.entities[e].counted {
+            self.sds[sd].trees[class].wsum -= self.entities[e].weight as u64;
+            self.entities[e].counted = false;
+        }
+        self.entities[e].tree = Tree::None;
+        self.busy_queues[class_index(self.queues[q].class)] -= 1;
+        self.apply_prio_change(q, prio);
+        self.busy_queues[class_index(prio.class)] += 1;
+        self.activate_entity(e, false);
+    }
+
+    /// A sync queue whose process changed its ioprio (`ionice`, or a
+    /// coordination daemon) takes the new class and weight when it next
+    /// becomes busy, as `bfq_check_ioprio_change()` and
+    /// `__bfq_entity_update_weight_prio()` do at the next activation.
+    fn apply_prio_change(&mut self, q: QueueId, prio: IoPrio) {
+        let e = self.queues[q].entity;
+        if self.entities[e].tree == Tree::Idle {
+            let (sd, class) = (self.entities[e].parent_sd, self.entities[e].class);
+            let t = &mut self.sds[sd].trees[class];
+            t.idle.retain(|&x| x != e);
+            if self.entities[e].counted {
+                t.wsum -= self.entities[e].weight as u64;
+            }
+            self.entities[e].counted = false;
+            self.entities[e].tree = Tree::None;
+        }
+        debug_assert_eq!(self.entities[e].tree, Tree::None);
+        let qq = &mut self.queues[q];
+        qq.prio = prio;
+        qq.class = prio.class;
+        qq.has_short_ttime = prio.class != IoPrioClass::Idle && qq.has_short_ttime;
+        self.entities[e].class = class_index(prio.class);
+        self.entities[e].orig_weight = Self::ioprio_weight(prio.level);
+        self.refresh_weight(q);
     }
 
     fn set_wr_coeff(&mut self, q: QueueId, coeff: u32) {
         let was = self.queues[q].wr_coeff > 1;
         self.queues[q].wr_coeff = coeff;
+        if !was && coeff > 1 {
+            self.queues[q].wr_started_at = self.now;
+        }
         if self.queues[q].busy {
             match (was, coeff > 1) {
                 (false, true) => self.wr_busy_queues += 1,
@@ -1108,7 +1225,7 @@ impl Bfq {
     /// received too much service.
     fn update_wr_data(&mut self, ctx: &SchedCtx, q: QueueId) {
         let qq = &self.queues[q];
-        if qq.wr_coeff <= 1 {
+        if qq.wr_coeff <= 1 || qq.boost == HostBoost::Raise {
             return;
         }
         let j = Self::jiffies(ctx);
@@ -1332,7 +1449,7 @@ impl Bfq {
                     let d = self.wr_duration(ctx);
                     self.queues[q].wr_cur_max_time = d;
                     self.set_wr_coeff(q, WR_COEFF);
-                } else if in_burst {
+                } else if in_burst && self.queues[q].boost != HostBoost::Raise {
                     self.set_wr_coeff(q, 1);
                 } else if soft_rt {
                     if self.queues[q].wr_cur_max_time != rt_max {
@@ -1739,6 +1856,28 @@ impl IoScheduler for Bfq {
         })
     }
 
+    fn raised_busy_queues(&self, since: Nanos) -> usize {
+        if self.wr_busy_queues == 0 {
+            return 0;
+        }
+        self.queues
+            .iter()
+            .filter(|q| q.busy && q.wr_coeff > 1 && q.wr_started_at >= since)
+            .count()
+    }
+
+    fn set_boost(&mut self, ctx: &mut SchedCtx, pid: Pid, boost: HostBoost) {
+        self.now = ctx.now;
+        let i = pid as usize;
+        if self.boosts.len() <= i {
+            self.boosts.resize(i + 1, HostBoost::None);
+        }
+        self.boosts[i] = boost;
+        if let Some(q) = self.sync_queue(pid) {
+            self.apply_boost(ctx, q, boost);
+        }
+    }
+
     /// `bfq_allow_bio_merge()`: a sync bio merges only into a request of
     /// its own queue.
     fn allow_merge(&self, _ctx: &SchedCtx, rq: RqId, ioc: &IoContext, sync: bool) -> bool {
@@ -1755,6 +1894,7 @@ impl IoScheduler for Bfq {
     }
 
     fn insert(&mut self, ctx: &mut SchedCtx, rq: RqId) {
+        self.now = ctx.now;
         if self.rotational.is_none() {
             self.rotational = Some(ctx.rotational);
             // `bfq_init_queue()`: start from 2/3 of the reference rate.
@@ -1766,6 +1906,21 @@ impl IoScheduler for Bfq {
             (r.ioc, r.sync, r.sector, r.end_sector())
         };
         let q = self.queue_for(ctx, &ioc, sync);
+        if sync && self.queues[q].prio != ioc.prio {
+            // `bfq_check_ioprio_change()`: noted now, applied when the
+            // queue is next activated (below, if it is idle) or requeued
+            // after its service (`end_service_entity`).
+            self.queues[q].new_prio = Some(ioc.prio);
+        }
+        if sync && !self.queues[q].busy && self.in_service != Some(q) {
+            if let Some(prio) = self.queues[q].new_prio.take() {
+                self.apply_prio_change(q, prio);
+            }
+            let boost = self.boosts.get(ioc.pid as usize).copied().unwrap_or_default();
+            if self.queues[q].boost != boost {
+                self.apply_boost(ctx, q, boost);
+            }
+        }
         if self.rq_queue.len() <= rq {
             self.rq_queue.resize(rq + 1, None);
         }
@@ -1823,6 +1978,7 @@ impl IoScheduler for Bfq {
     }
 
     fn merged(&mut self, ctx: &mut SchedCtx, rq: RqId, kind: MergeKind) {
+        self.now = ctx.now;
         if kind == MergeKind::Front {
             if let Some(q) = self.rq_queue.get(rq).copied().flatten() {
                 let qq = &mut self.queues[q];
@@ -1836,6 +1992,7 @@ impl IoScheduler for Bfq {
     }
 
     fn dispatch(&mut self, ctx: &mut SchedCtx) -> Option<RqId> {
+        self.now = ctx.now;
         self.rq_in_driver = ctx.in_driver;
         if self.queued == 0 {
             return None;
@@ -1862,6 +2019,7 @@ impl IoScheduler for Bfq {
     }
 
     fn completed(&mut self, ctx: &mut SchedCtx, rq: RqId) {
+        self.now = ctx.now;
         let Some(q) = self.rq_queue.get_mut(rq).and_then(Option::take) else {
             return;
         };
@@ -1912,6 +2070,7 @@ impl IoScheduler for Bfq {
 
     /// `bfq_idle_slice_timer_body()`: the queue did not issue in time.
     fn timer(&mut self, ctx: &mut SchedCtx) {
+        self.now = ctx.now;
         let Some(q) = self.in_service else { return };
         if !self.queues[q].wait_request {
             return;

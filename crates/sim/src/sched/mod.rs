@@ -192,6 +192,41 @@ pub trait IoScheduler: Send {
         let _ = pid;
         (0, 0)
     }
+
+    /// Queues weight-raised now, with I/O pending, and whose raising began
+    /// at or after `since` (BFQ's `wr_busy_queues`, restricted to recent
+    /// raisings): applications that the scheduler itself deems interactive
+    /// or soft real-time and that are waiting for the disk. A coordinated
+    /// guest asks its host for help while there are any.
+    fn raised_busy_queues(&self, since: Nanos) -> usize {
+        let _ = since;
+        0
+    }
+
+    /// Host-side coordination: privilege (or stop privileging) the I/O of
+    /// process `pid`, a QEMU thread of a VM that asked for help. It may be
+    /// called before the process has issued any I/O; the scheduler applies
+    /// it when the process's queue appears. Schedulers without the notion
+    /// ignore it (ioprio classes are changed on the process instead, and
+    /// every scheduler sees those on the next request).
+    fn set_boost(&mut self, ctx: &mut SchedCtx, pid: Pid, boost: HostBoost) {
+        let _ = (ctx, pid, boost);
+    }
+}
+
+/// How a host elevator privileges a helped VM's QEMU threads
+/// ([`IoScheduler::set_boost`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum HostBoost {
+    /// No privilege.
+    #[default]
+    None,
+    /// The queue's weight is multiplied by this factor (`help-weight`).
+    Weight(u32),
+    /// The queue is treated as weight-raised, interactive-style
+    /// (`help-wr`): the weight x30 and the idling and budget-timeout
+    /// treatment of raised queues.
+    Raise,
 }
 
 /// Tunables shared by the scheduler constructors.

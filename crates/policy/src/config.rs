@@ -1,0 +1,137 @@
+//! The host's policy knobs: how long help lasts, how much of it a VM may
+//! have, and how it is shared.
+
+use crate::{Nanos, MS, SEC};
+
+/// Default [`PolicyConfig::max_lease_ns`]. Design choice: a guest that
+/// crashes or loses its NO-HELP keeps its boost for at most 1 s, while a
+/// healthy guest renews twice a second, which costs nothing.
+pub const DEFAULT_MAX_LEASE_NS: Nanos = SEC;
+
+/// Default [`PolicyConfig::budget_window_ns`]. Design choice: a few
+/// application start-ups long (BFQ's interactive weight raising lasts 3-25 s),
+/// so a single start-up fits in a window and a VM that asks all the time is
+/// caught within seconds.
+pub const DEFAULT_BUDGET_WINDOW_NS: Nanos = 10 * SEC;
+
+/// Default [`PolicyConfig::budget_fraction`]. Design choice: a VM may be
+/// boosted for at most half of any window, so the others always get at least
+/// the other half.
+pub const DEFAULT_BUDGET_FRACTION: f64 = 0.5;
+
+/// Default [`PolicyConfig::max_boosted`]. Design choice: with one disk,
+/// boosting everyone is boosting no one.
+pub const DEFAULT_MAX_BOOSTED: usize = 1;
+
+/// Default [`PolicyConfig::quantum_ns`]. Design choice in the order of BFQ's
+/// budget timeout (`bfq_timeout`, 125 ms): long enough for a boosted VM's
+/// queue to make progress, short enough that a waiting VM gets its turn
+/// quickly.
+pub const DEFAULT_QUANTUM_NS: Nanos = 100 * MS;
+
+/// The host's policy knobs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PolicyConfig {
+    /// A HELP lasts at most this long unless renewed.
+    pub max_lease_ns: Nanos,
+    /// Length of the sliding window over which budgets are counted.
+    pub budget_window_ns: Nanos,
+    /// Largest share of any window a VM may spend boosted, in (0, 1]. At 1 the
+    /// budget never binds.
+    pub budget_fraction: f64,
+    /// How many VMs may be boosted at once.
+    pub max_boosted: usize,
+    /// How long a boosted VM keeps its slot before the slots are shared out
+    /// again, when more VMs ask than there are slots.
+    pub quantum_ns: Nanos,
+}
+
+impl Default for PolicyConfig {
+    fn default() -> Self {
+        PolicyConfig {
+            max_lease_ns: DEFAULT_MAX_LEASE_NS,
+            budget_window_ns: DEFAULT_BUDGET_WINDOW_NS,
+            budget_fraction: DEFAULT_BUDGET_FRACTION,
+            max_boosted: DEFAULT_MAX_BOOSTED,
+            quantum_ns: DEFAULT_QUANTUM_NS,
+        }
+    }
+}
+
+impl PolicyConfig {
+    /// Checks that the knobs make sense; the error names the knob, its value
+    /// and what is accepted.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.max_lease_ns == 0 {
+            return Err("max_lease_ns is 0; it must be at least 1 ns".into());
+        }
+        if self.budget_window_ns == 0 {
+            return Err("budget_window_ns is 0; it must be at least 1 ns".into());
+        }
+        if !(self.budget_fraction > 0.0 && self.budget_fraction <= 1.0) {
+            return Err(format!(
+                "budget_fraction is {}; it must be in (0, 1]",
+                self.budget_fraction
+            ));
+        }
+        if self.budget_ns() == 0 {
+            return Err(format!(
+                "budget_fraction {} of budget_window_ns {} is less than 1 ns",
+                self.budget_fraction, self.budget_window_ns
+            ));
+        }
+        if self.max_boosted == 0 {
+            return Err("max_boosted is 0; at least one VM must be allowed a boost".into());
+        }
+        if self.quantum_ns == 0 {
+            return Err("quantum_ns is 0; it must be at least 1 ns".into());
+        }
+        Ok(())
+    }
+
+    /// The most boosted time a VM may have in any window, in nanoseconds.
+    pub fn budget_ns(&self) -> Nanos {
+        let b = (self.budget_window_ns as f64 * self.budget_fraction).floor();
+        if b.is_nan() || b < 0.0 {
+            0
+        } else {
+            (b as Nanos).min(self.budget_window_ns)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        let c = PolicyConfig::default();
+        assert_eq!(c.validate(), Ok(()));
+        assert_eq!(c.budget_ns(), 5 * SEC);
+    }
+
+    #[test]
+    fn nonsense_is_refused_by_name() {
+        let bad = |f: fn(&mut PolicyConfig), word: &str| {
+            let mut c = PolicyConfig::default();
+            f(&mut c);
+            let e = c.validate().unwrap_err();
+            assert!(e.contains(word), "{e}");
+        };
+        bad(|c| c.budget_fraction = 0.0, "budget_fraction");
+        bad(|c| c.budget_fraction = 1.5, "budget_fraction");
+        bad(|c| c.budget_fraction = f64::NAN, "budget_fraction");
+        bad(|c| c.budget_window_ns = 0, "budget_window_ns");
+        bad(|c| c.max_boosted = 0, "max_boosted");
+        bad(|c| c.quantum_ns = 0, "quantum_ns");
+        bad(|c| c.max_lease_ns = 0, "max_lease_ns");
+        bad(
+            |c| {
+                c.budget_window_ns = 3;
+                c.budget_fraction = 0.1
+            },
+            "less than 1 ns",
+        );
+    }
+}

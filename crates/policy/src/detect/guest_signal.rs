@@ -1,0 +1,324 @@
+//! Help from what a user-space daemon in a stock guest can see: execs,
+//! per-process I/O, explicit requests. It applies BFQ's rules for weight
+//! raising to those signals, so it asks for help in the cases where BFQ in
+//! the guest would raise a queue.
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::detect::softrt::{SoftRtClassifier, SoftRtRules};
+use crate::detect::{reason_rank, Urgency};
+use crate::protocol::{HelpReason, Resource};
+use crate::{Nanos, SEC};
+
+/// Something the guest daemon saw.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GuestEvent {
+    /// A process started a new program.
+    Exec { pid: u32 },
+    /// A process did `bytes` of I/O since the daemon last looked.
+    IoActivity { pid: u32, bytes: u64 },
+    /// A user or a program asked for help for `duration_ns`, on behalf of a
+    /// process or of the whole guest.
+    Explicit { duration_ns: Nanos, pid: Option<u32> },
+    /// A process exited: its needs end.
+    ProcessExit { pid: u32 },
+}
+
+/// How [`GuestSignalDetector`] judges its signals.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GuestSignalConfig {
+    /// How long an exec needs help. Default 3 s: BFQ raises a new queue's
+    /// weight for a time set by the device's peak rate, about 3-25 s; the
+    /// short end keeps a false alarm cheap, and the guest asks again if the
+    /// program keeps doing I/O after an idle time.
+    pub exec_help_ns: Nanos,
+    /// I/O from a process idle at least this long counts as a resume. Default
+    /// 2 s: BFQ's `bfq_wr_min_idle_time`, after which it raises a queue that
+    /// becomes busy again as if it were new.
+    pub io_resume_idle_ns: Nanos,
+    /// How long a resume needs help. Default 3 s, as for an exec: BFQ gives a
+    /// resumed queue the same raising as a new one.
+    pub io_resume_help_ns: Nanos,
+    /// The soft real-time rules.
+    pub softrt: SoftRtRules,
+    /// How many processes' I/O history to keep; beyond that the least
+    /// recently active one is forgotten. Default 4096: design choice, more
+    /// than the processes doing I/O on a desktop, a bound on memory.
+    pub max_tracked_pids: usize,
+}
+
+impl Default for GuestSignalConfig {
+    fn default() -> Self {
+        GuestSignalConfig {
+            exec_help_ns: 3 * SEC,
+            io_resume_idle_ns: 2 * SEC,
+            io_resume_help_ns: 3 * SEC,
+            softrt: SoftRtRules::default(),
+            max_tracked_pids: 4096,
+        }
+    }
+}
+
+/// One process's I/O history.
+#[derive(Clone, Debug, Default)]
+struct ProcessIo {
+    /// Last I/O, or the exec that made the process what it is.
+    last_seen: Nanos,
+    softrt: SoftRtClassifier,
+}
+
+/// A live need: help for `reason` on behalf of a process (or the guest)
+/// until some time.
+type NeedKey = (u8, Option<u32>);
+
+/// Turns guest events into an [`Urgency`].
+///
+/// - an exec needs help for `exec_help_ns`;
+/// - I/O from a known process idle for `io_resume_idle_ns` needs help for
+///   `io_resume_help_ns` (a process first seen doing I/O does not count: the
+///   exec covers new programs, and a daemon that starts late would otherwise
+///   ask for help for every process once);
+/// - a process whose I/O follows the soft real-time rules needs help until
+///   its next burst is due plus the rules' hold time;
+/// - an explicit request needs help for as long as it says;
+/// - a process's needs end when it exits.
+#[derive(Clone, Debug)]
+pub struct GuestSignalDetector {
+    cfg: GuestSignalConfig,
+    processes: HashMap<u32, ProcessIo>,
+    /// Live needs by (reason rank, pid): the time each ends and its reason.
+    needs: BTreeMap<NeedKey, (Nanos, HelpReason)>,
+}
+
+impl GuestSignalDetector {
+    pub fn new(cfg: GuestSignalConfig) -> Self {
+        GuestSignalDetector {
+            cfg,
+            processes: HashMap::new(),
+            needs: BTreeMap::new(),
+        }
+    }
+
+    /// Takes in an event seen at `now`.
+    pub fn observe(&mut self, now: Nanos, ev: GuestEvent) {
+        match ev {
+            GuestEvent::Exec { pid } => {
+                self.track(pid).insert(
+                    pid,
+                    ProcessIo {
+                        last_seen: now,
+                        softrt: SoftRtClassifier::default(),
+                    },
+                );
+                let until = now.saturating_add(self.cfg.exec_help_ns);
+                self.need(HelpReason::Exec, Some(pid), until);
+            }
+            GuestEvent::IoActivity { pid, bytes } => self.io(now, pid, bytes),
+            GuestEvent::Explicit { duration_ns, pid } => {
+                self.need(HelpReason::Explicit, pid, now.saturating_add(duration_ns));
+            }
+            GuestEvent::ProcessExit { pid } => {
+                self.processes.remove(&pid);
+                self.needs.retain(|&(_, p), _| p != Some(pid));
+            }
+        }
+    }
+
+    /// The urgency at `now`: help while any need is live, with the strongest
+    /// live reason and a duration reaching the end of the latest need.
+    pub fn poll(&mut self, now: Nanos) -> Urgency {
+        self.needs.retain(|_, &mut (until, _)| until > now);
+        let strongest = self.needs.iter().next_back().map(|(_, &(_, r))| r);
+        let latest = self.needs.values().map(|&(until, _)| until).max();
+        match (strongest, latest) {
+            (Some(reason), Some(until)) => Urgency::Help {
+                resource: Resource::Io,
+                reason,
+                duration_ns: until - now,
+            },
+            _ => Urgency::NoHelp,
+        }
+    }
+
+    /// When the urgency changes next without a new event (a need ends).
+    pub fn next_deadline(&self) -> Option<Nanos> {
+        self.needs.values().map(|&(until, _)| until).min()
+    }
+
+    /// How many processes' I/O history is kept.
+    pub fn tracked_processes(&self) -> usize {
+        self.processes.len()
+    }
+
+    fn io(&mut self, now: Nanos, pid: u32, bytes: u64) {
+        let cfg = &self.cfg;
+        let mut needs = Vec::new();
+        match self.processes.get_mut(&pid) {
+            Some(p) => {
+                if now.saturating_sub(p.last_seen) >= cfg.io_resume_idle_ns {
+                    needs.push((
+                        HelpReason::IoResume,
+                        now.saturating_add(cfg.io_resume_help_ns),
+                    ));
+                }
+                p.last_seen = p.last_seen.max(now);
+                if let Some(period) = p.softrt.io(&cfg.softrt, now, bytes) {
+                    let until = now
+                        .saturating_add(period)
+                        .saturating_add(cfg.softrt.hold_ns);
+                    needs.push((HelpReason::SoftRealTime, until));
+                }
+            }
+            None => {
+                let mut p = ProcessIo {
+                    last_seen: now,
+                    softrt: SoftRtClassifier::default(),
+                };
+                p.softrt.io(&cfg.softrt, now, bytes);
+                self.track(pid).insert(pid, p);
+            }
+        }
+        for (reason, until) in needs {
+            self.need(reason, Some(pid), until);
+        }
+    }
+
+    /// Makes room for `pid` in the process table, forgetting the least
+    /// recently active process if the table is full.
+    fn track(&mut self, pid: u32) -> &mut HashMap<u32, ProcessIo> {
+        if !self.processes.contains_key(&pid) && self.processes.len() >= self.cfg.max_tracked_pids
+        {
+            let oldest = self
+                .processes
+                .iter()
+                .min_by_key(|(&pid, p)| (p.last_seen, pid))
+                .map(|(&pid, _)| pid);
+            if let Some(old) = oldest {
+                self.processes.remove(&old);
+            }
+        }
+        &mut self.processes
+    }
+
+    fn need(&mut self, reason: HelpReason, pid: Option<u32>, until: Nanos) {
+        let e = self
+            .needs
+            .entry((reason_rank(reason), pid))
+            .or_insert((until, reason));
+        *e = (e.0.max(until), reason);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::MS;
+
+    fn det() -> GuestSignalDetector {
+        GuestSignalDetector::new(GuestSignalConfig::default())
+    }
+
+    fn help(reason: HelpReason, duration_ns: Nanos) -> Urgency {
+        Urgency::Help {
+            resource: Resource::Io,
+            reason,
+            duration_ns,
+        }
+    }
+
+    #[test]
+    fn an_exec_needs_help_for_three_seconds() {
+        let mut d = det();
+        assert_eq!(d.poll(0), Urgency::NoHelp);
+        d.observe(100, GuestEvent::Exec { pid: 7 });
+        assert_eq!(d.poll(100), help(HelpReason::Exec, 3 * SEC));
+        assert_eq!(d.next_deadline(), Some(100 + 3 * SEC));
+        assert_eq!(d.poll(SEC + 100), help(HelpReason::Exec, 2 * SEC));
+        assert_eq!(d.poll(3 * SEC + 100), Urgency::NoHelp);
+        assert_eq!(d.next_deadline(), None);
+    }
+
+    #[test]
+    fn io_after_two_idle_seconds_is_a_resume() {
+        let mut d = det();
+        let io = |pid| GuestEvent::IoActivity { pid, bytes: 4096 };
+        d.observe(0, io(5));
+        assert_eq!(d.poll(0), Urgency::NoHelp, "first sight is not a resume");
+        d.observe(SEC, io(5));
+        assert_eq!(d.poll(SEC), Urgency::NoHelp);
+        d.observe(3 * SEC - 1, io(5));
+        assert_eq!(d.poll(3 * SEC - 1), Urgency::NoHelp);
+        d.observe(5 * SEC, io(5));
+        assert_eq!(d.poll(5 * SEC), help(HelpReason::IoResume, 3 * SEC));
+    }
+
+    #[test]
+    fn a_player_is_soft_real_time_while_it_keeps_its_rhythm() {
+        let mut d = det();
+        for i in 0..6 {
+            d.observe(
+                i * 40 * MS,
+                GuestEvent::IoActivity {
+                    pid: 3,
+                    bytes: 32 * 1024,
+                },
+            );
+        }
+        let now = 200 * MS;
+        assert_eq!(
+            d.poll(now),
+            help(HelpReason::SoftRealTime, 40 * MS + 300 * MS)
+        );
+        // It stops: the need lapses after the next period plus the hold.
+        assert_eq!(d.poll(now + 340 * MS), Urgency::NoHelp);
+    }
+
+    #[test]
+    fn the_strongest_reason_and_the_latest_end_are_reported() {
+        let mut d = det();
+        d.observe(0, GuestEvent::Exec { pid: 1 });
+        d.observe(
+            0,
+            GuestEvent::Explicit {
+                duration_ns: SEC,
+                pid: None,
+            },
+        );
+        assert_eq!(d.poll(0), help(HelpReason::Explicit, 3 * SEC));
+        assert_eq!(d.next_deadline(), Some(SEC));
+        assert_eq!(d.poll(SEC), help(HelpReason::Exec, 2 * SEC));
+    }
+
+    #[test]
+    fn exit_ends_a_process_s_needs() {
+        let mut d = det();
+        d.observe(0, GuestEvent::Exec { pid: 1 });
+        d.observe(
+            0,
+            GuestEvent::Explicit {
+                duration_ns: SEC,
+                pid: Some(2),
+            },
+        );
+        d.observe(10, GuestEvent::ProcessExit { pid: 1 });
+        assert_eq!(d.poll(10), help(HelpReason::Explicit, SEC - 10));
+        d.observe(20, GuestEvent::ProcessExit { pid: 2 });
+        assert_eq!(d.poll(20), Urgency::NoHelp);
+        assert_eq!(d.tracked_processes(), 0);
+    }
+
+    #[test]
+    fn the_process_table_is_bounded() {
+        let mut d = GuestSignalDetector::new(GuestSignalConfig {
+            max_tracked_pids: 3,
+            ..GuestSignalConfig::default()
+        });
+        for pid in 0..10 {
+            d.observe(pid as Nanos, GuestEvent::IoActivity { pid, bytes: 1 });
+        }
+        assert_eq!(d.tracked_processes(), 3);
+        // The survivors are the most recent ones: 9 is known, so a resume counts.
+        d.observe(5 * SEC, GuestEvent::IoActivity { pid: 9, bytes: 1 });
+        assert!(matches!(d.poll(5 * SEC), Urgency::Help { .. }));
+    }
+}

@@ -1,0 +1,219 @@
+//! Coordinated scheduling between guests and host, Virtual-BFQ style.
+//!
+//! The guest's elevator knows when an application needs the disk urgently:
+//! BFQ raises the weight of a queue it deems interactive (an application
+//! starting) or soft real-time. A coordinated guest watches that state and
+//! asks its host for help while a raised queue has I/O pending; the host
+//! privileges the VM's QEMU threads while the help lasts. Every request
+//! goes through the `policy` crate, the same code as the real daemons:
+//!
+//! - guest side: [`policy::BfqStateDetector`] turns the guest BFQ's count
+//!   of raised busy queues into HELP / NO-HELP, and [`policy::HelpClient`]
+//!   puts leases on them (renewals while the need lasts);
+//! - the message crosses a [`Channel`] with its latency;
+//! - host side: [`policy::Arbiter`] applies leases, budgets and the
+//!   arbitration among VMs, and says which VMs are boosted;
+//! - the host actuator is the cell's [`Coordination`] mode.
+//!
+//! A *greedy* VM (a guest that misbehaves) asks for help all the time,
+//! whatever its elevator says; the budgets are what keep it in check.
+
+use crate::request::{IoPrio, IoPrioClass};
+use crate::sched::HostBoost;
+use devmodel::Nanos;
+use policy::PolicyConfig;
+
+/// The host-side privileging mode: the scenario key `coordination`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Coordination {
+    /// No coordination: the host sees QEMU threads only.
+    Off,
+    /// Static prioritization, the baseline: VM 1's QEMU threads are always
+    /// in the RT ioprio class, whether or not the guest needs it.
+    StaticRt,
+    /// RT ioprio class for the VM's QEMU threads while it is helped.
+    HelpRt,
+    /// The weight of the VM's QEMU thread queues multiplied by
+    /// [`CoordConfig::weight_factor`] while it is helped.
+    HelpWeight,
+    /// The host BFQ treats the VM's queues as weight-raised while it is
+    /// helped, as Virtual-BFQ did.
+    HelpWr,
+}
+
+impl Coordination {
+    /// The scenario values, in this order.
+    pub const NAMES: &'static [&'static str] =
+        &["off", "static-rt", "help-rt", "help-weight", "help-wr"];
+
+    pub fn parse(s: &str) -> Result<Coordination, String> {
+        Ok(match s {
+            "off" => Coordination::Off,
+            "static-rt" => Coordination::StaticRt,
+            "help-rt" => Coordination::HelpRt,
+            "help-weight" => Coordination::HelpWeight,
+            "help-wr" => Coordination::HelpWr,
+            other => {
+                return Err(format!(
+                    "unknown coordination mode \"{other}\"; accepted: {}",
+                    Self::NAMES.join(", ")
+                ))
+            }
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Coordination::Off => "off",
+            Coordination::StaticRt => "static-rt",
+            Coordination::HelpRt => "help-rt",
+            Coordination::HelpWeight => "help-weight",
+            Coordination::HelpWr => "help-wr",
+        }
+    }
+
+    /// Modes in which guests ask for help and the host answers.
+    pub fn asks_for_help(self) -> bool {
+        matches!(
+            self,
+            Coordination::HelpRt | Coordination::HelpWeight | Coordination::HelpWr
+        )
+    }
+}
+
+/// How a guest's HELP and NO-HELP reach the host.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Channel {
+    /// A hypervisor call, as the original Virtual-BFQ made on ARM (HVC):
+    /// about 2000 cycles, 1.2 us on the 1.7 GHz Cortex-A15 of the
+    /// published runs.
+    Hypercall,
+    /// A message on a virtio-serial port read by the host daemon: a
+    /// virtqueue notification, a wake-up of QEMU and of the daemon on the
+    /// host, tens of microseconds (the same order as [`crate::vm`]'s
+    /// notification constants, twice: guest to QEMU, QEMU to the daemon).
+    VirtioSerial,
+    /// A host daemon that polls the guests' state every
+    /// [`POLL_PERIOD_NS`]: a message waits for the next poll.
+    Polling,
+}
+
+/// Hypercall latency: 2000 cycles at 1.7 GHz.
+pub const HYPERCALL_NS: Nanos = 1_200;
+/// virtio-serial message latency: two notification hops of about 20 us.
+pub const VIRTIO_SERIAL_NS: Nanos = 40_000;
+/// Polling period of a polling host daemon: 10 ms, a daemon that costs a
+/// fraction of a percent of a core.
+pub const POLL_PERIOD_NS: Nanos = 10_000_000;
+
+impl Channel {
+    pub const NAMES: &'static [&'static str] = &["hypercall", "virtio-serial", "polling"];
+
+    pub fn parse(s: &str) -> Result<Channel, String> {
+        Ok(match s {
+            "hypercall" => Channel::Hypercall,
+            "virtio-serial" => Channel::VirtioSerial,
+            "polling" => Channel::Polling,
+            other => {
+                return Err(format!(
+                    "unknown coordination channel \"{other}\"; accepted: {}",
+                    Self::NAMES.join(", ")
+                ))
+            }
+        })
+    }
+
+    /// When a message sent at `now` reaches the host's arbiter.
+    pub fn delivery(self, now: Nanos) -> Nanos {
+        match self {
+            Channel::Hypercall => now + HYPERCALL_NS,
+            Channel::VirtioSerial => now + VIRTIO_SERIAL_NS,
+            Channel::Polling => (now / POLL_PERIOD_NS + 1) * POLL_PERIOD_NS,
+        }
+    }
+}
+
+/// ioprio given to privileged QEMU threads: class RT at level 4, what
+/// `ionice -c1` sets when no level is given (`IOPRIO_NORM`).
+pub const BOOST_IOPRIO: IoPrio = IoPrio {
+    class: IoPrioClass::Rt,
+    level: 4,
+};
+
+/// Weight factor of `help-weight`: 10, so that a helped VM's threads
+/// weigh as much as ten unhelped processes of the same ioprio. Smaller
+/// than BFQ's own interactive raising (x30): the difference between
+/// `help-weight` and `help-wr` is then the weight and the idling
+/// treatment of raised queues.
+pub const DEFAULT_WEIGHT_FACTOR: u32 = 10;
+
+/// Guest-side hysteresis before NO-HELP: a raised application alternates
+/// reads with CPU bursts of up to tens of milliseconds (the recorded
+/// start-up traces); 100 ms without a raised busy queue means the
+/// application is done with the disk.
+pub const DEFAULT_NO_HELP_DELAY_NS: Nanos = 100_000_000;
+
+/// How long into a raising the guest asks for help: 8 s. BFQ raises an
+/// application starting for 3 to 25 s (`bfq_wr_duration()`), sized for the
+/// application to load on an uncontended disk; with the host's help, the
+/// start-ups here take 3 to 5 s. A longer raising is a process that keeps
+/// the disk busy (BFQ raises every new queue, a streaming reader's too, until
+/// it has had 120000 sectors of service): helping it would spend the VM's
+/// budget on background I/O just before an application needs it.
+pub const DEFAULT_HELP_PER_RAISING_NS: Nanos = 8_000_000_000;
+
+/// Coordination knobs of a simulated machine.
+#[derive(Clone, Debug)]
+pub struct CoordConfig {
+    pub mode: Coordination,
+    pub channel: Channel,
+    /// Leases, budgets and arbitration of the host side.
+    pub policy: PolicyConfig,
+    /// `help-weight`'s factor.
+    pub weight_factor: u32,
+    /// Guest-side delay before NO-HELP.
+    pub no_help_delay_ns: Nanos,
+    /// A raised queue counts as a need for help only during the first
+    /// this-long of its raising.
+    pub help_per_raising_ns: Nanos,
+}
+
+impl Default for CoordConfig {
+    fn default() -> Self {
+        CoordConfig {
+            mode: Coordination::Off,
+            channel: Channel::VirtioSerial,
+            policy: PolicyConfig::default(),
+            weight_factor: DEFAULT_WEIGHT_FACTOR,
+            no_help_delay_ns: DEFAULT_NO_HELP_DELAY_NS,
+            help_per_raising_ns: DEFAULT_HELP_PER_RAISING_NS,
+        }
+    }
+}
+
+impl CoordConfig {
+    /// What the host elevator applies to a boosted VM's threads, and the
+    /// ioprio they carry, in this mode.
+    pub fn actuation(&self, boosted: bool) -> (HostBoost, IoPrio) {
+        if !boosted {
+            return (HostBoost::None, IoPrio::DEFAULT);
+        }
+        match self.mode {
+            Coordination::Off => (HostBoost::None, IoPrio::DEFAULT),
+            Coordination::StaticRt | Coordination::HelpRt => (HostBoost::None, BOOST_IOPRIO),
+            Coordination::HelpWeight => (HostBoost::Weight(self.weight_factor), IoPrio::DEFAULT),
+            Coordination::HelpWr => (HostBoost::Raise, IoPrio::DEFAULT),
+        }
+    }
+}
+
+/// Counters of one VM's coordination.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct CoordStats {
+    /// HELP messages the guest sent (first requests and renewals).
+    pub helps_sent: u64,
+    /// NO-HELP messages the guest sent.
+    pub no_helps_sent: u64,
+    /// Time the host had the VM boosted, in total.
+    pub boosted_ns: Nanos,
+}
