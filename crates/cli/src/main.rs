@@ -136,9 +136,15 @@ struct SimKnobs {
     /// Budget window, in seconds.
     #[arg(long, value_name = "S")]
     budget_window_s: Option<f64>,
+    /// Arbitration quantum among VMs asking for help at once, in ms.
+    #[arg(long, value_name = "MS")]
+    quantum_ms: Option<u64>,
     /// VMs the host boosts at once.
     #[arg(long, value_name = "N")]
     max_boosted: Option<usize>,
+    /// How long into a BFQ raising a guest asks for help, in seconds.
+    #[arg(long, value_name = "S")]
+    help_per_raising_s: Option<f64>,
     /// Weight factor of the help-weight mode.
     #[arg(long, default_value_t = sim::coord::DEFAULT_WEIGHT_FACTOR)]
     weight_factor: u32,
@@ -217,8 +223,8 @@ fn knobs_to_opts(k: &SimKnobs) -> Result<sim::bench::SimOptions, Failure> {
     opts.vm.lagging_ticks = !k.guest_exact_ticks;
     opts.vm.aio = aio;
     opts.vm.virtqueue_depth = k.virtqueue_depth;
-    opts.coord.channel =
-        sim::coord::Channel::parse(&k.channel).map_err(|e| Failure::Usage(format!("--channel: {e}")))?;
+    opts.coord.channel = sim::coord::Channel::parse(&k.channel)
+        .map_err(|e| Failure::Usage(format!("--channel: {e}")))?;
     if let Some(ms) = k.lease_ms {
         opts.coord.policy.max_lease_ns = ms * 1_000_000;
     }
@@ -232,6 +238,17 @@ fn knobs_to_opts(k: &SimKnobs) -> Result<sim::bench::SimOptions, Failure> {
             )));
         }
         opts.coord.policy.budget_window_ns = (s * 1e9) as u64;
+    }
+    if let Some(s) = k.help_per_raising_s {
+        if !(s.is_finite() && s > 0.0) {
+            return Err(Failure::Usage(format!(
+                "--help-per-raising-s {s}: must be a positive number of seconds"
+            )));
+        }
+        opts.coord.help_per_raising_ns = (s * 1e9) as u64;
+    }
+    if let Some(ms) = k.quantum_ms {
+        opts.coord.policy.quantum_ns = ms * 1_000_000;
     }
     if let Some(n) = k.max_boosted {
         opts.coord.policy.max_boosted = n;

@@ -218,7 +218,9 @@ mod tests {
                 }
                 let truth: Nanos = exact
                     .iter()
-                    .map(|&(s, e): &(Nanos, Nanos)| e.min(t).saturating_sub(s.max(t.saturating_sub(W))))
+                    .map(|&(s, e): &(Nanos, Nanos)| {
+                        e.min(t).saturating_sub(s.max(t.saturating_sub(W)))
+                    })
                     .sum();
                 assert!(l.used(t, W) >= truth, "t={t}");
             }

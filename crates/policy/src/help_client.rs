@@ -85,12 +85,9 @@ impl HelpClient {
                     duration_hint_ms: ns_to_ms_ceil(hint),
                 })
             }
-            _ => self
-                .sent
-                .take()
-                .map(|s| Message::NoHelp {
-                    resource: s.resource,
-                }),
+            _ => self.sent.take().map(|s| Message::NoHelp {
+                resource: s.resource,
+            }),
         }
     }
 
@@ -142,7 +139,12 @@ mod tests {
         assert_eq!(c.step(100 * MS, &need(3 * SEC)), None);
         assert_eq!(c.next_deadline(), Some(500 * MS));
         assert_eq!(c.step(500 * MS, &need(2500 * MS)), help_ms(1000));
-        assert_eq!(c.step(700 * MS, &Urgency::NoHelp), Some(Message::NoHelp { resource: Resource::Io }));
+        assert_eq!(
+            c.step(700 * MS, &Urgency::NoHelp),
+            Some(Message::NoHelp {
+                resource: Resource::Io
+            })
+        );
         assert_eq!(c.step(800 * MS, &Urgency::NoHelp), None);
         assert_eq!(c.next_deadline(), None);
     }

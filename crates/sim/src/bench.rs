@@ -356,7 +356,10 @@ fn startup_run(cell: &Cell, opts: &SimOptions, rep: u32) -> Result<(RunResult, M
         }
         let all_up = |m: &Machine| pids.iter().all(|&p| m.app_finished(p).is_some());
         m.run_until(start + timeout, all_up);
-        let last = pids.iter().map(|&p| m.app_finished(p)).collect::<Option<Vec<_>>>();
+        let last = pids
+            .iter()
+            .map(|&p| m.app_finished(p))
+            .collect::<Option<Vec<_>>>();
         for &p in &pids {
             m.kill(p);
         }

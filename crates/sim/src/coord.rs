@@ -176,6 +176,8 @@ pub struct CoordConfig {
     /// A raised queue counts as a need for help only during the first
     /// this-long of its raising.
     pub help_per_raising_ns: Nanos,
+    /// Soft real-time raisings count as a need for help too.
+    pub help_for_soft_rt: bool,
 }
 
 impl Default for CoordConfig {
@@ -183,10 +185,14 @@ impl Default for CoordConfig {
         CoordConfig {
             mode: Coordination::Off,
             channel: Channel::VirtioSerial,
-            policy: PolicyConfig::default(),
+            policy: PolicyConfig {
+                budget_window_ns: 60_000_000_000,
+                ..PolicyConfig::default()
+            },
             weight_factor: DEFAULT_WEIGHT_FACTOR,
             no_help_delay_ns: DEFAULT_NO_HELP_DELAY_NS,
             help_per_raising_ns: DEFAULT_HELP_PER_RAISING_NS,
+            help_for_soft_rt: true,
         }
     }
 }

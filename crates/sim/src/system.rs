@@ -365,6 +365,21 @@ impl Machine {
         s
     }
 
+    /// VM `vm`'s live QEMU threads (pool workers or the iothread).
+    pub fn qemu_threads(&self, vm: usize) -> Vec<Pid> {
+        self.vms[vm]
+            .threads
+            .iter()
+            .copied()
+            .filter(|&p| !matches!(self.procs[p as usize].role, Role::Gone))
+            .collect()
+    }
+
+    /// The ioprio process `pid` issues its I/O with now.
+    pub fn ioprio(&self, pid: Pid) -> IoPrio {
+        self.procs[pid as usize].ioc.prio
+    }
+
     /// Whether the host privileges VM `vm` now.
     pub fn vm_boosted(&self, vm: usize) -> bool {
         self.vms[vm].boosted || self.vms[vm].static_boost
@@ -725,7 +740,9 @@ impl Machine {
             Ev::CoordMsg(vm, msg) => {
                 if let Some(arb) = self.arbiter.as_mut() {
                     match msg {
-                        CoordMsg::Help { duration_ns } => arb.help(vm as policy::VmId, now, duration_ns),
+                        CoordMsg::Help { duration_ns } => {
+                            arb.help(vm as policy::VmId, now, duration_ns)
+                        }
                         CoordMsg::NoHelp => arb.no_help(vm as policy::VmId, now),
                     }
                 }
@@ -757,7 +774,16 @@ impl Machine {
         let now = self.now();
         let guest = self.vms[vm].guest;
         let since = now.saturating_sub(self.coord.help_per_raising_ns);
-        let raised = self.kernels[guest].block.scheduler().raised_busy_queues(since);
+        let (interactive, soft_rt) = self.kernels[guest]
+            .block
+            .scheduler()
+            .raised_busy_queues(since);
+        let soft_rt = if self.coord.help_for_soft_rt {
+            soft_rt
+        } else {
+            0
+        };
+        let raised = interactive + soft_rt;
         let channel = self.coord.channel;
         let lease = self.coord.policy.max_lease_ns;
         let Some(gc) = self.vms[vm].guest_coord.as_mut() else {
@@ -772,7 +798,7 @@ impl Machine {
             };
         } else if raised != gc.last_raised || due(gc.detector.next_deadline()) {
             gc.last_raised = raised;
-            if let Some(u) = gc.detector.observe(now, raised, 0) {
+            if let Some(u) = gc.detector.observe(now, interactive, soft_rt) {
                 gc.urgency = u;
             }
         }
@@ -849,13 +875,7 @@ impl Machine {
 
     /// Applies VM `vm`'s current privilege to all its live QEMU threads.
     fn actuate(&mut self, vm: usize) {
-        let threads: Vec<Pid> = self.vms[vm]
-            .threads
-            .iter()
-            .copied()
-            .filter(|&p| !matches!(self.procs[p as usize].role, Role::Gone))
-            .collect();
-        for pid in threads {
+        for pid in self.qemu_threads(vm) {
             self.actuate_thread(vm, pid);
         }
     }

@@ -19,7 +19,10 @@ pub enum GuestEvent {
     IoActivity { pid: u32, bytes: u64 },
     /// A user or a program asked for help for `duration_ns`, on behalf of a
     /// process or of the whole guest.
-    Explicit { duration_ns: Nanos, pid: Option<u32> },
+    Explicit {
+        duration_ns: Nanos,
+        pid: Option<u32>,
+    },
     /// A process exited: its needs end.
     ProcessExit { pid: u32 },
 }
@@ -186,8 +189,7 @@ impl GuestSignalDetector {
     /// Makes room for `pid` in the process table, forgetting the least
     /// recently active process if the table is full.
     fn track(&mut self, pid: u32) -> &mut HashMap<u32, ProcessIo> {
-        if !self.processes.contains_key(&pid) && self.processes.len() >= self.cfg.max_tracked_pids
-        {
+        if !self.processes.contains_key(&pid) && self.processes.len() >= self.cfg.max_tracked_pids {
             let oldest = self
                 .processes
                 .iter()

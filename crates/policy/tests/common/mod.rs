@@ -48,7 +48,11 @@ impl Driver {
             if d > t {
                 break;
             }
-            assert!(d >= self.now, "deadline {d} is before the clock {}", self.now);
+            assert!(
+                d >= self.now,
+                "deadline {d} is before the clock {}",
+                self.now
+            );
             if last == Some(d) {
                 same_time_calls += 1;
                 assert!(same_time_calls < 4, "no progress at {d}");
@@ -107,7 +111,11 @@ impl Driver {
             .filter(|(_, iv)| iv.last().is_some_and(|l| l.1.is_none()))
             .map(|(&vm, _)| vm)
             .collect();
-        assert_eq!(boosted, self.arbiter.boosted(), "the changes and the arbiter disagree");
+        assert_eq!(
+            boosted,
+            self.arbiter.boosted(),
+            "the changes and the arbiter disagree"
+        );
         assert!(boosted.len() <= self.arbiter.config().max_boosted);
     }
 
@@ -115,7 +123,11 @@ impl Driver {
     pub fn closed_intervals(&self, vm: VmId) -> Vec<(Nanos, Nanos)> {
         self.intervals
             .get(&vm)
-            .map(|iv| iv.iter().map(|&(s, e)| (s, e.unwrap_or(self.now))).collect())
+            .map(|iv| {
+                iv.iter()
+                    .map(|&(s, e)| (s, e.unwrap_or(self.now)))
+                    .collect()
+            })
             .unwrap_or_default()
     }
 
@@ -145,11 +157,23 @@ pub fn max_window_use(intervals: &[(Nanos, Nanos)], w: Nanos) -> Nanos {
 /// One step of a guest population's behaviour, `gap` after the previous one.
 #[derive(Clone, Debug)]
 pub enum Op {
-    Help { vm: VmId, gap: Nanos, hint: Nanos },
-    NoHelp { vm: VmId, gap: Nanos },
+    Help {
+        vm: VmId,
+        gap: Nanos,
+        hint: Nanos,
+    },
+    NoHelp {
+        vm: VmId,
+        gap: Nanos,
+    },
     /// The caller updates at a time of its own (a message for someone else).
-    Update { gap: Nanos },
-    Remove { vm: VmId, gap: Nanos },
+    Update {
+        gap: Nanos,
+    },
+    Remove {
+        vm: VmId,
+        gap: Nanos,
+    },
 }
 
 impl Op {

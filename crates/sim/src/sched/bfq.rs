@@ -1856,14 +1856,21 @@ impl IoScheduler for Bfq {
         })
     }
 
-    fn raised_busy_queues(&self, since: Nanos) -> usize {
-        if self.wr_busy_queues == 0 {
-            return 0;
+    /// Raised queues with requests queued or in the device: a queue whose
+    /// only request is in flight is not busy for B-WF2Q+, but its process
+    /// is still waiting for the disk (under host load, for a long time).
+    fn raised_busy_queues(&self, since: Nanos) -> (usize, usize) {
+        let mut counts = (0, 0);
+        for q in &self.queues {
+            if q.wr_coeff > 1 && (q.busy || q.dispatched > 0) && q.wr_started_at >= since {
+                if q.wr_coeff == WR_COEFF {
+                    counts.0 += 1;
+                } else {
+                    counts.1 += 1;
+                }
+            }
         }
-        self.queues
-            .iter()
-            .filter(|q| q.busy && q.wr_coeff > 1 && q.wr_started_at >= since)
-            .count()
+        counts
     }
 
     fn set_boost(&mut self, ctx: &mut SchedCtx, pid: Pid, boost: HostBoost) {
@@ -1916,7 +1923,11 @@ impl IoScheduler for Bfq {
             if let Some(prio) = self.queues[q].new_prio.take() {
                 self.apply_prio_change(q, prio);
             }
-            let boost = self.boosts.get(ioc.pid as usize).copied().unwrap_or_default();
+            let boost = self
+                .boosts
+                .get(ioc.pid as usize)
+                .copied()
+                .unwrap_or_default();
             if self.queues[q].boost != boost {
                 self.apply_boost(ctx, q, boost);
             }

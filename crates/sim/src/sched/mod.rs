@@ -193,14 +193,14 @@ pub trait IoScheduler: Send {
         (0, 0)
     }
 
-    /// Queues weight-raised now, with I/O pending, and whose raising began
-    /// at or after `since` (BFQ's `wr_busy_queues`, restricted to recent
-    /// raisings): applications that the scheduler itself deems interactive
-    /// or soft real-time and that are waiting for the disk. A coordinated
-    /// guest asks its host for help while there are any.
-    fn raised_busy_queues(&self, since: Nanos) -> usize {
+    /// Queues weight-raised now, with I/O queued or in flight, whose raising
+    /// began at or after `since` (BFQ's `wr_busy_queues`, restricted to
+    /// recent raisings): (interactive, soft real-time). Applications that
+    /// the scheduler itself deems urgent and that are waiting for the disk;
+    /// a coordinated guest asks its host for help while there are any.
+    fn raised_busy_queues(&self, since: Nanos) -> (usize, usize) {
         let _ = since;
-        0
+        (0, 0)
     }
 
     /// Host-side coordination: privilege (or stop privileging) the I/O of
