@@ -41,5 +41,5 @@ pub use stats::{student_t_cdf, summarize, t_quantile, Summary};
 pub use svg::{
     build_chart, idle_reference, plot_startup, plot_throughput, render_bar_chart, Bar, BarChart,
 };
-pub use table::{cell_text, render_tables};
+pub use table::{cell_text, render_coordination_tables, render_tables};
 pub use workload::{Pattern, WorkloadSpec, ACCEPTED_WORKLOADS};

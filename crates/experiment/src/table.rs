@@ -153,22 +153,112 @@ pub fn render_tables(results: &[CellResult]) -> String {
             }
             grid.push(line);
         }
-        let ncols = grid[0].len();
-        let widths: Vec<usize> = (0..ncols)
-            .map(|i| grid.iter().map(|l| l[i].chars().count()).max().unwrap_or(0))
-            .collect();
-        for line in &grid {
-            let mut text = String::new();
-            for (i, field) in line.iter().enumerate() {
-                if i == 0 {
-                    text.push_str(&format!("{:<w$}", field, w = widths[0]));
-                } else {
-                    text.push_str(&format!("  {:>w$}", field, w = widths[i]));
-                }
+        out.push_str(&render_grid(&grid));
+    }
+    out.push_str(&render_coordination_tables(results));
+    out
+}
+
+/// Aligned text of a grid: the first column left-aligned, the others right-aligned.
+fn render_grid(grid: &[Vec<String>]) -> String {
+    let mut out = String::new();
+    let ncols = grid.first().map_or(0, |l| l.len());
+    let widths: Vec<usize> = (0..ncols)
+        .map(|i| grid.iter().map(|l| l[i].chars().count()).max().unwrap_or(0))
+        .collect();
+    for line in grid {
+        let mut text = String::new();
+        for (i, field) in line.iter().enumerate() {
+            if i == 0 {
+                text.push_str(&format!("{:<w$}", field, w = widths[0]));
+            } else {
+                text.push_str(&format!("  {:>w$}", field, w = widths[i]));
             }
-            out.push_str(text.trim_end());
-            out.push('\n');
         }
+        out.push_str(text.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// When the results hold more than one coordination mode: one more table per (runner,
+/// device, benchmark, app), with every mode side by side. Rows are the VM setups
+/// (`guest sched / guest workload / host sched host workload`, plus the other VMs when
+/// there are some), columns the coordination modes, in order of first appearance. Empty
+/// when there is a single mode.
+pub fn render_coordination_tables(results: &[CellResult]) -> String {
+    let mut modes: Vec<String> = Vec::new();
+    for r in results {
+        push_unique(&mut modes, &r.cell.coordination);
+    }
+    if modes.len() < 2 {
+        return String::new();
+    }
+    type Key = (String, String, String, String, Metric);
+    let key = |r: &CellResult| -> Key {
+        (
+            r.runner.clone(),
+            r.cell.device.clone(),
+            r.cell.benchmark.as_str().to_string(),
+            r.cell.app.clone(),
+            r.metric,
+        )
+    };
+    let row_of = |r: &CellResult| {
+        let c = &r.cell;
+        let mut row = match (&c.guest_sched, &c.guest_workload) {
+            (Some(gs), Some(gw)) => format!(
+                "{gs} / {gw} / {} {}",
+                c.host_sched, c.host_workload
+            ),
+            _ => format!("native / {} {}", c.host_sched, c.host_workload),
+        };
+        if c.other_vms != NO_OTHER_VMS {
+            row.push_str(&format!(" / VMs {}", c.other_vms));
+        }
+        row
+    };
+    let mut keys: Vec<Key> = Vec::new();
+    for r in results {
+        push_unique(&mut keys, &key(r));
+    }
+    let mut out = String::new();
+    for k in &keys {
+        let members: Vec<&CellResult> = results.iter().filter(|r| key(r) == *k).collect();
+        let mut rows: Vec<String> = Vec::new();
+        for r in &members {
+            push_unique(&mut rows, &row_of(r));
+        }
+        let what = if k.2 == "startup" {
+            format!("startup of {}", k.3)
+        } else {
+            k.2.clone()
+        };
+        out.push_str(&format!(
+            "\n== {} | {} | coordination modes side by side | {} ==\n",
+            k.1, what, k.0
+        ));
+        out.push_str(&format!(
+            "{}, mean over repetitions; rows: guest scheduler / guest workload / host \
+             scheduler and workload; columns: coordination mode; X: a start timed out\n",
+            k.4.label()
+        ));
+        let mut grid = vec![std::iter::once("VM setup".to_string())
+            .chain(modes.iter().cloned())
+            .collect::<Vec<_>>()];
+        for row in &rows {
+            let mut line = vec![row.clone()];
+            for m in &modes {
+                let text = members
+                    .iter()
+                    .find(|r| row_of(r) == *row && r.cell.coordination == *m)
+                    .map(|r| cell_text(r))
+                    .unwrap_or_default();
+                line.push(text);
+            }
+            grid.push(line);
+        }
+        out.push_str(&render_grid(&grid));
     }
     out
 }

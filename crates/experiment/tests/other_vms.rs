@@ -349,3 +349,24 @@ fn csv_json_and_tables_carry_other_vms() {
         "== hdd-1.8in | startup of xterm | guest bfq, guest workload 5r-seq, other VMs 1r-seq,2x5r-rand | sim ==\n"
     ));
 }
+
+/// The greedy and app roles parse, print canonically and keep their order; a greedy
+/// VM without a workload is refused.
+#[test]
+fn greedy_and_app_roles() {
+    let v = OtherVms::parse("greedy-5r-seq, app,2x5r-seq").unwrap();
+    assert_eq!(
+        v.vms,
+        vec![
+            OtherVm::Greedy(WorkloadSpec::parse("5r-seq").unwrap()),
+            OtherVm::App,
+            OtherVm::Workload(WorkloadSpec::parse("5r-seq").unwrap()),
+            OtherVm::Workload(WorkloadSpec::parse("5r-seq").unwrap()),
+        ]
+    );
+    assert_eq!(v.name(), "greedy-5r-seq,app,2x5r-seq");
+    assert_eq!(OtherVms::canonical("2xapp").unwrap(), "2xapp");
+    let e = OtherVms::parse("greedy-none").unwrap_err();
+    assert!(e.contains("greedy-none") && e.contains("greedy-<workload>"), "{e}");
+    assert!(OtherVms::parse("greedy").is_err());
+}

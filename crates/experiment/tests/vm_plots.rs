@@ -231,3 +231,51 @@ fn several_runners_do_not_share_bars() {
     pairs.dedup();
     assert_eq!(pairs.len(), both.len());
 }
+
+/// With several coordination modes, `table.txt` gains one table per device with the
+/// modes side by side: one row per VM setup, one column per mode, X where a start
+/// timed out. With a single mode there is no such table.
+#[test]
+fn coordination_modes_side_by_side_table() {
+    let matrix = "device = [\"hdd-1.8in\", \"emmc\"]\nhost_sched = [\"bfq\"]\nhost_workload = [\"5r-seq\"]\nguest_sched = [\"bfq\"]\nguest_workload = [\"1r-seq\", \"5r-seq\"]\ncoordination = [\"off\", \"vbfq\"]\n";
+    let results: Vec<CellResult> = cells("startup", matrix)
+        .into_iter()
+        .map(|c| {
+            let off = c.coordination == "off";
+            let timeout = off && c.guest_workload.as_deref() == Some("5r-seq");
+            let v = if off { 20.0 } else { 2.5 };
+            CellResult {
+                runs: vec![RunResult {
+                    values: vec![if timeout { c.timeout_s } else { v }],
+                    timeouts: u32::from(timeout),
+                    ..Default::default()
+                }],
+                cell: c,
+                runner: "sim".into(),
+                metric: Metric::StartupS,
+            }
+        })
+        .collect();
+    let t = render_coordination_tables(&results);
+    assert_eq!(t.matches("coordination modes side by side").count(), 2, "{t}");
+    let hdd = &t[t.find("== hdd-1.8in").unwrap()..t.find("== emmc").unwrap()];
+    let header = hdd.lines().find(|l| l.starts_with("VM setup")).unwrap();
+    assert!(header.contains("off") && header.contains("vbfq"), "{hdd}");
+    let row = |w: &str| {
+        hdd.lines()
+            .find(|l| l.starts_with(&format!("bfq / {w} / bfq 5r-seq")))
+            .unwrap()
+            .split_whitespace()
+            .rev()
+            .take(2)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(row("1r-seq"), vec!["2.50", "20.00"]);
+    assert_eq!(row("5r-seq"), vec!["2.50", "X"]);
+    assert!(render_tables(&results).contains("coordination modes side by side"));
+    let single: Vec<CellResult> = results
+        .into_iter()
+        .filter(|r| r.cell.coordination == "off")
+        .collect();
+    assert_eq!(render_coordination_tables(&single), "");
+}
