@@ -62,14 +62,17 @@ fn results_dir(name: &str) -> PathBuf {
                 ("bfq", "none") => RunResult {
                     values: vec![2.0, 2.0],
                     timeouts: 0,
+                    ..Default::default()
                 },
                 ("bfq", "1r-seq") => RunResult {
                     values: vec![2.3, 2.5],
                     timeouts: 0,
+                    ..Default::default()
                 },
                 ("cfq", "5r-seq") => RunResult {
                     values: vec![25.0, 60.0],
                     timeouts: 1,
+                    ..Default::default()
                 },
                 _ => return None,
             };

@@ -207,10 +207,7 @@ pub fn render_coordination_tables(results: &[CellResult]) -> String {
     let row_of = |r: &CellResult| {
         let c = &r.cell;
         let mut row = match (&c.guest_sched, &c.guest_workload) {
-            (Some(gs), Some(gw)) => format!(
-                "{gs} / {gw} / {} {}",
-                c.host_sched, c.host_workload
-            ),
+            (Some(gs), Some(gw)) => format!("{gs} / {gw} / {} {}", c.host_sched, c.host_workload),
             _ => format!("native / {} {}", c.host_sched, c.host_workload),
         };
         if c.other_vms != NO_OTHER_VMS {

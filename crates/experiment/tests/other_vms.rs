@@ -367,6 +367,9 @@ fn greedy_and_app_roles() {
     assert_eq!(v.name(), "greedy-5r-seq,app,2x5r-seq");
     assert_eq!(OtherVms::canonical("2xapp").unwrap(), "2xapp");
     let e = OtherVms::parse("greedy-none").unwrap_err();
-    assert!(e.contains("greedy-none") && e.contains("greedy-<workload>"), "{e}");
+    assert!(
+        e.contains("greedy-none") && e.contains("greedy-<workload>"),
+        "{e}"
+    );
     assert!(OtherVms::parse("greedy").is_err());
 }

@@ -257,7 +257,11 @@ fn coordination_modes_side_by_side_table() {
         })
         .collect();
     let t = render_coordination_tables(&results);
-    assert_eq!(t.matches("coordination modes side by side").count(), 2, "{t}");
+    assert_eq!(
+        t.matches("coordination modes side by side").count(),
+        2,
+        "{t}"
+    );
     let hdd = &t[t.find("== hdd-1.8in").unwrap()..t.find("== emmc").unwrap()];
     let header = hdd.lines().find(|l| l.starts_with("VM setup")).unwrap();
     assert!(header.contains("off") && header.contains("vbfq"), "{hdd}");

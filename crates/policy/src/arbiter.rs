@@ -415,6 +415,16 @@ fn change_vm(c: &BoostChange) -> VmId {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The knobs these tests were written for: a 10 s window (5 s of budget)
+    /// and a 100 ms quantum, short enough to follow by hand.
+    fn test_cfg() -> PolicyConfig {
+        PolicyConfig {
+            budget_window_ns: 10 * SEC,
+            quantum_ns: 100 * MS,
+            ..PolicyConfig::default()
+        }
+    }
     use crate::{MS, SEC};
 
     fn arbiter(cfg: PolicyConfig, vms: &[(VmId, u32)]) -> Arbiter {
@@ -427,7 +437,7 @@ mod tests {
 
     #[test]
     fn help_boosts_and_no_help_unboosts() {
-        let mut a = arbiter(PolicyConfig::default(), &[(1, 1)]);
+        let mut a = arbiter(test_cfg(), &[(1, 1)]);
         assert_eq!(a.next_deadline(), None);
         a.help(1, 10, SEC);
         assert_eq!(a.next_deadline(), Some(10));
@@ -445,7 +455,7 @@ mod tests {
 
     #[test]
     fn leases_are_capped_and_expire() {
-        let mut a = arbiter(PolicyConfig::default(), &[(1, 1)]);
+        let mut a = arbiter(test_cfg(), &[(1, 1)]);
         a.help(1, 0, 60 * SEC);
         a.update(0);
         assert_eq!(a.next_deadline(), Some(SEC));
@@ -459,7 +469,7 @@ mod tests {
 
     #[test]
     fn renewals_keep_the_boost() {
-        let mut a = arbiter(PolicyConfig::default(), &[(1, 1)]);
+        let mut a = arbiter(test_cfg(), &[(1, 1)]);
         a.help(1, 0, SEC);
         a.update(0);
         for k in 1..=4 {
@@ -474,7 +484,7 @@ mod tests {
     fn the_budget_cuts_a_greedy_vm_and_lets_it_back() {
         let cfg = PolicyConfig {
             max_lease_ns: 100 * SEC,
-            ..PolicyConfig::default()
+            ..test_cfg()
         };
         let mut a = arbiter(cfg, &[(1, 1)]);
         a.help(1, 0, 100 * SEC);
@@ -498,7 +508,7 @@ mod tests {
     fn one_slot_rotates_every_quantum() {
         let cfg = PolicyConfig {
             budget_fraction: 1.0,
-            ..PolicyConfig::default()
+            ..test_cfg()
         };
         let mut a = arbiter(cfg, &[(1, 1), (2, 1)]);
         a.help(1, 0, SEC);
@@ -524,7 +534,7 @@ mod tests {
 
     #[test]
     fn a_lone_vm_keeps_its_slot_without_wakeups() {
-        let mut a = arbiter(PolicyConfig::default(), &[(1, 1), (2, 1)]);
+        let mut a = arbiter(test_cfg(), &[(1, 1), (2, 1)]);
         a.help(1, 0, SEC);
         a.update(0);
         // Only the lease expiry, no quantum end: nobody waits.
@@ -533,7 +543,7 @@ mod tests {
 
     #[test]
     fn a_newcomer_waits_at_most_a_quantum() {
-        let mut a = arbiter(PolicyConfig::default(), &[(1, 1), (2, 1)]);
+        let mut a = arbiter(test_cfg(), &[(1, 1), (2, 1)]);
         a.help(1, 0, SEC);
         a.update(0);
         a.help(1, 500 * MS, SEC);
@@ -553,7 +563,7 @@ mod tests {
 
     #[test]
     fn removal_unboosts_and_frees_the_slot() {
-        let mut a = arbiter(PolicyConfig::default(), &[(1, 1), (2, 1)]);
+        let mut a = arbiter(test_cfg(), &[(1, 1), (2, 1)]);
         a.help(1, 0, SEC);
         a.help(2, 0, SEC);
         a.update(0);
@@ -571,7 +581,7 @@ mod tests {
     fn two_slots_serve_two_vms_together() {
         let cfg = PolicyConfig {
             max_boosted: 2,
-            ..PolicyConfig::default()
+            ..test_cfg()
         };
         let mut a = arbiter(cfg, &[(1, 1), (2, 1), (3, 1)]);
         for vm in 1..=3 {
@@ -586,7 +596,7 @@ mod tests {
 
     #[test]
     fn unknown_vms_and_backward_time_are_harmless() {
-        let mut a = arbiter(PolicyConfig::default(), &[(1, 1)]);
+        let mut a = arbiter(test_cfg(), &[(1, 1)]);
         a.help(9, 0, SEC);
         a.no_help(9, 0);
         assert_eq!(a.update(0), vec![]);
@@ -599,7 +609,7 @@ mod tests {
 
     #[test]
     fn a_nohelp_after_expiry_counts_as_expiry() {
-        let mut a = arbiter(PolicyConfig::default(), &[(1, 1)]);
+        let mut a = arbiter(test_cfg(), &[(1, 1)]);
         a.help(1, 0, 10 * MS);
         a.update(0);
         a.no_help(1, 20 * MS);
@@ -613,7 +623,7 @@ mod tests {
     fn invalid_config_is_refused() {
         let cfg = PolicyConfig {
             max_boosted: 0,
-            ..PolicyConfig::default()
+            ..test_cfg()
         };
         assert!(Arbiter::try_new(cfg).unwrap_err().contains("max_boosted"));
     }

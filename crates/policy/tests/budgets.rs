@@ -81,6 +81,8 @@ proptest! {
 fn a_lone_greedy_vm_gets_its_budget() {
     let cfg = PolicyConfig {
         max_lease_ns: 10 * SEC,
+        budget_window_ns: 10 * SEC,
+        quantum_ns: 100 * MS,
         ..PolicyConfig::default()
     };
     let mut d = Driver::new(cfg, &[(1, 1)]);

@@ -185,10 +185,7 @@ impl Default for CoordConfig {
         CoordConfig {
             mode: Coordination::Off,
             channel: Channel::VirtioSerial,
-            policy: PolicyConfig {
-                budget_window_ns: 60_000_000_000,
-                ..PolicyConfig::default()
-            },
+            policy: PolicyConfig::default(),
             weight_factor: DEFAULT_WEIGHT_FACTOR,
             no_help_delay_ns: DEFAULT_NO_HELP_DELAY_NS,
             help_per_raising_ns: DEFAULT_HELP_PER_RAISING_NS,

@@ -17,6 +17,8 @@ pub struct Driver {
     /// Called after every `update` with the time and the changes.
     pub on_update: Vec<(Nanos, Vec<BoostChange>)>,
     pub record_updates: bool,
+    /// Updates made at deadlines, to catch a caller flooded with wake-ups.
+    pub updates: u64,
 }
 
 impl Driver {
@@ -31,6 +33,7 @@ impl Driver {
             intervals: BTreeMap::new(),
             on_update: Vec::new(),
             record_updates: false,
+            updates: 0,
         }
     }
 
@@ -60,6 +63,12 @@ impl Driver {
                 same_time_calls = 0;
             }
             last = Some(d);
+            self.updates += 1;
+            assert!(
+                self.updates < 200_000,
+                "too many updates, at {d}: {:?}",
+                self.arbiter
+            );
             self.update(d);
             check(&self.arbiter, d);
         }
