@@ -5,7 +5,7 @@
 //! otherwise starve the others for as long as it likes. The ledger keeps the
 //! VM's boosted intervals inside the window; everything older is dropped, and
 //! when a VM's boosts are so fragmented that more than [`MAX_INTERVALS`]
-//! remain, the two oldest are merged into one of the same total length placed
+//! remain, two neighbours are merged into one of the same total length placed
 //! as late as the second one allows. Moving boosted time later keeps it in the
 //! window longer, so the ledger may overstate the VM's use, never understate
 //! it: the budget still holds.
@@ -52,10 +52,30 @@ impl BudgetLedger {
             _ => self.closed.push_back((start, end)),
         }
         if self.closed.len() > MAX_INTERVALS {
-            let (a, b) = self.closed.pop_front().unwrap_or_default();
-            if let Some(next) = self.closed.front_mut() {
-                next.0 -= b - a;
-            }
+            self.merge_cheapest_pair();
+        }
+    }
+
+    /// Merges two neighbouring intervals `[a, b)` and `[c, d)` into
+    /// `[c - (b - a), d)`: the same boosted time, the earlier part moved later
+    /// by the gap between them. Of all neighbours it picks the pair that moves
+    /// the least time the least far (smallest `(b - a) * (c - b)`, the oldest
+    /// on a tie), so the overstatement stays small: always merging the two
+    /// oldest would drag one ever-growing block forward by every gap it
+    /// swallows, overstating the use by seconds.
+    fn merge_cheapest_pair(&mut self) {
+        let cost = |i: usize| {
+            let (a, b) = self.closed[i];
+            let c = self.closed[i + 1].0;
+            (b - a) as u128 * (c - b) as u128
+        };
+        let Some(i) = (0..self.closed.len().saturating_sub(1)).min_by_key(|&i| (cost(i), i)) else {
+            return;
+        };
+        let (a, b) = self.closed[i];
+        if let Some(mut next) = self.closed.remove(i + 1) {
+            next.0 -= b - a;
+            self.closed[i] = next;
         }
     }
 
@@ -199,6 +219,31 @@ mod tests {
         assert_eq!(l.used(1_250, W), 150);
         assert_eq!(l.falls_to(500, W, 400), 500);
         assert_eq!(l.falls_to(500, W, 0), 1_500);
+    }
+
+    #[test]
+    fn merging_overstates_fragmented_use_only_a_little() {
+        // 10 ms on, 10 ms off for a 10 s window: 500 boosts for 64 slots.
+        let (ms, window) = (1_000_000, 10_000_000_000);
+        let mut l = BudgetLedger::default();
+        for i in 0..500 {
+            l.start(i * 20 * ms);
+            l.stop(i * 20 * ms + 10 * ms);
+        }
+        let end = 500 * 20 * ms;
+        for t in (end..end + window).step_by(7 * ms as usize) {
+            let from = t - window;
+            let truth: Nanos = (0..500u64)
+                .map(|i| {
+                    (i * 20 * ms + 10 * ms)
+                        .min(t)
+                        .saturating_sub((i * 20 * ms).max(from))
+                })
+                .sum();
+            let used = l.used(t, window);
+            assert!(used >= truth);
+            assert!(used - truth <= 200 * ms, "t={t}: {used} vs {truth}");
+        }
     }
 
     #[test]

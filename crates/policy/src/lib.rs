@@ -18,6 +18,25 @@
 //! [`Nanos`], and the objects that have timers report the next time they must
 //! be called (`next_deadline`), so a discrete-event simulator and a real
 //! event loop drive them the same way.
+//!
+//! ```
+//! use policy::{Arbiter, BfqStateDetector, BoostChange, HelpClient, Message, PolicyConfig, MS};
+//!
+//! // Guest: BFQ raised a queue at t = 0; the client turns that into a HELP.
+//! let mut detector = BfqStateDetector::new(1000 * MS);
+//! let mut client = HelpClient::new(1000 * MS);
+//! let urgency = detector.observe(0, 1, 0).unwrap();
+//! let frame = client.step(0, &urgency).unwrap().encode();
+//!
+//! // Host: decode, hand it to the arbiter, update at its deadline.
+//! let mut host = Arbiter::new(PolicyConfig::default());
+//! host.add_vm(7, 1);
+//! if let (Message::Help { duration_hint_ms, .. }, _) = policy::decode(&frame).unwrap() {
+//!     host.help(7, 0, duration_hint_ms as u64 * MS);
+//! }
+//! assert_eq!(host.next_deadline(), Some(0));
+//! assert_eq!(host.update(0), vec![BoostChange::Boost(7)]);
+//! ```
 
 pub mod arbiter;
 pub mod budget;

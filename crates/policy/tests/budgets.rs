@@ -28,6 +28,8 @@ fn play(cfg: PolicyConfig, weights: Vec<u32>, ops: &[Op]) -> Result<(), TestCase
         }
     }
     d.run_until(t + 2 * window);
+    // Stats count up to the last update.
+    d.update(d.now);
     for vm in 1..=VMS {
         let iv = d.closed_intervals(vm);
         let used = max_window_use(&iv, window);

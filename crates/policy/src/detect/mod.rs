@@ -19,7 +19,7 @@ mod softrt;
 
 pub use bfq_state::BfqStateDetector;
 pub use guest_signal::{GuestEvent, GuestSignalConfig, GuestSignalDetector};
-pub use softrt::{Burst, SoftRtClassifier};
+pub use softrt::{Burst, SoftRtClassifier, SoftRtRules};
 
 use crate::protocol::{HelpReason, Resource};
 use crate::Nanos;

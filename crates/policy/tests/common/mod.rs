@@ -238,7 +238,7 @@ pub mod strategy {
             100 * MS..10 * SEC,
             0.02f64..=1.0,
             1usize..=3,
-            1..300 * MS,
+            10 * MS..300 * MS,
         )
             .prop_map(|(lease, window, fraction, slots, quantum)| PolicyConfig {
                 max_lease_ns: lease,
