@@ -46,6 +46,9 @@ struct Cli {
     command: Command,
 }
 
+// The command enums are built once per process from the command line: the
+// size of their largest variant costs nothing worth boxing for.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// The deterministic simulator.
@@ -64,6 +67,7 @@ struct ReportArgs {
     paper: Option<PathBuf>,
 }
 
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum SimCommand {
     /// Run a scenario's cells and write results, tables and plots.

@@ -87,7 +87,24 @@ struct VmState {
     /// When its budget situation changes next (runs out while boosted, or
     /// enough budget is back while held back), as of the last update.
     budget_deadline: Option<Nanos>,
+    /// Whether it wanted help (a live lease) at the last update, and since
+    /// when it has not (`None`: it never asked).
+    asking: bool,
+    quiet_since: Option<Nanos>,
+    /// Raised as a newcomer until then (see [`PolicyConfig::newcomer_factor`]).
+    raised_until: Nanos,
     stats: VmStats,
+}
+
+impl VmState {
+    /// Weight in the arbitration at `t`: raised newcomers weigh more.
+    fn weight_at(&self, t: Nanos, cfg: &PolicyConfig) -> u32 {
+        if t < self.raised_until {
+            self.weight.saturating_mul(cfg.newcomer_factor)
+        } else {
+            self.weight
+        }
+    }
 }
 
 impl VmState {
@@ -102,6 +119,9 @@ impl VmState {
             competing: false,
             budget_blocked: false,
             budget_deadline: None,
+            asking: false,
+            quiet_since: None,
+            raised_until: 0,
             stats: VmStats::default(),
         }
     }
@@ -214,7 +234,7 @@ impl Arbiter {
 
         let mut unboosts = Vec::new();
         let mut candidates = Vec::new();
-        let mut keepers = 0;
+        let mut keepers: Vec<(Candidate, bool)> = Vec::new();
         let window = self.cfg.budget_window_ns;
         let budget = self.cfg.budget_ns();
         let budget_binds = budget < window;
@@ -223,11 +243,28 @@ impl Arbiter {
         let admit_below = budget - self.cfg.quantum_ns.min(budget);
         let system = self.system_vtime;
 
+        let cfg = &self.cfg;
         for (&vm, s) in &mut self.vms {
             let ended = s.lease.settle(now);
             if ended == Some(LeaseEnd::Expired) {
                 s.stats.leases_expired += 1;
             }
+            // A VM that starts asking after a quiet spell (or for the first
+            // time) is raised, as BFQ raises a queue that restarts after
+            // `bfq_wr_min_idle_time`; the raise ends when it stops asking.
+            let asking = s.lease.is_live();
+            if asking && !s.asking {
+                let quiet = s
+                    .quiet_since
+                    .map_or(true, |q| now.saturating_sub(q) >= cfg.newcomer_quiet_ns);
+                if quiet && cfg.newcomer_factor > 1 {
+                    s.raised_until = now.saturating_add(cfg.newcomer_raise_ns);
+                }
+            } else if !asking && s.asking {
+                s.quiet_since = Some(now);
+                s.raised_until = s.raised_until.min(now);
+            }
+            s.asking = asking;
             s.ledger.forget_before(now, window);
             s.budget_deadline = None;
             if !s.lease.is_live() {
@@ -270,17 +307,31 @@ impl Arbiter {
                 s.vstart = s.vstart.max(system.0);
                 s.competing = true;
             }
+            let candidate = Candidate {
+                vm,
+                start: s.vstart,
+                weight: s.weight_at(now, cfg),
+                holding: s.boosted,
+            };
             if s.boosted && s.quantum_end > now {
-                keepers += 1;
+                keepers.push((candidate, now < s.raised_until));
             } else {
-                candidates.push(Candidate {
-                    vm,
-                    start: s.vstart,
-                    weight: s.weight,
-                    holding: s.boosted,
-                });
+                candidates.push(candidate);
             }
         }
+        // A raised newcomer waiting for a slot takes it from holders that are
+        // not raised at once, as BFQ lets a raised queue preempt the one in
+        // service, instead of waiting for the end of their quantum.
+        let raised_waiting = candidates
+            .iter()
+            .any(|c| !c.holding && self.vms.get(&c.vm).is_some_and(|s| now < s.raised_until));
+        if raised_waiting {
+            let (stay, go): (Vec<_>, Vec<_>) = keepers.into_iter().partition(|&(_, raised)| raised);
+            keepers = stay;
+            candidates.extend(go.into_iter().map(|(c, _)| c));
+            candidates.sort_by_key(|c| c.vm);
+        }
+        let keepers = keepers.len();
 
         let min_start = self
             .vms
@@ -384,16 +435,18 @@ impl Arbiter {
         if served == 0 {
             return;
         }
+        let since = now - served;
         let mut total_weight = 0u64;
         let mut boosted = 0u64;
         for s in self.vms.values_mut() {
+            let w = s.weight_at(since, &self.cfg) as u64;
             if s.competing {
-                total_weight += s.weight as u64;
+                total_weight += w;
             }
             if s.boosted {
                 boosted += 1;
                 s.stats.boosted_ns += served;
-                s.vstart += virtual_service(served, s.weight as u64);
+                s.vstart += virtual_service(served, w);
             }
         }
         self.system_vtime
@@ -465,6 +518,61 @@ mod tests {
             vec![BoostChange::Unboost(1, UnboostReason::LeaseExpired)]
         );
         assert_eq!(a.stats(1).unwrap().leases_expired, 1);
+    }
+
+    /// A VM that asks all the time holds the slot; another one that starts
+    /// asking after a quiet spell is raised: it takes the slot at once, keeps
+    /// almost all of it while raised, and the greedy one gets it back after.
+    #[test]
+    fn a_newcomer_after_a_quiet_spell_preempts_and_is_favoured() {
+        let cfg = PolicyConfig {
+            max_lease_ns: 100 * SEC,
+            budget_fraction: 1.0,
+            quantum_ns: SEC,
+            ..test_cfg()
+        };
+        let mut a = arbiter(cfg.clone(), &[(1, 1), (2, 1)]);
+        a.help(1, 0, 100 * SEC);
+        assert_eq!(a.update(0), vec![BoostChange::Boost(1)]);
+        // VM 2 has never asked: it is raised when it does, mid-quantum of VM 1.
+        let t = 30 * SEC + 300 * MS;
+        a.update(t);
+        a.help(2, t, 100 * SEC);
+        assert_eq!(
+            a.update(t),
+            vec![
+                BoostChange::Unboost(1, UnboostReason::Preempted),
+                BoostChange::Boost(2)
+            ]
+        );
+        // While raised (8 s), VM 2 weighs 30 times more.
+        let mut t2 = t;
+        while t2 < t + cfg.newcomer_raise_ns {
+            t2 += 100 * MS;
+            a.update(t2);
+        }
+        let got = a.stats(2).unwrap().boosted_ns;
+        assert!(got >= 7 * SEC, "VM 2 boosted {got} ns of the 8 s raise");
+        // Then they share equally again: VM 1 is not starved.
+        let before = a.stats(1).unwrap().boosted_ns;
+        for k in 1..=100 {
+            a.update(t2 + k * 100 * MS);
+        }
+        let gained = a.stats(1).unwrap().boosted_ns - before;
+        assert!(gained >= 4 * SEC, "VM 1 got {gained} ns of the next 10 s");
+        // Without the raise (factor 1), VM 2 waits for VM 1's quantum.
+        let mut b = arbiter(
+            PolicyConfig {
+                newcomer_factor: 1,
+                ..cfg
+            },
+            &[(1, 1), (2, 1)],
+        );
+        b.help(1, 0, 100 * SEC);
+        b.update(0);
+        b.update(t);
+        b.help(2, t, 100 * SEC);
+        assert_eq!(b.update(t), vec![]);
     }
 
     #[test]

@@ -35,6 +35,26 @@ pub const DEFAULT_MAX_BOOSTED: usize = 1;
 /// would hand the slot over before the boost ever acts.
 pub const DEFAULT_QUANTUM_NS: Nanos = SEC;
 
+/// Default [`PolicyConfig::newcomer_factor`]: 30, BFQ's interactive weight
+/// raising coefficient (`bfq_wr_coeff`). A VM that starts asking for help
+/// after a quiet spell is, like a process that starts doing I/O after a long
+/// idle time, most likely starting an application: it weighs 30 times more in
+/// the arbitration for a while, and may take the slot from a VM that is not
+/// raised at once instead of at the end of its quantum. 1 turns this off.
+pub const DEFAULT_NEWCOMER_FACTOR: u32 = 30;
+
+/// Default [`PolicyConfig::newcomer_quiet_ns`]: 2 s, BFQ's
+/// `bfq_wr_min_idle_time`: a queue idle that long is raised again when it
+/// restarts.
+pub const DEFAULT_NEWCOMER_QUIET_NS: Nanos = 2 * SEC;
+
+/// Default [`PolicyConfig::newcomer_raise_ns`]: 8 s. Design choice: BFQ raises
+/// an application for 3 to 25 s depending on the device's speed; a start-up
+/// with the host's help took 3 to 5 s on the slowest simulated device
+/// (`tandem sim run vbfq`). Longer, a VM could hold the raise with a stream of
+/// requests after its start-up; the budget bounds it anyway.
+pub const DEFAULT_NEWCOMER_RAISE_NS: Nanos = 8 * SEC;
+
 /// The host's policy knobs.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PolicyConfig {
@@ -50,6 +70,11 @@ pub struct PolicyConfig {
     /// How long a boosted VM keeps its slot before the slots are shared out
     /// again, when more VMs ask than there are slots.
     pub quantum_ns: Nanos,
+    /// Weight factor of a VM that starts asking after `newcomer_quiet_ns`
+    /// without asking, for `newcomer_raise_ns` at most (1: no raising).
+    pub newcomer_factor: u32,
+    pub newcomer_quiet_ns: Nanos,
+    pub newcomer_raise_ns: Nanos,
 }
 
 impl Default for PolicyConfig {
@@ -60,6 +85,9 @@ impl Default for PolicyConfig {
             budget_fraction: DEFAULT_BUDGET_FRACTION,
             max_boosted: DEFAULT_MAX_BOOSTED,
             quantum_ns: DEFAULT_QUANTUM_NS,
+            newcomer_factor: DEFAULT_NEWCOMER_FACTOR,
+            newcomer_quiet_ns: DEFAULT_NEWCOMER_QUIET_NS,
+            newcomer_raise_ns: DEFAULT_NEWCOMER_RAISE_NS,
         }
     }
 }
@@ -91,6 +119,9 @@ impl PolicyConfig {
         }
         if self.quantum_ns == 0 {
             return Err("quantum_ns is 0; it must be at least 1 ns".into());
+        }
+        if self.newcomer_factor == 0 {
+            return Err("newcomer_factor is 0; it must be at least 1 (1: no raising)".into());
         }
         Ok(())
     }

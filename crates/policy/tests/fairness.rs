@@ -8,7 +8,8 @@ use common::Driver;
 use policy::{Nanos, PolicyConfig, VmId, MS, SEC};
 use proptest::prelude::*;
 
-/// Knobs where only arbitration matters: the budget never binds.
+/// Knobs where only arbitration matters: the budget never binds, and no VM
+/// is raised as a newcomer (that has its own test in the arbiter).
 fn no_budget(quantum_ns: Nanos) -> PolicyConfig {
     PolicyConfig {
         max_lease_ns: SEC,
@@ -16,6 +17,8 @@ fn no_budget(quantum_ns: Nanos) -> PolicyConfig {
         budget_fraction: 1.0,
         max_boosted: 1,
         quantum_ns,
+        newcomer_factor: 1,
+        ..PolicyConfig::default()
     }
 }
 

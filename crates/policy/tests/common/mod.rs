@@ -234,18 +234,28 @@ pub mod strategy {
     /// order, so they interact.
     pub fn config() -> impl Strategy<Value = PolicyConfig> {
         (
-            1..3 * SEC,
-            100 * MS..10 * SEC,
-            0.02f64..=1.0,
-            1usize..=3,
-            10 * MS..300 * MS,
+            (
+                1..3 * SEC,
+                100 * MS..10 * SEC,
+                0.02f64..=1.0,
+                1usize..=3,
+                10 * MS..300 * MS,
+            ),
+            (1u32..=30, 0..3 * SEC, 0..10 * SEC),
         )
-            .prop_map(|(lease, window, fraction, slots, quantum)| PolicyConfig {
-                max_lease_ns: lease,
-                budget_window_ns: window,
-                budget_fraction: fraction,
-                max_boosted: slots,
-                quantum_ns: quantum,
-            })
+            .prop_map(
+                |((lease, window, fraction, slots, quantum), (factor, quiet, raise))| {
+                    PolicyConfig {
+                        max_lease_ns: lease,
+                        budget_window_ns: window,
+                        budget_fraction: fraction,
+                        max_boosted: slots,
+                        quantum_ns: quantum,
+                        newcomer_factor: factor,
+                        newcomer_quiet_ns: quiet,
+                        newcomer_raise_ns: raise,
+                    }
+                },
+            )
     }
 }
