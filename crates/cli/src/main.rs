@@ -9,6 +9,8 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
+mod devemu_cmd;
+
 /// Scenarios shipped inside the binary, usable by name.
 const EMBEDDED_SCENARIOS: &[(&str, &str)] = &[
     (
@@ -47,6 +49,9 @@ enum Command {
     Sim(SimCommand),
     /// Print the tables of a results directory, or its comparison with published numbers.
     Report(ReportArgs),
+    /// Emulated slow block devices (FUSE + loop device; needs root).
+    #[command(subcommand)]
+    Devemu(devemu_cmd::DevemuCommand),
 }
 
 #[derive(Args)]
@@ -137,6 +142,7 @@ fn main() -> ExitCode {
             Ok(())
         }
         Command::Report(a) => report(a),
+        Command::Devemu(c) => devemu_cmd::run(c),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
