@@ -13,9 +13,10 @@ use std::time::{Duration, Instant as Clock};
 
 use serde::{Deserialize, Serialize};
 
-use crate::engine::Engine;
+use crate::engine::{Calibration, Engine};
 use crate::fs::{ImageFs, IMAGE_NAME};
 use crate::{check_model, model_capacity, need_root, run_err, show_size, Error, Result};
+use std::sync::Arc;
 
 /// One emulated device, as recorded in its `state.json`.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -36,6 +37,15 @@ pub struct Instance {
     pub pid: u32,
     /// The loop device, e.g. `/dev/loop3` (None while being set up).
     pub loop_dev: Option<String>,
+    /// The loop device's index if `up` created it (then `down` removes it).
+    #[serde(default)]
+    pub created_loop: Option<u32>,
+    /// Measured round trip of the kernel path: fixed part (ns).
+    #[serde(default)]
+    pub overhead_ns: u64,
+    /// Measured round trip of the kernel path: per byte (ps).
+    #[serde(default)]
+    pub overhead_ps_per_byte: u64,
 }
 
 impl Instance {
@@ -344,6 +354,9 @@ pub fn up(o: &UpOptions) -> Result<Instance> {
         mountpoint: state_root().join(id.to_string()).join("mnt"),
         pid: 0,
         loop_dev: None,
+        created_loop: None,
+        overhead_ns: 0,
+        overhead_ps_per_byte: 0,
     };
     match bring_up(o, &mut inst) {
         Ok(()) => Ok(inst),
@@ -429,8 +442,14 @@ fn bring_up(o: &UpOptions, inst: &mut Instance) -> Result<()> {
     // The daemon outlives this process; dropping the handle does not kill it.
     drop(child);
 
+    // A loop device of our own (created now, removed at `down`): the queue
+    // settings below then leave no trace on the machine's other loop devices.
+    let index = add_loop()?;
+    inst.created_loop = Some(index);
+    let dev = format!("/dev/loop{index}");
+    inst.save()?;
     let image_s = image.to_string_lossy().to_string();
-    let dev = run_cmd("losetup", &["--find", "--show", "--direct-io=on", &image_s])?;
+    run_cmd("losetup", &["--direct-io=on", &dev, &image_s])?;
     inst.loop_dev = Some(dev.clone());
     inst.save()?;
     let dio = fs::read_to_string(sys_block(&dev).join("loop/dio")).unwrap_or_default();
@@ -444,8 +463,124 @@ fn bring_up(o: &UpOptions, inst: &mut Instance) -> Result<()> {
     if let Ok(m) = devmodel::preset(&o.model) {
         let rot = if m.info().rotational { "1" } else { "0" };
         let _ = fs::write(sys_block(&dev).join("queue/rotational"), rot);
+        // Keep the I/O scheduler in charge: by default the loop device takes 128
+        // requests from the scheduler at once, which then wait in the emulator
+        // in arrival order. Writing nr_requests while no scheduler is attached
+        // shrinks the driver's tag depth, and that depth stays when a scheduler
+        // is attached later. The kernel's floor is 4 (BLKDEV_MIN_RQ).
+        let depth = m.info().default_queue_depth.max(4);
+        let q = sys_block(&dev).join("queue");
+        let sched = fs::read_to_string(q.join("scheduler")).unwrap_or_default();
+        if sched.contains("[none]") {
+            let _ = fs::write(q.join("nr_requests"), depth.to_string());
+        }
+    }
+    // Measure the kernel path's round trip while the daemon still answers at
+    // once, then put the model in force with that overhead taken out.
+    let (c0, c1) = measure_overhead(&dev)?;
+    inst.overhead_ns = c0;
+    inst.overhead_ps_per_byte = c1;
+    inst.save()?;
+    let cal = inst.state_dir().join("calibration");
+    fs::write(&cal, format!("{c0} {c1}\n"))
+        .map_err(|e| run_err(format!("{}: {e}", cal.display())))?;
+    let ack = inst.state_dir().join("calibrated");
+    // SAFETY: a signal to the daemon we started.
+    unsafe { libc::kill(inst.pid as libc::pid_t, libc::SIGUSR1) };
+    let deadline = Clock::now() + Duration::from_secs(5);
+    while !ack.exists() {
+        if Clock::now() > deadline {
+            return Err(run_err(
+                "the devemu daemon did not take its calibration within 5 s",
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(5));
     }
     Ok(())
+}
+
+/// Low (20th percentile) O_DIRECT read latencies of 4 KiB and 128 KiB requests on `dev`:
+/// returns (fixed ns, ps per byte) of the round trip.
+fn measure_overhead(dev: &str) -> Result<(u64, u64)> {
+    // Other load on the machine only adds: keep the lowest of three rounds.
+    let (mut small, mut large) = (u64::MAX, u64::MAX);
+    for _ in 0..3 {
+        small = small.min(crate::probe::low_latency_ns(dev, 4096, 101)?);
+        large = large.min(crate::probe::low_latency_ns(dev, 128 * 1024, 41)?);
+    }
+    let c1 = large.saturating_sub(small) * 1000 / (124 * 1024);
+    let c0 = small.saturating_sub(4096 * c1 / 1000);
+    Ok((c0, c1))
+}
+
+const LOOP_CTL_ADD: libc::c_ulong = 0x4C80;
+const LOOP_CTL_REMOVE: libc::c_ulong = 0x4C81;
+
+/// Create a new loop device with an unused index (from 64 up, away from the
+/// ones losetup hands out first); returns the index.
+fn add_loop() -> Result<u32> {
+    use std::os::unix::io::AsRawFd;
+    let ctl = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/loop-control")
+        .map_err(|e| {
+            run_err(format!(
+                "/dev/loop-control: {e} (is the loop module loaded?)"
+            ))
+        })?;
+    for n in 64..1024u32 {
+        if Path::new(&format!("/sys/block/loop{n}")).exists() {
+            continue;
+        }
+        // SAFETY: LOOP_CTL_ADD takes the index as its integer argument.
+        let r = unsafe { libc::ioctl(ctl.as_raw_fd(), LOOP_CTL_ADD as _, n as libc::c_ulong) };
+        if r < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EEXIST) {
+                continue;
+            }
+            return Err(run_err(format!("creating /dev/loop{n}: {e}")));
+        }
+        let node = PathBuf::from(format!("/dev/loop{n}"));
+        let deadline = Clock::now() + Duration::from_secs(5);
+        while !node.exists() {
+            if Clock::now() > deadline {
+                remove_loop(n);
+                return Err(run_err(format!("{} did not appear", node.display())));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        return Ok(n);
+    }
+    Err(run_err("no free loop device index below 1024"))
+}
+
+/// Remove a loop device created by [`add_loop`] (retrying while it is busy).
+fn remove_loop(n: u32) -> bool {
+    use std::os::unix::io::AsRawFd;
+    let Ok(ctl) = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/loop-control")
+    else {
+        return false;
+    };
+    let deadline = Clock::now() + Duration::from_secs(10);
+    loop {
+        if !Path::new(&format!("/sys/block/loop{n}")).exists() {
+            return true;
+        }
+        // SAFETY: LOOP_CTL_REMOVE takes the index as its integer argument.
+        let r = unsafe { libc::ioctl(ctl.as_raw_fd(), LOOP_CTL_REMOVE as _, n as libc::c_ulong) };
+        if r == 0 {
+            return true;
+        }
+        if Clock::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 fn free_bytes(dir: &Path) -> Option<u64> {
@@ -488,6 +623,13 @@ fn teardown(inst: &Instance) -> Result<()> {
                 }
                 std::thread::sleep(Duration::from_millis(20));
             }
+        }
+    }
+    if let Some(n) = inst.created_loop {
+        if !remove_loop(n) {
+            note(run_err(format!(
+                "/dev/loop{n}: could not remove the loop device (busy)"
+            )));
         }
     }
     if let Err(e) = umount(&inst.mountpoint) {
@@ -583,11 +725,33 @@ pub fn serve(o: &ServeOptions) -> Result<()> {
         .metadata()
         .map_err(|e| run_err(format!("{}: {e}", o.backing.display())))?
         .len();
+    // SIGUSR1 (from `up`) delivers the calibration; block it in every thread
+    // and take it in one.
+    // SAFETY: signal-mask calls on a local set.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGUSR1);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+    let calibration = Arc::new(Calibration::default());
+    let state_dir = o
+        .mountpoint
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."));
+    {
+        let calibration = calibration.clone();
+        std::thread::Builder::new()
+            .name("devemu-calibration".into())
+            .spawn(move || take_calibration(&state_dir, &calibration))
+            .map_err(|e| run_err(format!("starting a thread: {e}")))?;
+    }
     let engine = match devmodel::preset(&o.model) {
         Ok(model) => Some(Engine::start(model)),
         Err(_) => None, // instant
     };
-    let fs = ImageFs::new(backing, size, engine);
+    let fs = ImageFs::new(backing, size, engine, calibration);
     crate::engine::tight_timer_slack();
     let options = [
         fuser::MountOption::FSName("tandem-devemu".into()),
@@ -600,4 +764,29 @@ pub fn serve(o: &ServeOptions) -> Result<()> {
         .run()
         .map_err(|e| run_err(format!("serving {}: {e}", o.mountpoint.display())))?;
     Ok(())
+}
+
+fn take_calibration(state_dir: &Path, calibration: &Calibration) {
+    loop {
+        let mut sig: libc::c_int = 0;
+        // SAFETY: sigwait on a local set; SIGUSR1 is blocked in every thread.
+        let r = unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGUSR1);
+            libc::sigwait(&set, &mut sig)
+        };
+        if r != 0 {
+            return;
+        }
+        let text = fs::read_to_string(state_dir.join("calibration")).unwrap_or_default();
+        let v: Vec<u64> = text
+            .split_whitespace()
+            .filter_map(|x| x.parse().ok())
+            .collect();
+        if let [c0, c1] = v[..] {
+            calibration.set(c0, c1);
+            let _ = fs::write(state_dir.join("calibrated"), "");
+        }
+    }
 }

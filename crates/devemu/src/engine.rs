@@ -11,7 +11,7 @@
 //! no timing of its own.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -30,6 +30,42 @@ pub struct Job {
     pub req: IoRequest,
     /// Called at the modelled completion time.
     pub done: Completion,
+}
+
+/// The emulator's own latency, measured by `up` before the device is handed
+/// out, and whether the model is in force yet.
+///
+/// Until [`Calibration::set`] is called every request is answered at once, so
+/// that `up` can measure the round trip of the kernel path (application, loop
+/// device, FUSE, daemon and back) with no model time in it. Afterwards each
+/// request is started on the model `c0 + c1 * bytes` before it reached the
+/// daemon: the application then sees the modelled service time, not the model's
+/// plus the kernel path's.
+#[derive(Default)]
+pub struct Calibration {
+    timed: AtomicBool,
+    c0_ns: AtomicU64,
+    c1_ps_per_byte: AtomicU64,
+}
+
+impl Calibration {
+    /// Put the model in force with this overhead.
+    pub fn set(&self, c0_ns: u64, c1_ps_per_byte: u64) {
+        self.c0_ns.store(c0_ns, Ordering::Relaxed);
+        self.c1_ps_per_byte.store(c1_ps_per_byte, Ordering::Relaxed);
+        self.timed.store(true, Ordering::Release);
+    }
+
+    /// Whether the model is in force.
+    pub fn is_timed(&self) -> bool {
+        self.timed.load(Ordering::Acquire)
+    }
+
+    /// Overhead of the kernel path for a request of `bytes`.
+    pub fn overhead_ns(&self, bytes: u64) -> u64 {
+        self.c0_ns.load(Ordering::Relaxed)
+            + bytes * self.c1_ps_per_byte.load(Ordering::Relaxed) / 1000
+    }
 }
 
 /// Counters the engine keeps (read by `status` through the state directory).
@@ -104,6 +140,11 @@ pub fn tight_timer_slack() {
     }
 }
 
+/// First guess of the timer wake-up lateness (learnt from then on).
+const INITIAL_LEAD_NS: Nanos = 50_000;
+/// Lateness beyond this is not learnt (a preempted thread, not the timer).
+const MAX_LEAD_NS: Nanos = 500_000;
+
 fn run(mut dev: Device, epoch: Instant, rx: Receiver<Job>, stats: Arc<Stats>) {
     tight_timer_slack();
     let clock = || epoch.elapsed().as_nanos() as Nanos;
@@ -113,6 +154,9 @@ fn run(mut dev: Device, epoch: Instant, rx: Receiver<Job>, stats: Arc<Stats>) {
     let mut host_queue: VecDeque<Job> = VecDeque::new();
     let mut last: Nanos = 0;
     let mut open = true;
+    let mut lead: Nanos = INITIAL_LEAD_NS;
+    let trace = std::env::var_os("TANDEM_DEVEMU_TRACE").is_some();
+    let mut lead_acc: Nanos = INITIAL_LEAD_NS * 8;
     loop {
         // Move waiting requests onto the device while it has free slots.
         while dev.can_accept() {
@@ -130,9 +174,23 @@ fn run(mut dev: Device, epoch: Instant, rx: Receiver<Job>, stats: Arc<Stats>) {
             };
             pending[slot] = Some((job.done, job.req.bytes()));
             dev.submit(at, slot as u64, job.req);
+            if trace {
+                eprintln!(
+                    "submit {} arr {} at {} sec {} n {} next {:?}",
+                    slot,
+                    job.arrival,
+                    at,
+                    job.req.sector,
+                    job.req.sectors,
+                    dev.next_completion()
+                );
+            }
         }
-        // Wait for the next completion or the next arrival.
+        // Wait for the next completion or the next arrival. The thread wakes
+        // `lead` early: the lateness of its recent wake-ups, learnt as it runs,
+        // so that replies leave close to the modelled completion time.
         let next = dev.next_completion();
+        let mut timed_out_for = None;
         let incoming = match next {
             None if !open => break,
             None => match rx.recv() {
@@ -144,19 +202,23 @@ fn run(mut dev: Device, epoch: Instant, rx: Receiver<Job>, stats: Arc<Stats>) {
             },
             Some(t) => {
                 let now = clock();
-                if t <= now {
+                let target = t.saturating_sub(lead);
+                if target <= now {
                     None
                 } else if open {
-                    match rx.recv_timeout(Duration::from_nanos(t - now)) {
+                    match rx.recv_timeout(Duration::from_nanos(target - now)) {
                         Ok(j) => Some(j),
-                        Err(RecvTimeoutError::Timeout) => None,
+                        Err(RecvTimeoutError::Timeout) => {
+                            timed_out_for = Some(target);
+                            None
+                        }
                         Err(RecvTimeoutError::Disconnected) => {
                             open = false;
                             None
                         }
                     }
                 } else {
-                    std::thread::sleep(Duration::from_nanos(t - now));
+                    std::thread::sleep(Duration::from_nanos(target - now));
                     None
                 }
             }
@@ -168,11 +230,30 @@ fn run(mut dev: Device, epoch: Instant, rx: Receiver<Job>, stats: Arc<Stats>) {
             while let Ok(j) = rx.try_recv() {
                 host_queue.push_back(j);
             }
+            // Start them at their arrival times first, then collect what has
+            // completed meanwhile.
+            continue;
         }
-        let now = clock().max(last);
+        let mut now = clock();
+        if let Some(target) = timed_out_for {
+            // Learn the wake-up lateness (exponential average, 1/8 weight).
+            let late = now.saturating_sub(target).min(MAX_LEAD_NS);
+            lead_acc = lead_acc - lead_acc / 8 + late;
+            lead = lead_acc / 8;
+        }
+        // Within `lead` of the next completion counts as reaching it.
+        if let Some(t) = next {
+            if now < t && now + lead >= t {
+                now = t;
+            }
+        }
+        let now = now.max(last);
         last = now;
         while let Some(tag) = dev.pop_completed(now) {
             let slot = tag as usize;
+            if trace {
+                eprintln!("done {} at {} wall {}", slot, now, clock());
+            }
             if let Some((done, bytes)) = pending[slot].take() {
                 stats.requests.fetch_add(1, Ordering::Relaxed);
                 stats.bytes.fetch_add(bytes, Ordering::Relaxed);

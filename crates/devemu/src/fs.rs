@@ -15,7 +15,8 @@ use fuser::{
     ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request,
 };
 
-use crate::engine::{Engine, Job};
+use crate::engine::{Calibration, Engine, Job};
+use std::sync::Arc;
 
 /// Name of the one file in the filesystem.
 pub const IMAGE_NAME: &str = "image";
@@ -31,16 +32,23 @@ pub struct ImageFs {
     size: u64,
     /// None: the zero-cost mode (answer at once, no model).
     engine: Option<Engine>,
+    calibration: Arc<Calibration>,
     created: SystemTime,
 }
 
 impl ImageFs {
     /// A filesystem over `backing` (of `size` bytes), timed by `engine`.
-    pub fn new(backing: File, size: u64, engine: Option<Engine>) -> ImageFs {
+    pub fn new(
+        backing: File,
+        size: u64,
+        engine: Option<Engine>,
+        calibration: Arc<Calibration>,
+    ) -> ImageFs {
         ImageFs {
             backing,
             size,
             engine,
+            calibration,
             created: SystemTime::now(),
         }
     }
@@ -79,19 +87,23 @@ impl ImageFs {
         dir: Direction,
         done: Box<dyn FnOnce() + Send>,
     ) {
-        match &self.engine {
-            None => done(),
-            Some(engine) => {
-                let first = offset / SECTOR_BYTES;
-                let last = (offset + len.max(1)).div_ceil(SECTOR_BYTES);
-                let req = IoRequest {
-                    sector: first,
-                    sectors: (last - first).min(u32::MAX as u64) as u32,
-                    dir,
-                };
-                engine.submit(Job { arrival, req, done });
-            }
-        }
+        let engine = match &self.engine {
+            Some(e) if self.calibration.is_timed() => e,
+            // Zero-cost mode, or still calibrating: answer at once.
+            _ => return done(),
+        };
+        let first = offset / SECTOR_BYTES;
+        let last = (offset + len.max(1)).div_ceil(SECTOR_BYTES);
+        let req = IoRequest {
+            sector: first,
+            sectors: (last - first).min(u32::MAX as u64) as u32,
+            dir,
+        };
+        // The kernel's own path (application -> loop -> FUSE and back) takes
+        // time the real device would not add: start the request on the model
+        // that much earlier, so that the application sees the modelled latency.
+        let arrival = arrival.saturating_sub(self.calibration.overhead_ns(len));
+        engine.submit(Job { arrival, req, done });
     }
 
     fn clock(&self) -> u64 {

@@ -348,3 +348,25 @@ pub fn throughput(dev: &str, jobs: usize, block: u64, bytes: u64) -> Result<(f64
         cpu0.zip(cpu1).map(|(a, b)| b - a),
     ))
 }
+
+/// 20th-percentile latency (ns) of `n` O_DIRECT reads of `bytes` on `dev`, spread over
+/// its first 64 MiB.
+pub fn low_latency_ns(dev: &str, bytes: usize, n: usize) -> Result<u64> {
+    let f = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(dev)
+        .map_err(|e| run_err(format!("opening {dev} with O_DIRECT: {e}")))?;
+    let mut buf = Aligned::new(bytes);
+    let offs = offsets(n as u64, 64 << 20, 7);
+    let mut lat = Vec::with_capacity(n);
+    for off in offs {
+        let off = off / bytes as u64 * bytes as u64;
+        let t = Instant::now();
+        read_exact_at(&f, buf.as_mut(), off).map_err(|e| run_err(format!("reading {dev}: {e}")))?;
+        lat.push(t.elapsed().as_nanos() as u64);
+    }
+    // A low percentile: the path's own cost, not the noise of other load.
+    lat.sort_unstable();
+    Ok(lat[lat.len() / 5])
+}
