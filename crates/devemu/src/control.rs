@@ -725,6 +725,16 @@ pub fn serve(o: &ServeOptions) -> Result<()> {
         .metadata()
         .map_err(|e| run_err(format!("{}: {e}", o.backing.display())))?
         .len();
+    // Device time must not depend on the host's other load: the daemon's
+    // threads (all created below inherit it) run at a modest real-time
+    // priority. They only ever sleep or do short work per request.
+    // SAFETY: sched_setscheduler on this process with a valid parameter.
+    unsafe {
+        let p = libc::sched_param { sched_priority: 10 };
+        if libc::sched_setscheduler(0, libc::SCHED_FIFO, &p) != 0 {
+            eprintln!("tandem devemu: warning: no real-time priority; timing may suffer under load");
+        }
+    }
     // SIGUSR1 (from `up`) delivers the calibration; block it in every thread
     // and take it in one.
     // SAFETY: signal-mask calls on a local set.

@@ -16,7 +16,7 @@ use fuser::{
 };
 
 use crate::engine::{Calibration, Engine, Job};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// Name of the one file in the filesystem.
 pub const IMAGE_NAME: &str = "image";
@@ -33,6 +33,9 @@ pub struct ImageFs {
     /// None: the zero-cost mode (answer at once, no model).
     engine: Option<Engine>,
     calibration: Arc<Calibration>,
+    /// Read buffers for reuse: a fresh large buffer per request would cost a
+    /// mapping and page faults each time.
+    pool: Arc<Mutex<Vec<Vec<u8>>>>,
     created: SystemTime,
 }
 
@@ -49,6 +52,7 @@ impl ImageFs {
             size,
             engine,
             calibration,
+            pool: Arc::new(Mutex::new(Vec::new())),
             created: SystemTime::now(),
         }
     }
@@ -166,7 +170,14 @@ impl Filesystem for ImageFs {
         }
         let offset = offset as u64;
         let len = (size as u64).min(self.size.saturating_sub(offset)) as usize;
-        let mut buf = vec![0u8; len];
+        let mut buf = self
+            .pool
+            .lock()
+            .map(|mut p| p.pop())
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        buf.resize(len, 0);
         let mut got = 0;
         while got < len {
             match self.backing.read_at(&mut buf[got..], offset + got as u64) {
@@ -183,12 +194,20 @@ impl Filesystem for ImageFs {
             reply.data(&[]);
             return;
         }
+        let pool = self.pool.clone();
         self.timed(
             arrival,
             offset,
             len as u64,
             Direction::Read,
-            Box::new(move || reply.data(&buf)),
+            Box::new(move || {
+                reply.data(&buf);
+                if let Ok(mut p) = pool.lock() {
+                    if p.len() < 256 {
+                        p.push(buf);
+                    }
+                }
+            }),
         );
     }
 
