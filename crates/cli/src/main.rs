@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
+mod bench_cmd;
 mod devemu_cmd;
 
 /// Scenarios shipped inside the binary, usable by name.
@@ -52,6 +53,9 @@ enum Command {
     /// Emulated slow block devices (FUSE + loop device; needs root).
     #[command(subcommand)]
     Devemu(devemu_cmd::DevemuCommand),
+    /// The real runner: scenarios on real block devices (needs root).
+    #[command(subcommand)]
+    Bench(bench_cmd::BenchCommand),
 }
 
 #[derive(Args)]
@@ -143,6 +147,7 @@ fn main() -> ExitCode {
         }
         Command::Report(a) => report(a),
         Command::Devemu(c) => devemu_cmd::run(c),
+        Command::Bench(c) => bench_cmd::run(c),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

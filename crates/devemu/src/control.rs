@@ -463,6 +463,9 @@ fn bring_up(o: &UpOptions, inst: &mut Instance) -> Result<()> {
     if let Ok(m) = devmodel::preset(&o.model) {
         let rot = if m.info().rotational { "1" } else { "0" };
         let _ = fs::write(sys_block(&dev).join("queue/rotational"), rot);
+        // A disk's default read-ahead (VM_READAHEAD_PAGES, 128 KiB), not the
+        // loop driver's (twice its I/O size, 2.5 MiB here).
+        let _ = fs::write(sys_block(&dev).join("queue/read_ahead_kb"), "128");
         // Keep the I/O scheduler in charge: by default the loop device takes 128
         // requests from the scheduler at once, which then wait in the emulator
         // in arrival order. Writing nr_requests while no scheduler is attached
@@ -732,7 +735,9 @@ pub fn serve(o: &ServeOptions) -> Result<()> {
     unsafe {
         let p = libc::sched_param { sched_priority: 10 };
         if libc::sched_setscheduler(0, libc::SCHED_FIFO, &p) != 0 {
-            eprintln!("tandem devemu: warning: no real-time priority; timing may suffer under load");
+            eprintln!(
+                "tandem devemu: warning: no real-time priority; timing may suffer under load"
+            );
         }
     }
     // SIGUSR1 (from `up`) delivers the calibration; block it in every thread
@@ -790,6 +795,11 @@ fn take_calibration(state_dir: &Path, calibration: &Calibration) {
             return;
         }
         let text = fs::read_to_string(state_dir.join("calibration")).unwrap_or_default();
+        if text.trim() == "off" {
+            calibration.suspend();
+            let _ = fs::write(state_dir.join("calibrated"), "");
+            continue;
+        }
         let v: Vec<u64> = text
             .split_whitespace()
             .filter_map(|x| x.parse().ok())
@@ -799,4 +809,36 @@ fn take_calibration(state_dir: &Path, calibration: &Calibration) {
             let _ = fs::write(state_dir.join("calibrated"), "");
         }
     }
+}
+
+/// Suspend the model (`false`: every request is answered at once, e.g. while a
+/// benchmark writes its files) or put it back in force with the calibration
+/// measured at `up` (`true`).
+pub fn set_timed(inst: &Instance, timed: bool) -> Result<()> {
+    let dir = inst.state_dir();
+    let ack = dir.join("calibrated");
+    let _ = fs::remove_file(&ack);
+    let text = if timed {
+        format!("{} {}\n", inst.overhead_ns, inst.overhead_ps_per_byte)
+    } else {
+        "off\n".to_string()
+    };
+    fs::write(dir.join("calibration"), text)
+        .map_err(|e| run_err(format!("{}: {e}", dir.display())))?;
+    if !inst.daemon_alive() {
+        return Err(run_err(format!(
+            "the devemu daemon (pid {}) is not running",
+            inst.pid
+        )));
+    }
+    // SAFETY: a signal to our daemon (checked alive just above).
+    unsafe { libc::kill(inst.pid as libc::pid_t, libc::SIGUSR1) };
+    let deadline = Clock::now() + Duration::from_secs(5);
+    while !ack.exists() {
+        if Clock::now() > deadline {
+            return Err(run_err("the devemu daemon did not answer within 5 s"));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    Ok(())
 }
