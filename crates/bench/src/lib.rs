@@ -176,8 +176,10 @@ fn sleep(secs: f64) -> Result<()> {
     }
 }
 
+/// Progress lines on stderr, when it is a terminal and not `--quiet`.
 fn progress(o: &Options, msg: &str) {
-    if !o.quiet {
+    use std::io::IsTerminal;
+    if !o.quiet && std::io::stderr().is_terminal() {
         eprintln!("tandem bench: {msg}");
     }
 }
@@ -204,7 +206,10 @@ impl Cleanup {
 
     fn restore_sched(&mut self) {
         if let Some((path, orig)) = &self.sched {
-            let _ = fs::write(path, orig);
+            let cur = fs::read_to_string(path).unwrap_or_default();
+            if !cur.contains(&format!("[{orig}]")) {
+                let _ = fs::write(path, orig);
+            }
         }
     }
 
