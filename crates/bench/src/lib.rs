@@ -25,6 +25,7 @@ use experiment::{
     Benchmark, Cell, CellResult, Metric, Pattern, RunMeta, RunResult, Scenario, WorkloadSpec,
 };
 
+pub mod compare;
 pub mod workers;
 
 use workers::Kind;

@@ -10,6 +10,8 @@ use crate::Failure;
 pub enum BenchCommand {
     /// Run a scenario's native cells on a real or emulated block device (needs root).
     Run(BenchRunArgs),
+    /// Two results directories side by side, cell by cell (e.g. real against sim).
+    Compare(CompareArgs),
     /// A background reader or writer of a run (started by `run`).
     #[command(hide = true)]
     Worker(WorkerArgs),
@@ -58,6 +60,14 @@ pub struct BenchRunArgs {
     /// Repetitions per cell, instead of the scenario's.
     #[arg(long)]
     repetitions: Option<u32>,
+}
+
+#[derive(Args)]
+pub struct CompareArgs {
+    /// First results directory (or results.json), e.g. the real run.
+    a: PathBuf,
+    /// Second results directory (or results.json), e.g. the simulator's.
+    b: PathBuf,
 }
 
 #[derive(Args)]
@@ -160,6 +170,24 @@ pub fn run(cmd: BenchCommand) -> Result<(), Failure> {
                 results.len(),
                 started.elapsed().as_secs_f64(),
                 a.out.display()
+            );
+            Ok(())
+        }
+        BenchCommand::Compare(a) => {
+            let read = |p: &PathBuf| {
+                let f = if p.is_file() {
+                    p.clone()
+                } else {
+                    p.join("results.json")
+                };
+                experiment::read_results_json(&f).map_err(Failure::Usage)
+            };
+            let (ma, ra) = read(&a.a)?;
+            let (mb, rb) = read(&a.b)?;
+            let (rows, missing) = bench::compare::compare(&ra, &rb);
+            print!(
+                "{}",
+                bench::compare::render(&ma.runner, &mb.runner, &rows, &missing)
             );
             Ok(())
         }
