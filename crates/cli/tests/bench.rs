@@ -344,3 +344,51 @@ fn refusals() {
     assert_eq!(r.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&r.stderr).contains("elevator9"));
 }
+
+#[test]
+fn one_sequential_reader_gets_the_emulated_disk_rate() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !can_run() {
+        return;
+    }
+    let dir = Scratch::new("bench-thr");
+    let scenario = dir.0.join("thr.toml");
+    std::fs::write(
+        &scenario,
+        r#"
+name = "ci-real-thr"
+benchmark = "throughput"
+app = "bash"
+repetitions = 1
+duration_s = 6
+sample_s = 2
+seed = 1
+
+[matrix]
+device = ["hdd-1.8in"]
+host_sched = ["bfq"]
+host_workload = ["1r-seq"]
+"#,
+    )
+    .unwrap();
+    let out = dir.0.join("out");
+    let r = tandem(&[
+        "bench",
+        "run",
+        scenario.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--file-mib",
+        "64",
+        "--settle-s",
+        "3",
+        "--quiet",
+    ]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let csv = std::fs::read_to_string(out.join("results.csv")).unwrap();
+    assert!(csv.contains("throughput_mb_s"), "{csv}");
+    let m = means(&csv);
+    let mb_s = m[0].1;
+    // The model's peak is 10.0 MB/s; buffered reads with 128 KiB read-ahead get it.
+    assert!((9.0..=11.0).contains(&mb_s), "{mb_s:.2} MB/s");
+}
