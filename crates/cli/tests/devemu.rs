@@ -119,7 +119,7 @@ fn up_data_timing_status_down() {
         &devemu::ProbeOptions {
             model: None,
             seq_bytes: 16 << 20,
-            rand_reads: 150,
+            rand_reads: 300,
             seed: 3,
         },
     )
