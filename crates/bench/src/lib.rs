@@ -565,6 +565,18 @@ fn run_device(
                 "{dev} holds data (a {fstype} filesystem); refused unless --force (which formats it)"
             )));
         }
+        // Room for the files before formatting anything (ext4 keeps about 5%).
+        let sectors: u64 = fs::read_to_string(sb.stat.with_file_name("size"))
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(u64::MAX / 1024);
+        if sectors.saturating_mul(512) / 100 * 90 < need {
+            return Err(run_err(format!(
+                "not enough space on {dev}: the run needs {} MiB, the device has {} MiB (smaller files: --file-mib)",
+                need >> 20,
+                sectors * 512 >> 20
+            )));
+        }
         let mnt = run_dir.join("mnt");
         fs::create_dir_all(&mnt).map_err(|e| run_err(format!("{}: {e}", mnt.display())))?;
         cmd("mkfs.ext4", &["-q", "-F", &dev])?;
