@@ -574,7 +574,7 @@ fn run_device(
             return Err(run_err(format!(
                 "not enough space on {dev}: the run needs {} MiB, the device has {} MiB (smaller files: --file-mib)",
                 need >> 20,
-                sectors * 512 >> 20
+                (sectors * 512) >> 20
             )));
         }
         let mnt = run_dir.join("mnt");
