@@ -9,6 +9,9 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
+mod bench_cmd;
+mod devemu_cmd;
+
 /// Scenarios shipped inside the binary, usable by name.
 const EMBEDDED_SCENARIOS: &[(&str, &str)] = &[
     (
@@ -56,12 +59,21 @@ enum Command {
     Sim(SimCommand),
     /// Print the tables of a results directory, or its comparison with published numbers.
     Report(ReportArgs),
+    /// Emulated slow block devices (FUSE + loop device; needs root).
+    #[command(subcommand)]
+    Devemu(devemu_cmd::DevemuCommand),
+    /// The real runner: scenarios on real block devices (needs root).
+    #[command(subcommand)]
+    Bench(bench_cmd::BenchCommand),
 }
 
 #[derive(Args)]
 struct ReportArgs {
     /// Output directory of a run (holding results.json), or a results.json file.
     dir: PathBuf,
+    /// A second run (e.g. the real runner's, against the simulator's in DIR): the two
+    /// side by side, cell by cell, with their ratio.
+    other: Option<PathBuf>,
     /// Compare with a reference file of published numbers (e.g. reference/cloud2014-hdd.toml).
     #[arg(long, value_name = "FILE")]
     paper: Option<PathBuf>,
@@ -171,6 +183,8 @@ fn main() -> ExitCode {
             Ok(())
         }
         Command::Report(a) => report(a),
+        Command::Devemu(c) => devemu_cmd::run(c),
+        Command::Bench(c) => bench_cmd::run(c),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -457,12 +471,29 @@ fn sim_list() {
 
 /// `tandem report`: unreadable or malformed inputs are usage errors (exit code 2).
 fn report(a: ReportArgs) -> Result<(), Failure> {
-    let results_path = if a.dir.is_file() {
-        a.dir.clone()
-    } else {
-        a.dir.join("results.json")
+    let read = |p: &PathBuf| {
+        let f = if p.is_file() {
+            p.clone()
+        } else {
+            p.join("results.json")
+        };
+        experiment::read_results_json(&f).map_err(Failure::Usage)
     };
-    let (_, results) = experiment::read_results_json(&results_path).map_err(Failure::Usage)?;
+    let (meta, results) = read(&a.dir)?;
+    if let Some(other) = &a.other {
+        if a.paper.is_some() {
+            return Err(Failure::Usage(
+                "--paper compares one run with published numbers; give one directory".into(),
+            ));
+        }
+        let (other_meta, other_results) = read(other)?;
+        let (rows, missing) = bench::compare::compare(&results, &other_results);
+        print!(
+            "{}",
+            bench::compare::render(&meta.runner, &other_meta.runner, &rows, &missing)
+        );
+        return Ok(());
+    }
     match &a.paper {
         None => print!("{}", experiment::render_tables(&results)),
         Some(path) => {

@@ -251,3 +251,49 @@ fn bad_inputs_exit_with_code_2() {
     let _ = std::fs::remove_dir_all(&d);
     let _ = std::fs::remove_dir_all(&empty);
 }
+
+/// `tandem report A B` sets two runs side by side, cell by cell: here the same
+/// scenario simulated with two different host tick rates, which changes nothing on an
+/// idle disk (ratio 1.00) and is a usage error together with `--paper`.
+#[test]
+fn report_sets_two_runs_side_by_side() {
+    let d = tmpdir("two");
+    let scenario = d.join("idle.toml");
+    std::fs::write(
+        &scenario,
+        "name = \"idle\"\nbenchmark = \"startup\"\napp = \"bash\"\niterations = 1\nrepetitions = 1\n[matrix]\ndevice = [\"emmc\"]\nhost_sched = [\"bfq\", \"noop\"]\nhost_workload = [\"none\"]\n",
+    )
+    .unwrap();
+    let (a, b) = (d.join("a"), d.join("b"));
+    for (out, hz) in [(&a, "250"), (&b, "1000")] {
+        let o = tandem(&[
+            "sim",
+            "run",
+            scenario.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--hz",
+            hz,
+            "--quiet",
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    let o = tandem(&["report", a.to_str().unwrap(), b.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    let rows: Vec<&str> = text.lines().filter(|l| l.contains("device=emmc")).collect();
+    assert_eq!(rows.len(), 2, "{text}");
+    assert!(
+        rows.iter().all(|r| r.trim_end().ends_with("1.00")),
+        "{text}"
+    );
+    let o = tandem(&[
+        "report",
+        a.to_str().unwrap(),
+        b.to_str().unwrap(),
+        "--paper",
+        &paper_file(),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let _ = std::fs::remove_dir_all(&d);
+}

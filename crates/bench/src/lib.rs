@@ -1,0 +1,851 @@
+//! tandem's real runner: a scenario's native cells on a real block device,
+//! with the kernel's schedulers, real processes and dropped caches.
+//!
+//! The procedure is the S suite's, as the simulator runs it
+//! (`crates/sim/src/bench.rs`): per repetition, the background workload is
+//! started and left to settle, then each start waits its pause, drops the
+//! caches and runs the app with the timeout (a timed-out start ends the run);
+//! throughput cells sample `/sys/block/X/stat`. Results are written by the
+//! `experiment` crate, as the simulator's are, with `runner = real`.
+//!
+//! Everything the run changes is undone by [`Cleanup`] on success, error,
+//! timeout and Ctrl-C (SIGINT, SIGTERM, SIGHUP): workers killed, scheduler
+//! restored, files removed, filesystems unmounted, emulated devices torn down.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::fs;
+use std::os::unix::fs::FileTypeExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use experiment::{
+    Benchmark, Cell, CellResult, Metric, Pattern, RunMeta, RunResult, Scenario, WorkloadSpec,
+};
+
+pub mod compare;
+pub mod workers;
+
+use workers::Kind;
+
+/// A failure, split as the command line reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Error {
+    /// Bad input (exit code 2).
+    Usage(String),
+    /// Something failed while running (exit code 1).
+    Run(String),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Usage(m) | Error::Run(m) => f.write_str(m),
+        }
+    }
+}
+
+impl From<devemu::Error> for Error {
+    fn from(e: devemu::Error) -> Error {
+        match e {
+            devemu::Error::Usage(m) => Error::Usage(m),
+            devemu::Error::Run(m) => Error::Run(m),
+        }
+    }
+}
+
+/// Shorthand.
+pub type Result<T> = std::result::Result<T, Error>;
+
+pub(crate) fn run_err(m: impl Into<String>) -> Error {
+    Error::Run(m.into())
+}
+
+// The S suite's timing, the same constants as the simulator's
+// (crates/sim/src/bench.rs, where each names its line of the suite).
+/// `SLEEPTIME_ITER` plus the one-second pause of `invoke_commands`.
+pub const PAUSE_BEFORE_START_S: f64 = 4.0;
+/// After a start shorter than 2 s the suite sleeps 2 s more.
+const SHORT_START_S: f64 = 2.0;
+/// `transitory_duration 7` plus 6 s.
+pub const SETTLE_S: f64 = 13.0;
+/// S's write-rate cap on rotational devices (kB/s, over all writers).
+const MAXRATE_ROTATIONAL_KB_S: f64 = 4000.0;
+/// Random writers get 1/60 of it.
+const RANDOM_WRITE_RATE_DIVISOR: f64 = 60.0;
+
+/// Schedulers a scenario may name, and the kernel's name for each. `noop` and
+/// `deadline` are the legacy names of `none` and `mq-deadline`; `cfq` and
+/// `anticipatory` no longer exist in blk-mq kernels (refused at run time when
+/// the device lacks them).
+pub const SCHED_NAMES: &[(&str, &str)] = &[
+    ("noop", "none"),
+    ("none", "none"),
+    ("deadline", "mq-deadline"),
+    ("mq-deadline", "mq-deadline"),
+    ("bfq", "bfq"),
+    ("kyber", "kyber"),
+    ("cfq", "cfq"),
+    ("anticipatory", "anticipatory"),
+];
+
+/// The kernel's name of a scenario scheduler.
+pub fn kernel_sched(name: &str) -> &str {
+    SCHED_NAMES
+        .iter()
+        .find(|(s, _)| *s == name)
+        .map_or(name, |(_, k)| k)
+}
+
+/// What `tandem bench run` accepts in a scenario.
+pub fn accepted() -> experiment::Accepted {
+    experiment::Accepted {
+        devices: devmodel::PRESETS.iter().map(|s| s.to_string()).collect(),
+        host_scheds: SCHED_NAMES.iter().map(|(s, _)| s.to_string()).collect(),
+        guest_scheds: Vec::new(),
+        coordination: vec!["off".into()],
+        apps: experiment::apptrace::preset_names(),
+        allow_cmd_apps: true,
+        allow_vm: false,
+    }
+}
+
+/// Options of a run.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The scenario (validated with [`accepted`]).
+    pub scenario: Scenario,
+    /// The cells to run (filtered).
+    pub cells: Vec<Cell>,
+    /// A real device instead of an emulated one.
+    pub device: Option<String>,
+    /// Where the workload files go (a directory on the device's filesystem).
+    pub workdir: Option<PathBuf>,
+    /// Size of each workload file (S: 500 MiB).
+    pub file_bytes: u64,
+    /// Run on a mounted device, or format a device that holds a filesystem.
+    pub force: bool,
+    /// Settle time override (seconds).
+    pub settle_s: Option<f64>,
+    /// Pause before each start override (seconds).
+    pub pause_s: Option<f64>,
+    /// No progress lines.
+    pub quiet: bool,
+    /// The `tandem` executable (workers, replay and the devemu daemon).
+    pub exe: PathBuf,
+}
+
+/// Set by the signal handler; every wait checks it.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+fn install_signal_handlers() {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: the handler only stores to an atomic.
+        unsafe {
+            libc::signal(
+                sig,
+                on_signal as extern "C" fn(libc::c_int) as *const () as libc::sighandler_t,
+            );
+        }
+    }
+}
+
+fn check_interrupted() -> Result<()> {
+    if INTERRUPTED.load(Ordering::SeqCst) {
+        Err(run_err("interrupted; cleaned up"))
+    } else {
+        Ok(())
+    }
+}
+
+/// Sleep, waking early (with an error) if the run is interrupted.
+fn sleep(secs: f64) -> Result<()> {
+    let end = Instant::now() + Duration::from_secs_f64(secs.max(0.0));
+    loop {
+        check_interrupted()?;
+        let now = Instant::now();
+        if now >= end {
+            return Ok(());
+        }
+        std::thread::sleep((end - now).min(Duration::from_millis(50)));
+    }
+}
+
+/// Progress lines on stderr, when it is a terminal and not `--quiet`.
+fn progress(o: &Options, msg: &str) {
+    use std::io::IsTerminal;
+    if !o.quiet && std::io::stderr().is_terminal() {
+        eprintln!("tandem bench: {msg}");
+    }
+}
+
+/// What the run changed, undone on drop in reverse order.
+#[derive(Default)]
+pub struct Cleanup {
+    workers: Vec<Child>,
+    /// (scheduler file, original content)
+    sched: Option<(PathBuf, String)>,
+    files: Vec<PathBuf>,
+    dirs: Vec<PathBuf>,
+    mounts: Vec<PathBuf>,
+    devemu: Option<String>,
+    run_dir: Option<PathBuf>,
+}
+
+impl Cleanup {
+    fn stop_workers(&mut self) {
+        for mut c in self.workers.drain(..) {
+            workers::kill(&mut c);
+        }
+    }
+
+    fn restore_sched(&mut self) {
+        if let Some((path, orig)) = &self.sched {
+            let cur = fs::read_to_string(path).unwrap_or_default();
+            if !cur.contains(&format!("[{orig}]")) {
+                let _ = fs::write(path, orig);
+            }
+        }
+    }
+
+    fn finish(&mut self) -> Result<()> {
+        let mut first = None;
+        self.stop_workers();
+        self.restore_sched();
+        self.sched = None;
+        for f in self.files.drain(..) {
+            let _ = fs::remove_file(f);
+        }
+        for d in self.dirs.drain(..).rev() {
+            let _ = fs::remove_dir_all(d);
+        }
+        for m in self.mounts.drain(..).rev() {
+            if let Err(e) = umount(&m) {
+                first.get_or_insert(e);
+            }
+            let _ = fs::remove_dir(&m);
+        }
+        if let Some(dev) = self.devemu.take() {
+            if let Err(e) = devemu::down(&dev) {
+                first.get_or_insert(Error::from(e));
+            }
+        }
+        if let Some(d) = self.run_dir.take() {
+            let _ = fs::remove_dir_all(&d);
+            // /run/tandem/bench, /run/tandem if empty
+            if let Some(p) = d.parent() {
+                let _ = fs::remove_dir(p);
+                if let Some(pp) = p.parent() {
+                    let _ = fs::remove_dir(pp);
+                }
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let _ = self.finish();
+    }
+}
+
+fn umount(m: &Path) -> Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(m.as_os_str().as_bytes()).map_err(|_| run_err("bad path"))?;
+    for _ in 0..100 {
+        // SAFETY: umount2 on a NUL-terminated path.
+        if unsafe { libc::umount2(c.as_ptr(), 0) } == 0 {
+            return Ok(());
+        }
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EBUSY) {
+            return Err(run_err(format!("unmounting {}: {e}", m.display())));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Err(run_err(format!("unmounting {}: busy", m.display())))
+}
+
+fn cmd(prog: &str, args: &[&str]) -> Result<String> {
+    let out = Command::new(prog)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| run_err(format!("running {prog}: {e}")))?;
+    if !out.status.success() {
+        return Err(run_err(format!(
+            "{prog} {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).to_string())
+}
+
+/// The sysfs directory of a block device's request queue, and of its stats.
+struct SysBlock {
+    queue: PathBuf,
+    stat: PathBuf,
+}
+
+fn sys_block(dev: &str) -> Result<SysBlock> {
+    let name = Path::new(dev)
+        .file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_default();
+    let class = PathBuf::from("/sys/class/block").join(&name);
+    let real = fs::canonicalize(&class)
+        .map_err(|_| Error::Usage(format!("{dev}: no such block device")))?;
+    let queue = if real.join("queue").is_dir() {
+        real.join("queue")
+    } else {
+        // A partition: the queue is its disk's.
+        real.parent().map(|p| p.join("queue")).unwrap_or_default()
+    };
+    Ok(SysBlock {
+        queue,
+        stat: real.join("stat"),
+    })
+}
+
+/// Schedulers a device offers and the current one.
+fn schedulers(q: &Path) -> (Vec<String>, String) {
+    let text = fs::read_to_string(q.join("scheduler")).unwrap_or_default();
+    let mut cur = String::new();
+    let list = text
+        .split_whitespace()
+        .map(|s| {
+            if let Some(n) = s.strip_prefix('[').and_then(|s| s.strip_suffix(']')) {
+                cur = n.to_string();
+                n.to_string()
+            } else {
+                s.to_string()
+            }
+        })
+        .collect();
+    (list, cur)
+}
+
+/// Sectors read and written (fields 3 and 7 of the stat file).
+fn sectors_done(stat: &Path) -> u64 {
+    let s = fs::read_to_string(stat).unwrap_or_default();
+    let f: Vec<u64> = s
+        .split_whitespace()
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    f.get(2).copied().unwrap_or(0) + f.get(6).copied().unwrap_or(0)
+}
+
+fn drop_caches() -> Result<()> {
+    // SAFETY: sync has no arguments.
+    unsafe { libc::sync() };
+    fs::write("/proc/sys/vm/drop_caches", "3").map_err(|e| run_err(format!("dropping caches: {e}")))
+}
+
+fn free_bytes(dir: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: statvfs fills the struct we pass.
+    unsafe {
+        let mut s: libc::statvfs = std::mem::zeroed();
+        if libc::statvfs(c.as_ptr(), &mut s) != 0 {
+            return None;
+        }
+        Some(s.f_bavail as u64 * s.f_frsize as u64)
+    }
+}
+
+fn dev_of(path: &Path) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    fs::metadata(path).ok().map(|m| m.dev())
+}
+
+fn rdev_of(dev: &str) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    fs::metadata(dev).ok().map(|m| m.rdev())
+}
+
+/// The start of the app of a cell.
+enum App {
+    Trace(String, experiment::apptrace::AppTrace),
+    Command(String),
+}
+
+fn app_of(scenario: &Scenario) -> Result<App> {
+    if let Some(c) = scenario.app.strip_prefix("cmd:") {
+        return Ok(App::Command(c.trim().to_string()));
+    }
+    experiment::apptrace::preset(&scenario.app)
+        .map(|t| App::Trace(scenario.app.clone(), t))
+        .ok_or_else(|| Error::Usage(format!("app {:?}: no such trace", scenario.app)))
+}
+
+/// Run the cells and write the outputs into `out`. Needs root.
+pub fn run(o: &Options, out: &Path) -> Result<Vec<CellResult>> {
+    if !devemu::is_root() {
+        return Err(run_err(
+            "tandem bench run needs root (it switches I/O schedulers, drops caches and mounts filesystems); run it with sudo",
+        ));
+    }
+    if o.scenario.is_vm() {
+        return Err(Error::Usage(
+            "matrix.guest_sched: the real runner runs native cells only (no VMs yet)".into(),
+        ));
+    }
+    if o.workdir.is_some() && o.device.is_none() {
+        return Err(Error::Usage(
+            "--workdir needs --device (the device it is on)".into(),
+        ));
+    }
+    let mut devices: Vec<String> = Vec::new();
+    for c in &o.cells {
+        if !devices.contains(&c.device) {
+            devices.push(c.device.clone());
+        }
+    }
+    if o.device.is_some() && devices.len() > 1 {
+        return Err(Error::Usage(format!(
+            "--device runs one device, and the cells name {} ({}); pick one with --only device=NAME",
+            devices.len(),
+            devices.join(", ")
+        )));
+    }
+    let app = app_of(&o.scenario)?;
+    install_signal_handlers();
+    let mut results = Vec::new();
+    let mut extra = serde_json::Map::new();
+    for label in &devices {
+        let cells: Vec<&Cell> = o.cells.iter().filter(|c| &c.device == label).collect();
+        let mut cleanup = Cleanup::default();
+        let r = run_device(o, label, &cells, &app, &mut cleanup, &mut extra);
+        let fin = cleanup.finish();
+        results.extend(r?);
+        fin?;
+    }
+    let meta = RunMeta {
+        runner: "real".into(),
+        scenario: o.scenario.name.clone(),
+        tandem_version: env!("CARGO_PKG_VERSION").into(),
+        seed: o.scenario.seed,
+        extra,
+    };
+    experiment::write_outputs(out, &meta, &results)
+        .map_err(|e| run_err(format!("writing {}: {e}", out.display())))?;
+    Ok(results)
+}
+
+/// Workload files a set of cells needs at most.
+fn workload_files(cells: &[&Cell]) -> Result<u32> {
+    let mut n = 0;
+    for c in cells {
+        let w = c.host_workload_spec().map_err(Error::Usage)?;
+        n = n.max(w.readers + w.writers);
+    }
+    Ok(n)
+}
+
+fn run_device(
+    o: &Options,
+    label: &str,
+    cells: &[&Cell],
+    app: &App,
+    cleanup: &mut Cleanup,
+    extra: &mut serde_json::Map<String, serde_json::Value>,
+) -> Result<Vec<CellResult>> {
+    let nfiles = workload_files(cells)?;
+    let app_bytes: u64 = match app {
+        App::Trace(_, t) => t.files.iter().map(|f| f.size).sum(),
+        App::Command(_) => 0,
+    };
+    let need = nfiles as u64 * o.file_bytes + app_bytes + (64 << 20);
+    let run_dir = PathBuf::from("/run/tandem/bench").join(std::process::id().to_string());
+    fs::create_dir_all(&run_dir)
+        .map_err(|e| run_err(format!("creating {}: {e}", run_dir.display())))?;
+    cleanup.run_dir = Some(run_dir.clone());
+
+    // The device.
+    let (dev, emulated) = match &o.device {
+        Some(d) => {
+            let is_blk = fs::metadata(d).map(|m| m.file_type().is_block_device());
+            match is_blk {
+                Ok(true) => {}
+                Ok(false) => return Err(Error::Usage(format!("--device {d}: not a block device"))),
+                Err(_) => return Err(Error::Usage(format!("--device {d}: no such device"))),
+            }
+            (d.clone(), None)
+        }
+        None => {
+            // Big enough for the files and ext4's own, a little room.
+            let size = (need + need / 4 + (256 << 20)).div_ceil(1 << 20) << 20;
+            progress(
+                o,
+                &format!("bringing up an emulated {label} ({} MiB)", size >> 20),
+            );
+            let inst = devemu::up(&devemu::UpOptions {
+                model: label.to_string(),
+                size,
+                dir: None,
+                exe: o.exe.clone(),
+            })?;
+            let dev = inst.loop_dev.clone().unwrap_or_default();
+            cleanup.devemu = Some(dev.clone());
+            (dev, Some(inst))
+        }
+    };
+    let sb = sys_block(&dev)?;
+    let (available, original) = schedulers(&sb.queue);
+    // Every scheduler the cells need must be there, before anything runs.
+    for c in cells {
+        let k = kernel_sched(&c.host_sched);
+        if !available.iter().any(|a| a == k) {
+            return Err(Error::Usage(format!(
+                "host_sched {:?}: {dev} has no {k} scheduler; it offers: {} (run a subset with --only host_sched=...)",
+                c.host_sched,
+                available.join(", ")
+            )));
+        }
+    }
+    cleanup.sched = Some((sb.queue.join("scheduler"), original.clone()));
+
+    // The filesystem and the work directory.
+    let mounts = devemu::control::mounts_of(&dev);
+    let workdir = if emulated.is_some() {
+        let mnt = run_dir.join("mnt");
+        fs::create_dir_all(&mnt).map_err(|e| run_err(format!("{}: {e}", mnt.display())))?;
+        if let Some(inst) = &emulated {
+            devemu::control::set_timed(inst, false)?;
+        }
+        cmd(
+            "mkfs.ext4",
+            &[
+                "-q",
+                "-F",
+                "-E",
+                "nodiscard,lazy_itable_init=0,lazy_journal_init=0",
+                &dev,
+            ],
+        )?;
+        cmd("mount", &[&dev, &mnt.to_string_lossy()])?;
+        cleanup.mounts.push(mnt.clone());
+        mnt
+    } else if !mounts.is_empty() {
+        if !o.force {
+            return Err(Error::Usage(format!(
+                "{dev} is mounted on {} and holds data; refused unless --force (the run then creates and removes its files in --workdir or a tandem-bench directory there)",
+                mounts.join(", ")
+            )));
+        }
+        let base = o
+            .workdir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(&mounts[0]));
+        let d = base.join(format!("tandem-bench-{}", std::process::id()));
+        fs::create_dir_all(&d).map_err(|e| run_err(format!("{}: {e}", d.display())))?;
+        cleanup.dirs.push(d.clone());
+        d
+    } else {
+        // Not mounted: format it if it holds nothing (or --force), mount it.
+        let probe = Command::new("blkid")
+            .args(["-p", "-o", "value", "-s", "TYPE", &dev])
+            .output();
+        let fstype = probe
+            .ok()
+            .filter(|p| p.status.success())
+            .map(|p| String::from_utf8_lossy(&p.stdout).trim().to_string())
+            .unwrap_or_default();
+        if !fstype.is_empty() && !o.force {
+            return Err(Error::Usage(format!(
+                "{dev} holds data (a {fstype} filesystem); refused unless --force (which formats it)"
+            )));
+        }
+        // Room for the files before formatting anything (ext4 keeps about 5%).
+        let sectors: u64 = fs::read_to_string(sb.stat.with_file_name("size"))
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(u64::MAX / 1024);
+        if sectors.saturating_mul(512) / 100 * 90 < need {
+            return Err(run_err(format!(
+                "not enough space on {dev}: the run needs {} MiB, the device has {} MiB (smaller files: --file-mib)",
+                need >> 20,
+                (sectors * 512) >> 20
+            )));
+        }
+        let mnt = run_dir.join("mnt");
+        fs::create_dir_all(&mnt).map_err(|e| run_err(format!("{}: {e}", mnt.display())))?;
+        cmd("mkfs.ext4", &["-q", "-F", &dev])?;
+        cmd("mount", &[&dev, &mnt.to_string_lossy()])?;
+        cleanup.mounts.push(mnt.clone());
+        mnt
+    };
+    if let Some(w) = &o.workdir {
+        if emulated.is_none() && dev_of(w) != rdev_of(&dev) {
+            return Err(Error::Usage(format!(
+                "--workdir {}: not on {dev}",
+                w.display()
+            )));
+        }
+    }
+    if let Some(avail) = free_bytes(&workdir) {
+        if avail < need {
+            return Err(run_err(format!(
+                "not enough space in {}: the run needs {} MiB, {} MiB are free (smaller files: --file-mib)",
+                workdir.display(),
+                need >> 20,
+                avail >> 20
+            )));
+        }
+    }
+
+    // Files: one per background process, and the app's.
+    progress(
+        o,
+        &format!(
+            "writing {nfiles} workload files of {} MiB on {dev}",
+            o.file_bytes >> 20
+        ),
+    );
+    let files: Vec<PathBuf> = (0..nfiles)
+        .map(|i| workdir.join(format!("file{i}")))
+        .collect();
+    for (i, f) in files.iter().enumerate() {
+        cleanup.files.push(f.clone());
+        check_interrupted()?;
+        workers::fill_file(f, o.file_bytes, 0x5eed + i as u64)?;
+    }
+    let app_dir = workdir.join("app");
+    if let App::Trace(_, t) = app {
+        fs::create_dir_all(&app_dir).map_err(|e| run_err(format!("{}: {e}", app_dir.display())))?;
+        cleanup.dirs.push(app_dir.clone());
+        for (i, tf) in t.files.iter().enumerate() {
+            workers::fill_file(
+                &workers::app_file(&app_dir, i),
+                tf.size.max(4096),
+                0xa99 + i as u64,
+            )?;
+        }
+    }
+    if let Some(inst) = &emulated {
+        devemu::control::set_timed(inst, true)?;
+    }
+
+    // Record the machine and the device.
+    let kernel = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    extra.insert("kernel".into(), kernel.trim().into());
+    let mut dinfo = serde_json::Map::new();
+    dinfo.insert("path".into(), dev.clone().into());
+    dinfo.insert("emulated".into(), emulated.is_some().into());
+    if let Some(inst) = &emulated {
+        dinfo.insert("model".into(), inst.model.clone().into());
+        dinfo.insert("size_bytes".into(), inst.size.into());
+        dinfo.insert("emulator_overhead_ns".into(), inst.overhead_ns.into());
+    }
+    for k in [
+        "rotational",
+        "nr_requests",
+        "read_ahead_kb",
+        "max_sectors_kb",
+    ] {
+        let v = fs::read_to_string(sb.queue.join(k)).unwrap_or_default();
+        dinfo.insert(k.into(), v.trim().into());
+    }
+    dinfo.insert("original_scheduler".into(), original.clone().into());
+    dinfo.insert("workload_file_bytes".into(), o.file_bytes.into());
+    extra.insert(format!("device:{label}"), dinfo.into());
+    let rotational = fs::read_to_string(sb.queue.join("rotational"))
+        .map(|s| s.trim() == "1")
+        .unwrap_or(true);
+
+    let mut results = Vec::new();
+    let mut tunables = serde_json::Map::new();
+    for (ci, c) in cells.iter().enumerate() {
+        let k = kernel_sched(&c.host_sched);
+        fs::write(sb.queue.join("scheduler"), k)
+            .map_err(|e| run_err(format!("setting the {k} scheduler on {dev}: {e}")))?;
+        tunables.insert(
+            k.to_string(),
+            serde_json::to_value(read_tunables(&sb.queue)).unwrap_or_default(),
+        );
+        let mut runs = Vec::new();
+        for rep in 0..c.repetitions {
+            progress(
+                o,
+                &format!(
+                    "cell {}/{} [{}] repetition {}/{}",
+                    ci + 1,
+                    cells.len(),
+                    c.key(),
+                    rep + 1,
+                    c.repetitions
+                ),
+            );
+            let r = run_repetition(
+                o, c, rep, app, &files, &app_dir, &workdir, &sb, rotational, cleanup,
+            );
+            cleanup.stop_workers();
+            runs.push(r?);
+        }
+        cleanup.restore_sched();
+        results.push(CellResult {
+            cell: (*c).clone(),
+            runner: "real".into(),
+            metric: Metric::for_benchmark(c.benchmark),
+            runs,
+        });
+    }
+    extra.insert(format!("scheduler_tunables:{label}"), tunables.into());
+    Ok(results)
+}
+
+fn read_tunables(q: &Path) -> BTreeMap<String, String> {
+    let mut m = BTreeMap::new();
+    if let Ok(rd) = fs::read_dir(q.join("iosched")) {
+        for e in rd.flatten() {
+            if let Ok(v) = fs::read_to_string(e.path()) {
+                m.insert(
+                    e.file_name().to_string_lossy().to_string(),
+                    v.trim().to_string(),
+                );
+            }
+        }
+    }
+    m
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_repetition(
+    o: &Options,
+    c: &Cell,
+    rep: u32,
+    app: &App,
+    files: &[PathBuf],
+    app_dir: &Path,
+    workdir: &Path,
+    sb: &SysBlock,
+    rotational: bool,
+    cleanup: &mut Cleanup,
+) -> Result<RunResult> {
+    let w: WorkloadSpec = c.host_workload_spec().map_err(Error::Usage)?;
+    let random = w.pattern == Some(Pattern::Rand);
+    let seed = experiment::splitmix64(c.seed ^ rep as u64);
+    // Start the workload, as S does: readers, then rate-capped writers, and a
+    // sync every 2 s while writers run.
+    drop_caches()?;
+    for (i, f) in files.iter().enumerate().take(w.readers as usize) {
+        let kind = if random {
+            Kind::RandRead
+        } else {
+            Kind::SeqRead
+        };
+        let child = workers::spawn_worker(&o.exe, kind, Some(f), 0.0, seed + i as u64)?;
+        cleanup.workers.push(child);
+    }
+    if w.writers > 0 {
+        let total = if rotational {
+            MAXRATE_ROTATIONAL_KB_S * 1000.0
+        } else {
+            0.0
+        };
+        let mut per = total / w.writers as f64;
+        if random {
+            per /= RANDOM_WRITE_RATE_DIVISOR;
+        }
+        for i in 0..w.writers as usize {
+            let kind = if random {
+                Kind::RandWrite
+            } else {
+                Kind::SeqWrite
+            };
+            let f = &files[w.readers as usize + i];
+            let child = workers::spawn_worker(&o.exe, kind, Some(f), per, seed + 100 + i as u64)?;
+            cleanup.workers.push(child);
+        }
+        cleanup
+            .workers
+            .push(workers::spawn_worker(&o.exe, Kind::Sync, None, 0.0, 0)?);
+    }
+    let settle = if w.is_none() {
+        0.0
+    } else {
+        o.settle_s.unwrap_or(SETTLE_S)
+    };
+    sleep(settle)?;
+    // A worker that died (a read error, a full disk) is a failed run.
+    for ch in cleanup.workers.iter_mut() {
+        if let Ok(Some(st)) = ch.try_wait() {
+            return Err(run_err(format!("a background worker exited early ({st})")));
+        }
+    }
+    let mut out = RunResult::default();
+    match c.benchmark {
+        Benchmark::Startup => {
+            let pause = o.pause_s.unwrap_or(PAUSE_BEFORE_START_S);
+            for _ in 0..c.iterations {
+                sleep(pause)?;
+                drop_caches()?;
+                let t0 = Instant::now();
+                let mut child = match app {
+                    App::Trace(name, _) => workers::spawn_replay(&o.exe, name, app_dir)?,
+                    App::Command(cmdline) => workers::spawn_command(cmdline, workdir)?,
+                };
+                let timeout = Duration::from_secs_f64(c.timeout_s);
+                let status = loop {
+                    if let Err(e) = check_interrupted() {
+                        workers::kill(&mut child);
+                        return Err(e);
+                    }
+                    match child.try_wait() {
+                        Ok(Some(st)) => break Some(st),
+                        Ok(None) => {}
+                        Err(e) => {
+                            workers::kill(&mut child);
+                            return Err(run_err(format!("waiting for the app: {e}")));
+                        }
+                    }
+                    if t0.elapsed() >= timeout {
+                        break None;
+                    }
+                    std::thread::sleep(Duration::from_millis(2));
+                };
+                let took = t0.elapsed().as_secs_f64();
+                match status {
+                    Some(st) => {
+                        workers::kill(&mut child);
+                        if !st.success() {
+                            return Err(run_err(format!("the app exited with {st}")));
+                        }
+                        out.values.push(took);
+                        if took < SHORT_START_S {
+                            sleep(SHORT_START_S)?;
+                        }
+                    }
+                    None => {
+                        workers::kill(&mut child);
+                        out.values.push(c.timeout_s);
+                        out.timeouts += 1;
+                        break;
+                    }
+                }
+            }
+        }
+        Benchmark::Throughput => {
+            let samples = (c.duration_s / c.sample_s).floor().max(1.0) as usize;
+            let mut last = sectors_done(&sb.stat);
+            for _ in 0..samples {
+                sleep(c.sample_s)?;
+                let now = sectors_done(&sb.stat);
+                out.values
+                    .push(now.saturating_sub(last) as f64 * 512.0 / 1e6 / c.sample_s);
+                last = now;
+            }
+        }
+    }
+    cleanup.stop_workers();
+    Ok(out)
+}

@@ -1,0 +1,343 @@
+//! The processes a benchmark starts: background readers and writers with the
+//! S suite's semantics, the periodic `sync`, and the replay of an app's
+//! start-up I/O trace. Each is `tandem bench worker ...` or `tandem bench
+//! replay ...`, a child process of the run that dies with it
+//! (`PR_SET_PDEATHSIG`).
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::FileExt;
+use std::os::unix::io::AsRawFd;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::{run_err, Result};
+
+/// What a worker does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// Buffered sequential reads (S: `Nr-seq`), wrapping around at the end.
+    SeqRead,
+    /// Buffered 4 KiB reads at random offsets (S: `Nr-rand`).
+    RandRead,
+    /// Buffered sequential writes, rate-capped.
+    SeqWrite,
+    /// Buffered 4 KiB writes at random offsets, rate-capped.
+    RandWrite,
+    /// `sync` every 2 s (S syncs while writers run).
+    Sync,
+}
+
+impl Kind {
+    /// Name on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::SeqRead => "seq-read",
+            Kind::RandRead => "rand-read",
+            Kind::SeqWrite => "seq-write",
+            Kind::RandWrite => "rand-write",
+            Kind::Sync => "sync",
+        }
+    }
+
+    /// Parse a name.
+    pub fn parse(s: &str) -> Option<Kind> {
+        [
+            Kind::SeqRead,
+            Kind::RandRead,
+            Kind::SeqWrite,
+            Kind::RandWrite,
+            Kind::Sync,
+        ]
+        .into_iter()
+        .find(|k| k.as_str() == s)
+    }
+}
+
+/// Sequential readers read this much per `read` call.
+const SEQ_READ_BYTES: usize = 64 * 1024;
+/// Sequential writers write this much per `write` call.
+const SEQ_WRITE_BYTES: usize = 128 * 1024;
+/// Random readers and writers: 4 KiB (S: `bs=4k`).
+const RAND_BYTES: usize = 4096;
+/// Readers drop what they have read from the page cache every this many
+/// bytes: the S suite's files outgrow memory; these are small, and must not
+/// be served from the cache.
+const DROP_EVERY_BYTES: u64 = 8 << 20;
+/// S syncs every 2 s while writers run.
+pub const SYNC_PERIOD: Duration = Duration::from_secs(2);
+
+fn fadvise(f: &File, off: u64, len: u64, advice: libc::c_int) {
+    // SAFETY: posix_fadvise on an open descriptor.
+    unsafe {
+        libc::posix_fadvise(
+            f.as_raw_fd(),
+            off as libc::off_t,
+            len as libc::off_t,
+            advice,
+        );
+    }
+}
+
+struct XorShift(u64);
+impl XorShift {
+    fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+}
+
+/// Run a worker until killed.
+pub fn worker_main(kind: Kind, file: Option<&Path>, rate_bytes_s: f64, seed: u64) -> Result<()> {
+    if kind == Kind::Sync {
+        loop {
+            std::thread::sleep(SYNC_PERIOD);
+            // SAFETY: sync has no arguments.
+            unsafe { libc::sync() };
+        }
+    }
+    let path = file.ok_or_else(|| run_err("worker: --file is required"))?;
+    let write = matches!(kind, Kind::SeqWrite | Kind::RandWrite);
+    let mut f = OpenOptions::new()
+        .read(true)
+        .write(write)
+        .open(path)
+        .map_err(|e| run_err(format!("worker: {}: {e}", path.display())))?;
+    let size = f.metadata().map(|m| m.len()).unwrap_or(0);
+    if size < RAND_BYTES as u64 {
+        return Err(run_err(format!("worker: {} is too small", path.display())));
+    }
+    let mut rng = XorShift(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let blocks = size / RAND_BYTES as u64;
+    let started = Instant::now();
+    let mut done: u64 = 0;
+    let pace = |done: u64| {
+        if rate_bytes_s > 0.0 {
+            let due = Duration::from_secs_f64(done as f64 / rate_bytes_s);
+            let el = started.elapsed();
+            if due > el {
+                std::thread::sleep(due - el);
+            }
+        }
+    };
+    match kind {
+        Kind::SeqRead => {
+            let mut buf = vec![0u8; SEQ_READ_BYTES];
+            let mut pos: u64 = 0;
+            let mut dropped: u64 = 0;
+            loop {
+                let n = f
+                    .read(&mut buf)
+                    .map_err(|e| run_err(format!("worker read: {e}")))?;
+                if n == 0 {
+                    fadvise(&f, 0, 0, libc::POSIX_FADV_DONTNEED);
+                    f.seek(SeekFrom::Start(0))
+                        .map_err(|e| run_err(e.to_string()))?;
+                    pos = 0;
+                    dropped = 0;
+                    continue;
+                }
+                pos += n as u64;
+                if pos - dropped >= DROP_EVERY_BYTES {
+                    fadvise(&f, dropped, pos - dropped, libc::POSIX_FADV_DONTNEED);
+                    dropped = pos;
+                }
+            }
+        }
+        Kind::RandRead => {
+            // fio's default for random patterns: no readahead.
+            fadvise(&f, 0, 0, libc::POSIX_FADV_RANDOM);
+            let mut buf = vec![0u8; RAND_BYTES];
+            let mut count: u64 = 0;
+            loop {
+                let off = (rng.next() % blocks) * RAND_BYTES as u64;
+                f.read_exact_at(&mut buf, off)
+                    .map_err(|e| run_err(format!("worker read: {e}")))?;
+                count += 1;
+                if count % 256 == 0 {
+                    fadvise(&f, 0, 0, libc::POSIX_FADV_DONTNEED);
+                }
+            }
+        }
+        Kind::SeqWrite => {
+            let mut buf = vec![0u8; SEQ_WRITE_BYTES];
+            buf.iter_mut().for_each(|b| *b = rng.next() as u8);
+            let mut pos: u64 = 0;
+            loop {
+                if pos + SEQ_WRITE_BYTES as u64 > size {
+                    pos = 0;
+                }
+                f.write_all_at(&buf, pos)
+                    .map_err(|e| run_err(format!("worker write: {e}")))?;
+                pos += SEQ_WRITE_BYTES as u64;
+                done += SEQ_WRITE_BYTES as u64;
+                pace(done);
+            }
+        }
+        Kind::RandWrite => {
+            let mut buf = vec![0u8; RAND_BYTES];
+            buf.iter_mut().for_each(|b| *b = rng.next() as u8);
+            loop {
+                let off = (rng.next() % blocks) * RAND_BYTES as u64;
+                f.write_all_at(&buf, off)
+                    .map_err(|e| run_err(format!("worker write: {e}")))?;
+                done += RAND_BYTES as u64;
+                pace(done);
+            }
+        }
+        Kind::Sync => unreachable!("handled above"),
+    }
+}
+
+/// Make a child die with its parent, and put it in its own process group.
+fn detach_with_parent(cmd: &mut Command) {
+    // SAFETY: prctl and setpgid are async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            );
+            libc::setpgid(0, 0);
+            Ok(())
+        });
+    }
+}
+
+/// Start a worker process.
+pub fn spawn_worker(
+    exe: &Path,
+    kind: Kind,
+    file: Option<&Path>,
+    rate_bytes_s: f64,
+    seed: u64,
+) -> Result<Child> {
+    let mut cmd = Command::new(exe);
+    cmd.args(["bench", "worker", "--kind", kind.as_str()]);
+    if let Some(f) = file {
+        cmd.arg("--file").arg(f);
+    }
+    cmd.arg("--rate")
+        .arg(format!("{rate_bytes_s}"))
+        .arg("--seed")
+        .arg(seed.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit());
+    detach_with_parent(&mut cmd);
+    cmd.spawn()
+        .map_err(|e| run_err(format!("starting a worker ({}): {e}", exe.display())))
+}
+
+/// Start the replay of an app trace whose files are in `dir`.
+pub fn spawn_replay(exe: &Path, app: &str, dir: &Path) -> Result<Child> {
+    let mut cmd = Command::new(exe);
+    cmd.args(["bench", "replay", "--app", app, "--dir"])
+        .arg(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit());
+    detach_with_parent(&mut cmd);
+    cmd.spawn()
+        .map_err(|e| run_err(format!("starting the app replay: {e}")))
+}
+
+/// Start a `cmd:` app: `sh -c CMD` in `cwd`.
+pub fn spawn_command(command: &str, cwd: &Path) -> Result<Child> {
+    let mut cmd = Command::new("sh");
+    cmd.args(["-c", command])
+        .current_dir(cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    detach_with_parent(&mut cmd);
+    cmd.spawn()
+        .map_err(|e| run_err(format!("starting {command:?}: {e}")))
+}
+
+/// Kill a child's process group and reap the child.
+pub fn kill(child: &mut Child) {
+    let pid = child.id() as libc::pid_t;
+    // SAFETY: signals to a process group we created.
+    unsafe {
+        libc::kill(-pid, libc::SIGKILL);
+        libc::kill(pid, libc::SIGKILL);
+    }
+    let _ = child.wait();
+}
+
+/// Where an app trace's file `i` lives under `dir`.
+pub fn app_file(dir: &Path, i: usize) -> PathBuf {
+    dir.join(format!("f{i}"))
+}
+
+/// Replay the start-up I/O of a trace (the hidden `tandem bench replay`):
+/// each read with cold caches and no readahead beyond what the trace records,
+/// the recorded CPU time in between.
+pub fn replay_main(app: &str, dir: &Path) -> Result<()> {
+    let trace = experiment::apptrace::preset(app)
+        .ok_or_else(|| run_err(format!("no app trace {app:?}")))?;
+    let files: Vec<File> = (0..trace.files.len())
+        .map(|i| {
+            let p = app_file(dir, i);
+            let f = File::open(&p).map_err(|e| run_err(format!("{}: {e}", p.display())))?;
+            fadvise(&f, 0, 0, libc::POSIX_FADV_RANDOM);
+            Ok(f)
+        })
+        .collect::<Result<_>>()?;
+    let mut buf = Vec::new();
+    for r in &trace.reads {
+        spin_or_sleep(r.think_ns);
+        buf.resize(r.len as usize, 0);
+        let f = &files[r.file];
+        let mut got = 0;
+        while got < buf.len() {
+            match f.read_at(&mut buf[got..], r.offset + got as u64) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) => return Err(run_err(format!("replay read: {e}"))),
+            }
+        }
+    }
+    spin_or_sleep(trace.tail_ns);
+    Ok(())
+}
+
+/// The recorded CPU time between reads: sleeping would give the CPU away and
+/// let the disk idle the same, so sleep (the difference is the CPU the
+/// machine has to spare, which this benchmark does not measure).
+fn spin_or_sleep(ns: u64) {
+    if ns > 0 {
+        std::thread::sleep(Duration::from_nanos(ns));
+    }
+}
+
+/// Write `bytes` of pseudo-random data into a new file (then fsync).
+pub fn fill_file(path: &Path, bytes: u64, seed: u64) -> Result<()> {
+    let mut f = File::create(path).map_err(|e| run_err(format!("{}: {e}", path.display())))?;
+    let mut rng = XorShift(seed | 1);
+    let mut buf = vec![0u8; 1 << 20];
+    let mut left = bytes;
+    while left > 0 {
+        for chunk in buf.chunks_mut(8) {
+            let v = rng.next().to_le_bytes();
+            chunk.copy_from_slice(&v[..chunk.len()]);
+        }
+        let n = left.min(buf.len() as u64) as usize;
+        f.write_all(&buf[..n])
+            .map_err(|e| run_err(format!("writing {}: {e}", path.display())))?;
+        left -= n as u64;
+    }
+    f.sync_all()
+        .map_err(|e| run_err(format!("syncing {}: {e}", path.display())))?;
+    Ok(())
+}

@@ -1,0 +1,201 @@
+//! `tandem bench`: the real runner (crate `bench`).
+
+use clap::{Args, Subcommand};
+use experiment::{Cell, Filter, Scenario};
+use std::path::PathBuf;
+
+use crate::Failure;
+
+#[derive(Subcommand)]
+pub enum BenchCommand {
+    /// Run a scenario's native cells on a real or emulated block device (needs root).
+    Run(BenchRunArgs),
+    /// Two results directories side by side, cell by cell (e.g. real against sim).
+    Compare(CompareArgs),
+    /// A background reader or writer of a run (started by `run`).
+    #[command(hide = true)]
+    Worker(WorkerArgs),
+    /// Replay of an app's start-up I/O (started by `run`).
+    #[command(hide = true)]
+    Replay(ReplayArgs),
+}
+
+#[derive(Args)]
+pub struct BenchRunArgs {
+    /// Scenario file, or the name of an embedded scenario.
+    scenario: String,
+    /// Output directory.
+    #[arg(long, default_value = "out")]
+    out: PathBuf,
+    /// Only run cells with KEY=VALUE (repeatable; repeated keys OR, different keys AND).
+    #[arg(long = "only", value_name = "KEY=VALUE")]
+    only: Vec<String>,
+    /// Accepted for the runners' common interface; cells share one device and run one at a time.
+    #[arg(long)]
+    jobs: Option<usize>,
+    /// No progress lines.
+    #[arg(long)]
+    quiet: bool,
+    /// A real block device (default: an emulated device of the scenario's preset).
+    #[arg(long, value_name = "/dev/X")]
+    device: Option<String>,
+    /// Directory on the device's filesystem for the workload files (with --device).
+    #[arg(long)]
+    workdir: Option<PathBuf>,
+    /// Size of each background process's file, in MiB (S: 500).
+    #[arg(long, default_value_t = 500)]
+    file_mib: u64,
+    /// Run on a device that is mounted or holds a filesystem (formatting an unmounted one).
+    #[arg(long)]
+    force: bool,
+    /// The app: a command line to start instead of the scenario's app (a cmd: app).
+    #[arg(long, value_name = "COMMAND")]
+    app_cmd: Option<String>,
+    /// Settle time after starting the workload, in seconds (S: 13).
+    #[arg(long)]
+    settle_s: Option<f64>,
+    /// Pause before each start, in seconds (S: 4).
+    #[arg(long)]
+    pause_s: Option<f64>,
+    /// Repetitions per cell, instead of the scenario's.
+    #[arg(long)]
+    repetitions: Option<u32>,
+}
+
+#[derive(Args)]
+pub struct CompareArgs {
+    /// First results directory (or results.json), e.g. the real run.
+    a: PathBuf,
+    /// Second results directory (or results.json), e.g. the simulator's.
+    b: PathBuf,
+}
+
+#[derive(Args)]
+pub struct WorkerArgs {
+    #[arg(long)]
+    kind: String,
+    #[arg(long)]
+    file: Option<PathBuf>,
+    #[arg(long, default_value_t = 0.0)]
+    rate: f64,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+#[derive(Args)]
+pub struct ReplayArgs {
+    #[arg(long)]
+    app: String,
+    #[arg(long)]
+    dir: PathBuf,
+}
+
+fn fail(e: bench::Error) -> Failure {
+    match e {
+        bench::Error::Usage(m) => Failure::Usage(m),
+        bench::Error::Run(m) => Failure::Run(m),
+    }
+}
+
+fn load(arg: &str, app_cmd: Option<&str>) -> Result<Scenario, Failure> {
+    let accepted = bench::accepted();
+    let path = PathBuf::from(arg);
+    let text = if path.exists() {
+        std::fs::read_to_string(&path)
+            .map_err(|e| Failure::Usage(format!("{}: {e}", path.display())))?
+    } else if let Some((_, t)) = crate::EMBEDDED_SCENARIOS.iter().find(|(n, _)| *n == arg) {
+        t.to_string()
+    } else {
+        return Err(Failure::Usage(format!(
+            "scenario \"{arg}\": no such file, and not an embedded scenario"
+        )));
+    };
+    let mut s =
+        Scenario::from_toml_str(&text, &accepted).map_err(|e| Failure::Usage(e.to_string()))?;
+    if let Some(c) = app_cmd {
+        if c.trim().is_empty() {
+            return Err(Failure::Usage("--app-cmd: empty command".into()));
+        }
+        // The command replaces the scenario's app.
+        s.app = format!("cmd:{c}");
+    }
+    Ok(s)
+}
+
+pub fn run(cmd: BenchCommand) -> Result<(), Failure> {
+    match cmd {
+        BenchCommand::Run(a) => {
+            let scenario = load(&a.scenario, a.app_cmd.as_deref())?;
+            let filter = Filter::parse(&a.only).map_err(Failure::Usage)?;
+            let all = scenario.cells();
+            filter.check(&all).map_err(Failure::Usage)?;
+            let mut cells: Vec<Cell> = filter.apply(&all);
+            if let Some(r) = a.repetitions {
+                if r == 0 {
+                    return Err(Failure::Usage("--repetitions 0: at least 1".into()));
+                }
+                cells.iter_mut().for_each(|c| c.repetitions = r);
+            }
+            if cells.is_empty() {
+                return Err(Failure::Usage("no cell matches the --only filters".into()));
+            }
+            if a.file_mib == 0 {
+                return Err(Failure::Usage(
+                    "--file-mib 0: files need at least 1 MiB".into(),
+                ));
+            }
+            if a.jobs.is_some_and(|j| j > 1) && !a.quiet {
+                eprintln!("tandem: the real runner runs cells one at a time on one device (--jobs ignored)");
+            }
+            let exe = std::env::current_exe()
+                .map_err(|e| Failure::Run(format!("finding the tandem executable: {e}")))?;
+            let o = bench::Options {
+                scenario,
+                cells,
+                device: a.device,
+                workdir: a.workdir,
+                file_bytes: a.file_mib << 20,
+                force: a.force,
+                settle_s: a.settle_s,
+                pause_s: a.pause_s,
+                quiet: a.quiet,
+                exe,
+            };
+            let started = std::time::Instant::now();
+            let results = bench::run(&o, &a.out).map_err(fail)?;
+            let table = std::fs::read_to_string(a.out.join("table.txt")).unwrap_or_default();
+            print!("{table}");
+            eprintln!(
+                "tandem: {} cells in {:.1} s; results in {}",
+                results.len(),
+                started.elapsed().as_secs_f64(),
+                a.out.display()
+            );
+            Ok(())
+        }
+        BenchCommand::Compare(a) => {
+            let read = |p: &PathBuf| {
+                let f = if p.is_file() {
+                    p.clone()
+                } else {
+                    p.join("results.json")
+                };
+                experiment::read_results_json(&f).map_err(Failure::Usage)
+            };
+            let (ma, ra) = read(&a.a)?;
+            let (mb, rb) = read(&a.b)?;
+            let (rows, missing) = bench::compare::compare(&ra, &rb);
+            print!(
+                "{}",
+                bench::compare::render(&ma.runner, &mb.runner, &rows, &missing)
+            );
+            Ok(())
+        }
+        BenchCommand::Worker(a) => {
+            let kind = bench::workers::Kind::parse(&a.kind)
+                .ok_or_else(|| Failure::Usage(format!("unknown worker kind {:?}", a.kind)))?;
+            bench::workers::worker_main(kind, a.file.as_deref(), a.rate, a.seed).map_err(fail)
+        }
+        BenchCommand::Replay(a) => bench::workers::replay_main(&a.app, &a.dir).map_err(fail),
+    }
+}

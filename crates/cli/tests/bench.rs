@@ -1,0 +1,394 @@
+//! `tandem bench run` on an emulated 1.8-inch disk: BFQ against mq-deadline and
+//! none under five sequential readers, and the cleanup guarantee when a run is
+//! interrupted.
+//!
+//! Needs root, /dev/fuse and loop devices (CI runs as root); skipped otherwise.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+const SCENARIO: &str = r#"
+name = "ci-real-hdd"
+benchmark = "startup"
+app = "bash"
+iterations = 2
+repetitions = 1
+timeout_s = 30
+seed = 1
+
+[matrix]
+device = ["hdd-1.8in"]
+host_sched = ["bfq", "mq-deadline", "none"]
+host_workload = ["5r-seq"]
+"#;
+
+fn can_run() -> bool {
+    if !devemu::is_root()
+        || !Path::new("/dev/fuse").exists()
+        || !Path::new("/dev/loop-control").exists()
+    {
+        eprintln!("skipped: needs root, /dev/fuse and /dev/loop-control");
+        return false;
+    }
+    true
+}
+
+/// A scratch directory under the target directory, removed on drop.
+struct Scratch(PathBuf);
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        Scratch(d)
+    }
+}
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn tandem(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(args)
+        .output()
+        .expect("run tandem")
+}
+
+/// Processes whose command line contains all of `words` (not this test).
+fn processes_with(words: &[&str]) -> Vec<u32> {
+    let me = std::process::id();
+    let mut v = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let Ok(c) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let c = String::from_utf8_lossy(&c).replace('\0', " ");
+        // Zombies have an empty command line and are gone for our purpose.
+        if words.iter().all(|w| c.contains(w)) {
+            v.push(pid);
+        }
+    }
+    v
+}
+
+fn mounts() -> String {
+    std::fs::read_to_string("/proc/self/mountinfo").unwrap()
+}
+
+/// Mean start-up time per host scheduler from results.csv.
+fn means(csv: &str) -> Vec<(String, f64)> {
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = |n: &str| header.iter().position(|h| *h == n).unwrap();
+    let (s, m) = (col("host_sched"), col("mean"));
+    lines
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            (f[s].to_string(), f[m].parse().unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn bfq_starts_the_app_in_under_half_the_time_under_5r_seq() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !can_run() {
+        return;
+    }
+    let dir = Scratch::new("bench-bfq");
+    let scenario = dir.0.join("ci.toml");
+    std::fs::write(&scenario, SCENARIO).unwrap();
+    let out = dir.0.join("out");
+    let r = tandem(&[
+        "bench",
+        "run",
+        scenario.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--file-mib",
+        "32",
+        "--settle-s",
+        "6",
+        "--pause-s",
+        "2",
+        "--quiet",
+    ]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let csv = std::fs::read_to_string(out.join("results.csv")).unwrap();
+    assert!(csv.lines().skip(1).all(|l| l.starts_with("real,")), "{csv}");
+    for f in [
+        "results.json",
+        "table.txt",
+        "startup-hdd-1.8in.svg",
+        "bfq-5r0w-seq-lat_thr_stat.txt",
+    ] {
+        assert!(out.join(f).exists(), "{f} missing");
+    }
+    let m = means(&csv);
+    let get = |s: &str| m.iter().find(|(n, _)| n == s).unwrap().1;
+    let (bfq, dl, none) = (get("bfq"), get("mq-deadline"), get("none"));
+    assert!(bfq * 2.0 < dl, "bfq {bfq:.2} s vs mq-deadline {dl:.2} s");
+    assert!(bfq * 2.0 < none, "bfq {bfq:.2} s vs none {none:.2} s");
+    // Nothing left behind.
+    assert!(processes_with(&["bench", "worker"]).is_empty());
+    assert!(!mounts().contains("tandem-devemu"));
+    assert!(!Path::new(&format!("/run/tandem/bench/{}", std::process::id())).exists());
+    let st = tandem(&["devemu", "status"]);
+    assert!(String::from_utf8_lossy(&st.stdout).contains("no emulated devices"));
+}
+
+/// Start a run and interrupt it (Ctrl-C) once its background workers run.
+fn interrupt_midway(mut child: Child) -> std::process::ExitStatus {
+    let pid = child.id();
+    let t0 = Instant::now();
+    loop {
+        let workers: Vec<u32> = processes_with(&["bench", "worker", "seq-read"]);
+        let ours = workers.iter().any(|w| {
+            std::fs::read_to_string(format!("/proc/{w}/stat"))
+                .ok()
+                .and_then(|s| {
+                    s.rsplit(')')
+                        .next()
+                        .map(|r| r.split_whitespace().nth(1) == Some(&pid.to_string()))
+                })
+                .unwrap_or(false)
+        });
+        if ours {
+            break;
+        }
+        if let Ok(Some(st)) = child.try_wait() {
+            panic!("the run ended before its workers started: {st}");
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(300),
+            "no workers after 300 s"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    // SAFETY: SIGINT to the run we started.
+    unsafe { libc::kill(pid as i32, libc::SIGINT) };
+    let t0 = Instant::now();
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return st;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "the run did not stop within 60 s of Ctrl-C"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn an_interrupted_run_leaves_nothing_behind() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !can_run() {
+        return;
+    }
+    let dir = Scratch::new("bench-kill");
+    let scenario = dir.0.join("ci.toml");
+    std::fs::write(&scenario, SCENARIO).unwrap();
+    let out = dir.0.join("out");
+    let base = [
+        "bench",
+        "run",
+        scenario.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--file-mib",
+        "16",
+        "--only",
+        "host_sched=bfq",
+        "--quiet",
+    ];
+
+    // 1. On an emulated device the run brings up itself.
+    let child = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(base)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let st = interrupt_midway(child);
+    assert!(!st.success());
+    assert!(
+        processes_with(&["bench", "worker"]).is_empty(),
+        "workers left"
+    );
+    assert!(processes_with(&["bench", "replay"]).is_empty(), "app left");
+    assert!(
+        processes_with(&["devemu", "serve"]).is_empty(),
+        "devemu daemon left"
+    );
+    assert!(!mounts().contains("tandem-devemu"), "FUSE mount left");
+    assert!(
+        !mounts().contains("/run/tandem/bench"),
+        "workdir mount left"
+    );
+    let st = tandem(&["devemu", "status"]);
+    assert!(String::from_utf8_lossy(&st.stdout).contains("no emulated devices"));
+    assert!(!Path::new("/run/tandem").exists());
+
+    // 2. On a device given with --device: its scheduler comes back.
+    let up = tandem(&["devemu", "up", "--model", "hdd-1.8in", "--size", "512M"]);
+    assert!(up.status.success());
+    let dev = String::from_utf8_lossy(&up.stdout).trim().to_string();
+    let name = dev.trim_start_matches("/dev/").to_string();
+    let sched_file = format!("/sys/block/{name}/queue/scheduler");
+    std::fs::write(&sched_file, "mq-deadline").unwrap();
+    let mut args = base.to_vec();
+    args.extend(["--device", &dev]);
+    let child = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(&args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let st = interrupt_midway(child);
+    assert!(!st.success());
+    let sched = std::fs::read_to_string(&sched_file).unwrap();
+    assert!(
+        sched.contains("[mq-deadline]"),
+        "scheduler not restored: {sched}"
+    );
+    assert!(
+        processes_with(&["bench", "worker"]).is_empty(),
+        "workers left"
+    );
+    assert!(
+        !mounts().lines().any(|l| l.contains(&format!(" {dev} "))),
+        "{dev} still mounted"
+    );
+    let down = tandem(&["devemu", "down", &dev]);
+    assert!(
+        down.status.success(),
+        "{}",
+        String::from_utf8_lossy(&down.stderr)
+    );
+    assert!(!Path::new(&dev).exists());
+}
+
+#[test]
+fn refusals() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = Scratch::new("bench-refuse");
+    let scenario = dir.0.join("ci.toml");
+    std::fs::write(&scenario, SCENARIO).unwrap();
+    let s = scenario.to_str().unwrap();
+    let out = dir.0.join("out");
+    let o = out.to_str().unwrap();
+    if !devemu::is_root() {
+        let r = tandem(&["bench", "run", s, "--out", o]);
+        assert_eq!(r.status.code(), Some(1));
+        assert!(String::from_utf8_lossy(&r.stderr).contains("root"));
+        return;
+    }
+    // No such device.
+    let r = tandem(&[
+        "bench",
+        "run",
+        s,
+        "--out",
+        o,
+        "--device",
+        "/dev/nonexistent-disk",
+    ]);
+    assert_eq!(r.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&r.stderr).contains("no such device"));
+    // A scheduler the device lacks.
+    let bad = dir.0.join("cfq.toml");
+    std::fs::write(
+        &bad,
+        SCENARIO.replace("\"bfq\", \"mq-deadline\", \"none\"", "\"cfq\""),
+    )
+    .unwrap();
+    if can_run() {
+        let r = tandem(&["bench", "run", bad.to_str().unwrap(), "--out", o, "--quiet"]);
+        assert_eq!(r.status.code(), Some(2));
+        let e = String::from_utf8_lossy(&r.stderr);
+        assert!(e.contains("cfq") && e.contains("bfq"), "{e}");
+        assert!(!mounts().contains("tandem-devemu"));
+    }
+    // A mounted device with data: the root filesystem's.
+    let root_dev = mounts()
+        .lines()
+        .find(|l| l.split(' ').nth(4) == Some("/"))
+        .and_then(|l| l.split(" - ").nth(1))
+        .and_then(|r| r.split(' ').nth(1))
+        .map(str::to_string)
+        .unwrap();
+    if root_dev.starts_with("/dev/") {
+        let r = tandem(&["bench", "run", s, "--out", o, "--device", &root_dev]);
+        assert_eq!(r.status.code(), Some(2));
+        assert!(String::from_utf8_lossy(&r.stderr).contains("refused unless --force"));
+    }
+    // Unknown scheduler name in the scenario.
+    let bad = dir.0.join("bad.toml");
+    std::fs::write(&bad, SCENARIO.replace("\"none\"]", "\"elevator9\"]")).unwrap();
+    let r = tandem(&["bench", "run", bad.to_str().unwrap(), "--out", o]);
+    assert_eq!(r.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&r.stderr).contains("elevator9"));
+}
+
+#[test]
+fn one_sequential_reader_gets_the_emulated_disk_rate() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !can_run() {
+        return;
+    }
+    let dir = Scratch::new("bench-thr");
+    let scenario = dir.0.join("thr.toml");
+    std::fs::write(
+        &scenario,
+        r#"
+name = "ci-real-thr"
+benchmark = "throughput"
+app = "bash"
+repetitions = 1
+duration_s = 6
+sample_s = 2
+seed = 1
+
+[matrix]
+device = ["hdd-1.8in"]
+host_sched = ["bfq"]
+host_workload = ["1r-seq"]
+"#,
+    )
+    .unwrap();
+    let out = dir.0.join("out");
+    let r = tandem(&[
+        "bench",
+        "run",
+        scenario.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--file-mib",
+        "64",
+        "--settle-s",
+        "3",
+        "--quiet",
+    ]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let csv = std::fs::read_to_string(out.join("results.csv")).unwrap();
+    assert!(csv.contains("throughput_mb_s"), "{csv}");
+    let m = means(&csv);
+    let mb_s = m[0].1;
+    // The model's peak is 10.0 MB/s; buffered reads with 128 KiB read-ahead get it.
+    assert!((9.0..=11.0).contains(&mb_s), "{mb_s:.2} MB/s");
+}

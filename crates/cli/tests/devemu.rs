@@ -1,0 +1,209 @@
+//! `tandem devemu`: lifecycle, data path, timing against the model, teardown.
+//!
+//! Needs root, /dev/fuse and loop devices (CI runs as root); skipped otherwise.
+//! The tests run one at a time: they measure timing.
+
+use std::fs::OpenOptions;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::Path;
+use std::process::{Command, Output};
+use std::sync::Mutex;
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn tandem(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(args)
+        .output()
+        .expect("run tandem")
+}
+
+fn can_run() -> bool {
+    if !devemu::is_root()
+        || !Path::new("/dev/fuse").exists()
+        || !Path::new("/dev/loop-control").exists()
+    {
+        eprintln!("skipped: needs root, /dev/fuse and /dev/loop-control");
+        return false;
+    }
+    true
+}
+
+fn up(model: &str, size: &str) -> String {
+    let out = tandem(&["devemu", "up", "--model", model, "--size", size]);
+    assert!(
+        out.status.success(),
+        "devemu up failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dev = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(dev.starts_with("/dev/loop"), "{dev}");
+    dev
+}
+
+fn loop_attached(dev: &str) -> bool {
+    let name = dev.trim_start_matches("/dev/");
+    Path::new(&format!("/sys/block/{name}/loop/backing_file")).exists()
+}
+
+fn fuse_mounted(mp: &Path) -> bool {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .any(|l| l.split(' ').nth(4) == Some(mp.to_str().unwrap()))
+}
+
+struct Aligned(Vec<u8>, usize);
+impl Aligned {
+    fn new(len: usize) -> Aligned {
+        let v = vec![0u8; len + 4096];
+        let off = (4096 - (v.as_ptr() as usize % 4096)) % 4096;
+        Aligned(v, off)
+    }
+    fn buf(&mut self, len: usize) -> &mut [u8] {
+        &mut self.0[self.1..self.1 + len]
+    }
+}
+
+#[test]
+fn up_data_timing_status_down() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !can_run() {
+        return;
+    }
+    let dev = up("hdd-1.8in", "2G");
+    let inst = devemu::control::find(&dev).expect("recorded");
+    assert!(loop_attached(&dev));
+    assert!(fuse_mounted(&inst.mountpoint));
+    assert!(inst.daemon_alive());
+    assert_eq!(std::fs::metadata(&inst.backing).unwrap().len(), 2 << 30);
+
+    // status lists it
+    let st = tandem(&["devemu", "status"]);
+    assert!(String::from_utf8_lossy(&st.stdout).contains(&dev));
+
+    // Reads through the loop device return the backing file's bytes.
+    let pattern: Vec<u8> = (0..8192u32).map(|i| (i * 7 + 3) as u8).collect();
+    let backing = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&inst.backing)
+        .unwrap();
+    backing.write_all_at(&pattern, 1 << 20).unwrap();
+    let blk = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&dev)
+        .unwrap();
+    let mut a = Aligned::new(8192);
+    blk.read_exact_at(a.buf(8192), 1 << 20).unwrap();
+    assert_eq!(a.buf(8192), &pattern[..]);
+    // ... and writes land in the backing file.
+    let mut w = Aligned::new(4096);
+    w.buf(4096)
+        .iter_mut()
+        .enumerate()
+        .for_each(|(i, b)| *b = (i % 251) as u8);
+    blk.write_all_at(w.buf(4096), 3 << 20).unwrap();
+    let mut back = vec![0u8; 4096];
+    backing.read_exact_at(&mut back, 3 << 20).unwrap();
+    assert_eq!(&back[..], w.buf(4096));
+    drop(blk);
+    drop(backing);
+
+    // Timing against the model on a small probe: sequential within 5%,
+    // random 4 KiB IOPS within 10%.
+    let r = devemu::probe(
+        &dev,
+        &devemu::ProbeOptions {
+            model: None,
+            seq_bytes: 16 << 20,
+            rand_reads: 300,
+            seed: 3,
+        },
+    )
+    .expect("probe");
+    let (se, re) = (r.seq_error().unwrap(), r.rand_error().unwrap());
+    assert!(
+        se.abs() <= 0.05,
+        "sequential {:.2} MB/s vs model {:.2}",
+        r.seq_mb_s,
+        r.seq_model_mb_s.unwrap()
+    );
+    assert!(
+        re.abs() <= 0.10,
+        "random {:.1} IOPS vs model {:.1}",
+        r.rand_iops,
+        r.rand_model_iops.unwrap()
+    );
+
+    // down leaves nothing.
+    let out = tandem(&["devemu", "down", &dev]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!loop_attached(&dev));
+    assert!(!Path::new(&dev).exists(), "the loop device node is removed");
+    assert!(!fuse_mounted(&inst.mountpoint));
+    assert!(!inst.daemon_alive());
+    assert!(!inst.backing.exists());
+    assert!(!inst.state_dir().exists());
+    let st = tandem(&["devemu", "status"]);
+    assert!(!String::from_utf8_lossy(&st.stdout).contains(&dev));
+}
+
+#[test]
+fn down_after_the_daemon_died() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !can_run() {
+        return;
+    }
+    let dev = up("emmc", "64M");
+    let inst = devemu::control::find(&dev).unwrap();
+    // SAFETY: killing the daemon we started.
+    unsafe { libc::kill(inst.pid as i32, libc::SIGKILL) };
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let out = tandem(&["devemu", "down", &dev]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!loop_attached(&dev));
+    assert!(!fuse_mounted(&inst.mountpoint));
+    assert!(!inst.backing.exists());
+}
+
+#[test]
+fn bad_input_is_refused_with_code_2() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let out = tandem(&["devemu", "up", "--model", "floppy", "--size", "1G"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("floppy") && err.contains("hdd-1.8in") && err.contains("emmc"),
+        "{err}"
+    );
+
+    let out = tandem(&["devemu", "up", "--model", "emmc", "--size", "12X"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("bad size"));
+
+    let out = tandem(&["devemu", "up", "--model", "emmc", "--size", "100G"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("capacity"));
+
+    if devemu::is_root() {
+        let out = tandem(&["devemu", "down", "/dev/loop7"]);
+        assert_eq!(out.status.code(), Some(2));
+        assert!(String::from_utf8_lossy(&out.stderr)
+            .contains("not a device brought up by tandem devemu"));
+    } else {
+        let out = tandem(&["devemu", "up", "--model", "emmc", "--size", "1G"]);
+        assert_eq!(out.status.code(), Some(1));
+        assert!(String::from_utf8_lossy(&out.stderr).contains("root"));
+    }
+}

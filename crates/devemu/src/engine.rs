@@ -1,0 +1,271 @@
+//! The timing engine: one thread that owns a `devmodel::Device` and answers
+//! each request when the model says the device would have completed it.
+//!
+//! Requests arrive from the FUSE thread with their arrival time on one clock
+//! (nanoseconds since the engine started). The device accepts up to its
+//! command-queue depth (the preset's NCQ/TCQ depth: 1 for the disk, SD card
+//! and eMMC); further requests wait in arrival order, as they would in the
+//! host's dispatch queue. A disk head therefore serves one request at a time
+//! (parallelism 1); flash presets serve as many at once as the model has
+//! parallel units. The model is the shared `devmodel` code: this file holds
+//! no timing of its own.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use devmodel::{Device, IoRequest, Nanos, ServiceModel};
+
+/// What to do when a request completes (send the FUSE reply).
+pub type Completion = Box<dyn FnOnce() + Send>;
+
+/// One request for the engine.
+pub struct Job {
+    /// Arrival time on the engine's clock.
+    pub arrival: Nanos,
+    /// The request as the device sees it.
+    pub req: IoRequest,
+    /// Called at the modelled completion time.
+    pub done: Completion,
+}
+
+/// The emulator's own latency, measured by `up` before the device is handed
+/// out, and whether the model is in force yet.
+///
+/// Until [`Calibration::set`] is called every request is answered at once, so
+/// that `up` can measure the round trip of the kernel path (application, loop
+/// device, FUSE, daemon and back) with no model time in it. Afterwards each
+/// request is started on the model `c0 + c1 * bytes` before it reached the
+/// daemon: the application then sees the modelled service time, not the model's
+/// plus the kernel path's.
+#[derive(Default)]
+pub struct Calibration {
+    timed: AtomicBool,
+    c0_ns: AtomicU64,
+    c1_ps_per_byte: AtomicU64,
+}
+
+impl Calibration {
+    /// Put the model in force with this overhead.
+    pub fn set(&self, c0_ns: u64, c1_ps_per_byte: u64) {
+        self.c0_ns.store(c0_ns, Ordering::Relaxed);
+        self.c1_ps_per_byte.store(c1_ps_per_byte, Ordering::Relaxed);
+        self.timed.store(true, Ordering::Release);
+    }
+
+    /// Take the model out of force: answer every request at once (used to
+    /// prepare a device's contents quickly).
+    pub fn suspend(&self) {
+        self.timed.store(false, Ordering::Release);
+    }
+
+    /// Whether the model is in force.
+    pub fn is_timed(&self) -> bool {
+        self.timed.load(Ordering::Acquire)
+    }
+
+    /// Overhead of the kernel path for a request of `bytes`.
+    pub fn overhead_ns(&self, bytes: u64) -> u64 {
+        self.c0_ns.load(Ordering::Relaxed)
+            + bytes * self.c1_ps_per_byte.load(Ordering::Relaxed) / 1000
+    }
+}
+
+/// Counters the engine keeps (read by `status` through the state directory).
+#[derive(Default)]
+pub struct Stats {
+    /// Requests completed.
+    pub requests: AtomicU64,
+    /// Bytes read and written.
+    pub bytes: AtomicU64,
+}
+
+/// Handle to the engine thread.
+pub struct Engine {
+    epoch: Instant,
+    tx: Option<Sender<Job>>,
+    thread: Option<JoinHandle<()>>,
+    /// Counters.
+    pub stats: Arc<Stats>,
+}
+
+impl Engine {
+    /// Start the engine thread for `model` with its default queue depth.
+    pub fn start(model: Box<dyn ServiceModel>) -> Engine {
+        let depth = model.info().default_queue_depth;
+        let epoch = Instant::now();
+        let (tx, rx) = mpsc::channel::<Job>();
+        let stats = Arc::new(Stats::default());
+        let st = stats.clone();
+        let thread = std::thread::Builder::new()
+            .name("devemu-engine".into())
+            .spawn(move || run(Device::new(model, depth), epoch, rx, st))
+            .expect("spawn the engine thread");
+        Engine {
+            epoch,
+            tx: Some(tx),
+            thread: Some(thread),
+            stats,
+        }
+    }
+
+    /// The engine's clock now.
+    pub fn now(&self) -> Nanos {
+        self.epoch.elapsed().as_nanos() as Nanos
+    }
+
+    /// Hand a request to the engine. If the engine is gone, complete at once.
+    pub fn submit(&self, job: Job) {
+        if let Some(tx) = &self.tx {
+            if let Err(mpsc::SendError(job)) = tx.send(job) {
+                (job.done)();
+            }
+        }
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.tx.take();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Make this thread's timed sleeps end as close to their deadline as the
+/// kernel allows (the default timer slack is 50 µs).
+pub fn tight_timer_slack() {
+    // SAFETY: prctl with PR_SET_TIMERSLACK takes an integer argument and has no
+    // memory effects.
+    unsafe {
+        libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0);
+    }
+}
+
+/// First guess of the timer wake-up lateness (learnt from then on).
+const INITIAL_LEAD_NS: Nanos = 50_000;
+/// Lateness beyond this is not learnt (a preempted thread, not the timer).
+const MAX_LEAD_NS: Nanos = 500_000;
+
+fn run(mut dev: Device, epoch: Instant, rx: Receiver<Job>, stats: Arc<Stats>) {
+    tight_timer_slack();
+    let clock = || epoch.elapsed().as_nanos() as Nanos;
+    // Completions by tag; tags are issued in order and slots reused.
+    let mut pending: Vec<Option<(Completion, u64)>> = Vec::new();
+    let mut free: Vec<usize> = Vec::new();
+    let mut host_queue: VecDeque<Job> = VecDeque::new();
+    let mut last: Nanos = 0;
+    let mut open = true;
+    let mut lead: Nanos = INITIAL_LEAD_NS;
+    let trace = std::env::var_os("TANDEM_DEVEMU_TRACE").is_some();
+    let mut lead_acc: Nanos = INITIAL_LEAD_NS * 8;
+    loop {
+        // Move waiting requests onto the device while it has free slots.
+        while dev.can_accept() {
+            let Some(job) = host_queue.pop_front() else {
+                break;
+            };
+            let at = job.arrival.max(last);
+            last = at;
+            let slot = match free.pop() {
+                Some(s) => s,
+                None => {
+                    pending.push(None);
+                    pending.len() - 1
+                }
+            };
+            pending[slot] = Some((job.done, job.req.bytes()));
+            dev.submit(at, slot as u64, job.req);
+            if trace {
+                eprintln!(
+                    "submit {} arr {} at {} sec {} n {} next {:?}",
+                    slot,
+                    job.arrival,
+                    at,
+                    job.req.sector,
+                    job.req.sectors,
+                    dev.next_completion()
+                );
+            }
+        }
+        // Wait for the next completion or the next arrival. The thread wakes
+        // `lead` early: the lateness of its recent wake-ups, learnt as it runs,
+        // so that replies leave close to the modelled completion time.
+        let next = dev.next_completion();
+        let mut timed_out_for = None;
+        let incoming = match next {
+            None if !open => break,
+            None => match rx.recv() {
+                Ok(j) => Some(j),
+                Err(_) => {
+                    open = false;
+                    None
+                }
+            },
+            Some(t) => {
+                let now = clock();
+                let target = t.saturating_sub(lead);
+                if target <= now {
+                    None
+                } else if open {
+                    match rx.recv_timeout(Duration::from_nanos(target - now)) {
+                        Ok(j) => Some(j),
+                        Err(RecvTimeoutError::Timeout) => {
+                            timed_out_for = Some(target);
+                            None
+                        }
+                        Err(RecvTimeoutError::Disconnected) => {
+                            open = false;
+                            None
+                        }
+                    }
+                } else {
+                    std::thread::sleep(Duration::from_nanos(target - now));
+                    None
+                }
+            }
+        };
+        if let Some(job) = incoming {
+            host_queue.push_back(job);
+            // Drain whatever else has arrived, so that simultaneous arrivals
+            // reach the device together.
+            while let Ok(j) = rx.try_recv() {
+                host_queue.push_back(j);
+            }
+            // Start them at their arrival times first, then collect what has
+            // completed meanwhile.
+            continue;
+        }
+        let mut now = clock();
+        if let Some(target) = timed_out_for {
+            // Learn the wake-up lateness (exponential average, 1/8 weight).
+            let late = now.saturating_sub(target).min(MAX_LEAD_NS);
+            lead_acc = lead_acc - lead_acc / 8 + late;
+            lead = lead_acc / 8;
+        }
+        // Within `lead` of the next completion counts as reaching it.
+        if let Some(t) = next {
+            if now < t && now + lead >= t {
+                now = t;
+            }
+        }
+        let now = now.max(last);
+        last = now;
+        while let Some(tag) = dev.pop_completed(now) {
+            let slot = tag as usize;
+            if trace {
+                eprintln!("done {} at {} wall {}", slot, now, clock());
+            }
+            if let Some((done, bytes)) = pending[slot].take() {
+                stats.requests.fetch_add(1, Ordering::Relaxed);
+                stats.bytes.fetch_add(bytes, Ordering::Relaxed);
+                done();
+            }
+            free.push(slot);
+        }
+    }
+}
