@@ -106,6 +106,7 @@ mod tests {
                 runs: vec![RunResult {
                     values: vec![v],
                     timeouts: t,
+                    ..Default::default()
                 }],
             })
             .collect()
