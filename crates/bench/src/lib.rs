@@ -25,7 +25,6 @@ use experiment::{
     Benchmark, Cell, CellResult, Metric, Pattern, RunMeta, RunResult, Scenario, WorkloadSpec,
 };
 
-pub mod compare;
 pub mod workers;
 
 use workers::Kind;

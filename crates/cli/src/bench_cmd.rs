@@ -184,10 +184,10 @@ pub fn run(cmd: BenchCommand) -> Result<(), Failure> {
             };
             let (ma, ra) = read(&a.a)?;
             let (mb, rb) = read(&a.b)?;
-            let (rows, missing) = bench::compare::compare(&ra, &rb);
+            let (rows, missing) = experiment::side_by_side::compare(&ra, &rb);
             print!(
                 "{}",
-                bench::compare::render(&ma.runner, &mb.runner, &rows, &missing)
+                experiment::side_by_side::render(&ma.runner, &mb.runner, &rows, &missing)
             );
             Ok(())
         }

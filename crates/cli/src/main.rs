@@ -487,10 +487,10 @@ fn report(a: ReportArgs) -> Result<(), Failure> {
             ));
         }
         let (other_meta, other_results) = read(other)?;
-        let (rows, missing) = bench::compare::compare(&results, &other_results);
+        let (rows, missing) = experiment::side_by_side::compare(&results, &other_results);
         print!(
             "{}",
-            bench::compare::render(&meta.runner, &other_meta.runner, &rows, &missing)
+            experiment::side_by_side::render(&meta.runner, &other_meta.runner, &rows, &missing)
         );
         return Ok(());
     }

@@ -15,6 +15,7 @@ pub mod output;
 pub mod paper;
 pub mod result;
 pub mod scenario;
+pub mod side_by_side;
 pub mod stats;
 pub mod svg;
 pub mod table;

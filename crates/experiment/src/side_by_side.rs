@@ -1,6 +1,7 @@
-//! The simulator and the real runner side by side, cell by cell.
+//! Two runs side by side, cell by cell (the simulator against the real runner, or any
+//! two result sets): `tandem report A B` and `tandem bench compare A B`.
 
-use experiment::CellResult;
+use crate::result::CellResult;
 
 /// One compared cell.
 #[derive(Clone, Debug)]
@@ -88,12 +89,20 @@ pub fn render(a_name: &str, b_name: &str, rows: &[Row], missing: &[String]) -> S
 #[cfg(test)]
 mod tests {
     use super::*;
-    use experiment::{Metric, RunResult, Scenario};
+    use crate::{Metric, RunResult, Scenario};
 
     fn results(runner: &str, values: &[(f64, u32)]) -> Vec<CellResult> {
         let s = Scenario::from_toml_str(
             "name = \"t\"\nbenchmark = \"startup\"\napp = \"bash\"\n[matrix]\ndevice = [\"hdd-1.8in\"]\nhost_sched = [\"bfq\", \"noop\"]\nhost_workload = [\"5r-seq\"]\n",
-            &crate::accepted(),
+            &crate::Accepted {
+                devices: vec!["hdd-1.8in".into()],
+                host_scheds: vec!["bfq".into(), "noop".into()],
+                guest_scheds: Vec::new(),
+                coordination: vec!["off".into()],
+                apps: vec!["bash".into()],
+                allow_cmd_apps: false,
+                allow_vm: false,
+            },
         )
         .unwrap();
         s.cells()
