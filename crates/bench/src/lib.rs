@@ -13,11 +13,10 @@
 //! restored, files removed, filesystems unmounted, emulated devices torn down.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::fs;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -27,53 +26,21 @@ use experiment::{
 
 pub mod workers;
 
+use devemu::run_cmd;
 use workers::Kind;
 
-/// A failure, split as the command line reports it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Error {
-    /// Bad input (exit code 2).
-    Usage(String),
-    /// Something failed while running (exit code 1).
-    Run(String),
-}
-
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Error::Usage(m) | Error::Run(m) => f.write_str(m),
-        }
-    }
-}
-
-impl From<devemu::Error> for Error {
-    fn from(e: devemu::Error) -> Error {
-        match e {
-            devemu::Error::Usage(m) => Error::Usage(m),
-            devemu::Error::Run(m) => Error::Run(m),
-        }
-    }
-}
-
-/// Shorthand.
-pub type Result<T> = std::result::Result<T, Error>;
+/// Failures are the device emulator's: usage errors (exit code 2) and run
+/// errors (exit code 1), as the command line reports them.
+pub use devemu::{Error, Result};
 
 pub(crate) fn run_err(m: impl Into<String>) -> Error {
     Error::Run(m.into())
 }
 
-// The S suite's timing, the same constants as the simulator's
-// (crates/sim/src/bench.rs, where each names its line of the suite).
-/// `SLEEPTIME_ITER` plus the one-second pause of `invoke_commands`.
-pub const PAUSE_BEFORE_START_S: f64 = 4.0;
-/// After a start shorter than 2 s the suite sleeps 2 s more.
-const SHORT_START_S: f64 = 2.0;
-/// `transitory_duration 7` plus 6 s.
-pub const SETTLE_S: f64 = 13.0;
-/// S's write-rate cap on rotational devices (kB/s, over all writers).
-const MAXRATE_ROTATIONAL_KB_S: f64 = 4000.0;
-/// Random writers get 1/60 of it.
-const RANDOM_WRITE_RATE_DIVISOR: f64 = 60.0;
+// The S suite's timing and write caps: `experiment::suite`, shared with the
+// simulator.
+use experiment::suite::SHORT_START_S;
+pub use experiment::suite::{PAUSE_BEFORE_START_S, SETTLE_S};
 
 /// Schedulers a scenario may name, and the kernel's name for each. `noop` and
 /// `deadline` are the legacy names of `none` and `mq-deadline`; `cfq` and
@@ -232,7 +199,7 @@ impl Cleanup {
         }
         if let Some(dev) = self.devemu.take() {
             if let Err(e) = devemu::down(&dev) {
-                first.get_or_insert(Error::from(e));
+                first.get_or_insert(e);
             }
         }
         if let Some(d) = self.run_dir.take() {
@@ -270,22 +237,6 @@ fn umount(m: &Path) -> Result<()> {
         std::thread::sleep(Duration::from_millis(50));
     }
     Err(run_err(format!("unmounting {}: busy", m.display())))
-}
-
-fn cmd(prog: &str, args: &[&str]) -> Result<String> {
-    let out = Command::new(prog)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| run_err(format!("running {prog}: {e}")))?;
-    if !out.status.success() {
-        return Err(run_err(format!(
-            "{prog} {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).to_string())
 }
 
 /// The sysfs directory of a block device's request queue, and of its stats.
@@ -521,7 +472,7 @@ fn run_device(
         if let Some(inst) = &emulated {
             devemu::control::set_timed(inst, false)?;
         }
-        cmd(
+        run_cmd(
             "mkfs.ext4",
             &[
                 "-q",
@@ -531,7 +482,7 @@ fn run_device(
                 &dev,
             ],
         )?;
-        cmd("mount", &[&dev, &mnt.to_string_lossy()])?;
+        run_cmd("mount", &[&dev, &mnt.to_string_lossy()])?;
         cleanup.mounts.push(mnt.clone());
         mnt
     } else if !mounts.is_empty() {
@@ -578,8 +529,8 @@ fn run_device(
         }
         let mnt = run_dir.join("mnt");
         fs::create_dir_all(&mnt).map_err(|e| run_err(format!("{}: {e}", mnt.display())))?;
-        cmd("mkfs.ext4", &["-q", "-F", &dev])?;
-        cmd("mount", &[&dev, &mnt.to_string_lossy()])?;
+        run_cmd("mkfs.ext4", &["-q", "-F", &dev])?;
+        run_cmd("mount", &[&dev, &mnt.to_string_lossy()])?;
         cleanup.mounts.push(mnt.clone());
         mnt
     };
@@ -746,15 +697,7 @@ fn run_repetition(
         cleanup.workers.push(child);
     }
     if w.writers > 0 {
-        let total = if rotational {
-            MAXRATE_ROTATIONAL_KB_S * 1000.0
-        } else {
-            0.0
-        };
-        let mut per = total / w.writers as f64;
-        if random {
-            per /= RANDOM_WRITE_RATE_DIVISOR;
-        }
+        let per = experiment::suite::writer_rate_bytes_per_s(&w, rotational);
         for i in 0..w.writers as usize {
             let kind = if random {
                 Kind::RandWrite

@@ -67,7 +67,7 @@ const RAND_BYTES: usize = 4096;
 /// be served from the cache.
 const DROP_EVERY_BYTES: u64 = 8 << 20;
 /// S syncs every 2 s while writers run.
-pub const SYNC_PERIOD: Duration = Duration::from_secs(2);
+pub const SYNC_PERIOD: Duration = Duration::from_secs(experiment::suite::SYNC_PERIOD_S as u64);
 
 fn fadvise(f: &File, off: u64, len: u64, advice: libc::c_int) {
     // SAFETY: posix_fadvise on an open descriptor.

@@ -204,7 +204,8 @@ pub fn mounts_of(dev: &str) -> Vec<String> {
         .collect()
 }
 
-fn run_cmd(prog: &str, args: &[&str]) -> Result<String> {
+/// Runs a command with no input; its stdout (trimmed), or an error with its stderr.
+pub fn run_cmd(prog: &str, args: &[&str]) -> Result<String> {
     let out = Command::new(prog)
         .args(args)
         .stdin(Stdio::null())

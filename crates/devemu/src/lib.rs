@@ -20,7 +20,7 @@ pub mod engine;
 pub mod fs;
 pub mod probe;
 
-pub use control::{down, down_all, serve, status, up, Instance, ServeOptions, UpOptions};
+pub use control::{down, down_all, run_cmd, serve, status, up, Instance, ServeOptions, UpOptions};
 pub use probe::{probe, ProbeOptions, ProbeReport};
 
 /// Where the state of running emulated devices is kept, one directory each.

@@ -17,6 +17,7 @@ pub mod result;
 pub mod scenario;
 pub mod side_by_side;
 pub mod stats;
+pub mod suite;
 pub mod svg;
 pub mod table;
 pub mod workload;

@@ -13,12 +13,11 @@ use crate::system::{secs, to_secs, KernelId, Machine, MachineConfig, HOST, WORKL
 use crate::vm::VmConfig;
 use crate::workload::{self, AppTrace};
 use devmodel::Nanos;
-use experiment::{Benchmark, Cell, CellResult, Metric, OtherVm, Pattern, RunResult, WorkloadSpec};
+use experiment::{
+    suite, Benchmark, Cell, CellResult, Metric, OtherVm, Pattern, RunResult, WorkloadSpec,
+};
 use std::sync::Arc;
 
-/// `SLEEPTIME_ITER` plus the one-second pause of `invoke_commands`: the
-/// suite waits 3 s + 1 s before each start.
-const PAUSE_BEFORE_START: f64 = 4.0;
 /// The suite's pause before a start is two `sleep`s and a few commands of
 /// a shell script (cache drop, `date`, the command line being parsed): a
 /// real run never starts two repetitions at the same instant relative to
@@ -26,20 +25,6 @@ const PAUSE_BEFORE_START: f64 = 4.0;
 /// from the repetition's random stream, so that repetitions differ as real
 /// ones do even when every workload is sequential.
 const START_JITTER_NS: Nanos = 50_000_000;
-/// After a start shorter than 2 s the suite sleeps 2 s more "to let a
-/// minimum of thr stats be printed".
-const SHORT_START: f64 = 2.0;
-/// `transitory_duration 7` with the "+6 s because fio is slow to start
-/// many jobs": schedulers without `wr_max_time` wait 7 + 6 s.
-const TRANSITORY_OTHER_S: f64 = 7.0;
-const TRANSITORY_EXTRA_S: f64 = 6.0;
-/// S's default write-rate cap for rotational devices (`MAXRATE=4000`
-/// kB/s, total over the writers); random writers get 1/60 of it; flash
-/// devices get no cap.
-const MAXRATE_ROTATIONAL_KB_S: f64 = 4000.0;
-const RANDOM_WRITE_RATE_DIVISOR: f64 = 60.0;
-/// The suite syncs every 2 s while writers run.
-const SYNC_PERIOD_S: f64 = 2.0;
 
 /// Knobs of the simulated runs beyond the scenario.
 #[derive(Clone, Debug)]
@@ -275,20 +260,12 @@ pub fn start_workload(m: &mut Machine, k: KernelId, w: &WorkloadSpec) {
         }
     }
     if w.writers > 0 {
-        let total = if m.rotational(k) {
-            MAXRATE_ROTATIONAL_KB_S * 1000.0
-        } else {
-            0.0
-        };
-        let mut per_writer = total / w.writers as f64;
-        if random {
-            per_writer /= RANDOM_WRITE_RATE_DIVISOR;
-        }
+        let per_writer = suite::writer_rate_bytes_per_s(w, m.rotational(k));
         for i in 0..w.writers as usize {
             let f = files[w.readers as usize + i];
             m.start_writer(k, f, random, per_writer, IoPrio::DEFAULT);
         }
-        m.periodic_sync(k, secs(SYNC_PERIOD_S));
+        m.periodic_sync(k, secs(suite::SYNC_PERIOD_S));
     }
 }
 
@@ -297,11 +274,7 @@ pub fn start_workload(m: &mut Machine, k: KernelId, w: &WorkloadSpec) {
 /// when the scheduler exposes `wr_max_time` in sysfs, which BFQ in mainline
 /// Linux does not. Nothing to wait for without a workload.
 pub fn transitory(workloads: &[WorkloadSpec]) -> Nanos {
-    if workloads.iter().all(|w| w.is_none()) {
-        0
-    } else {
-        secs(TRANSITORY_OTHER_S + TRANSITORY_EXTRA_S)
-    }
+    secs(suite::settle_s(workloads))
 }
 
 /// The seed of one repetition of a cell.
@@ -336,7 +309,7 @@ fn startup_run(cell: &Cell, opts: &SimOptions, rep: u32) -> Result<(RunResult, M
     let timeout = secs(cell.timeout_s);
     let mut out = RunResult::default();
     for _ in 0..cell.iterations {
-        let pause = secs(PAUSE_BEFORE_START) + jitter.below(START_JITTER_NS);
+        let pause = secs(suite::PAUSE_BEFORE_START_S) + jitter.below(START_JITTER_NS);
         m.run_until(m.now() + pause, |_| false);
         // The VM extension of the suite drops the host's caches too,
         // before every start; otherwise the host cache fakes a fast disk.
@@ -367,8 +340,8 @@ fn startup_run(cell: &Cell, opts: &SimOptions, rep: u32) -> Result<(RunResult, M
             Some(t) => {
                 let took = to_secs(t - start);
                 out.values.push(took);
-                if took < SHORT_START {
-                    m.run_until(m.now() + secs(SHORT_START), |_| false);
+                if took < suite::SHORT_START_S {
+                    m.run_until(m.now() + secs(suite::SHORT_START_S), |_| false);
                 }
             }
             None => {
