@@ -24,6 +24,7 @@ use experiment::{
     Benchmark, Cell, CellResult, Metric, Pattern, RunMeta, RunResult, Scenario, WorkloadSpec,
 };
 
+pub mod record;
 pub mod workers;
 
 use devemu::run_cmd;

@@ -12,6 +12,8 @@ pub enum BenchCommand {
     Run(BenchRunArgs),
     /// Two results directories side by side, cell by cell (e.g. real against sim).
     Compare(CompareArgs),
+    /// Record a command's cold start-up I/O as an app trace (needs root and python3).
+    RecordTrace(RecordTraceArgs),
     /// A background reader or writer of a run (started by `run`).
     #[command(hide = true)]
     Worker(WorkerArgs),
@@ -60,6 +62,29 @@ pub struct BenchRunArgs {
     /// Repetitions per cell, instead of the scenario's.
     #[arg(long)]
     repetitions: Option<u32>,
+}
+
+#[derive(Args)]
+pub struct RecordTraceArgs {
+    /// Name of the app: the trace is written to OUT/NAME.trace (default: the command's
+    /// file name).
+    #[arg(long)]
+    name: Option<String>,
+    /// Traced cold runs; the most typical one is kept (the others go to OUT/runs/).
+    #[arg(long, default_value_t = 3)]
+    runs: u32,
+    /// Output directory.
+    #[arg(long, default_value = "apps")]
+    out: PathBuf,
+    /// The command needs an X display (an Xvfb is started for it).
+    #[arg(long)]
+    needs_x: bool,
+    /// Longest wait for a quiet machine before each run, in seconds.
+    #[arg(long, default_value_t = 60.0)]
+    quiet_timeout_s: f64,
+    /// The command and its arguments.
+    #[arg(last = true, required = true)]
+    command: Vec<String>,
 }
 
 #[derive(Args)]
@@ -189,6 +214,25 @@ pub fn run(cmd: BenchCommand) -> Result<(), Failure> {
                 "{}",
                 experiment::side_by_side::render(&ma.runner, &mb.runner, &rows, &missing)
             );
+            Ok(())
+        }
+        BenchCommand::RecordTrace(a) => {
+            let name = a.name.clone().unwrap_or_else(|| {
+                std::path::Path::new(&a.command[0])
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default()
+            });
+            let trace = bench::record::record_trace(&bench::record::RecordOptions {
+                name,
+                command: a.command.clone(),
+                runs: a.runs,
+                out: a.out.clone(),
+                needs_x: a.needs_x,
+                quiet_timeout_s: a.quiet_timeout_s,
+            })
+            .map_err(fail)?;
+            println!("{}", trace.display());
             Ok(())
         }
         BenchCommand::Worker(a) => {
