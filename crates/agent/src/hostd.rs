@@ -404,7 +404,12 @@ fn serve_channel(vm: usize, conn: u64, stream: Stream, tx: Sender<Event>, rate: 
                 }
             }
             Message::Heartbeat { seq } => {
-                let _ = write_message(&mut w, &Message::Heartbeat { seq });
+                // Echoed within the rate limit; a flood of them is dropped.
+                if bucket.take(now_ns()) {
+                    let _ = write_message(&mut w, &Message::Heartbeat { seq });
+                } else {
+                    limited += 1;
+                }
             }
             Message::Help { .. } | Message::NoHelp { .. } if hello => {
                 if bucket.take(now_ns()) && pending.is_none() {
