@@ -7,7 +7,7 @@
 //!   pool workers come and go);
 //! - [`burst_main`]: the "application start-up" a guest runs: a new program
 //!   (so the process connector reports its exec) that asks the fake VM for a
-//!   burst of scattered reads and waits for it.
+//!   burst of reads (files read whole at scattered places) and waits for it.
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
@@ -64,17 +64,17 @@ pub fn fake_vm_main(image: &Path, threads: usize, control: &Path) -> Result<()> 
         let mut line = String::new();
         let Ok(c) = s.try_clone() else { continue };
         let _ = BufReader::new(c).read_line(&mut line);
-        // burst READS KIB SEED
+        // burst READS KIB SEED RUN
         let f: Vec<u64> = line
             .split_whitespace()
             .skip(1)
             .filter_map(|v| v.parse().ok())
             .collect();
-        let (reads, kib, seed) = match f[..] {
-            [r, k, s] if k > 0 && k <= 1024 => (r, k, s),
+        let (reads, kib, seed, run) = match f[..] {
+            [r, k, s, n] if k > 0 && k <= 1024 && n > 0 => (r, k, s, n),
             _ => {
                 let mut s = s;
-                let _ = s.write_all(b"error: expected `burst READS KIB SEED`\n");
+                let _ = s.write_all(b"error: expected `burst READS KIB SEED RUN`\n");
                 continue;
             }
         };
@@ -88,11 +88,17 @@ pub fn fake_vm_main(image: &Path, threads: usize, control: &Path) -> Result<()> 
         let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
         let t0 = Instant::now();
         let mut failed = None;
-        for _ in 0..reads {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            let off = (x % slots) * len as u64;
+        let mut off = 0;
+        for i in 0..reads {
+            if i % run == 0 {
+                // A new "file": a random place, then `run` reads in a row.
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                off = (x % slots.saturating_sub(run).max(1)) * len as u64;
+            } else {
+                off += len as u64;
+            }
             let (dtx, drx) = mpsc::channel();
             next = (next + 1) % pool.len();
             let _ = pool[next].send(Job {
@@ -118,12 +124,14 @@ pub fn fake_vm_main(image: &Path, threads: usize, control: &Path) -> Result<()> 
     Ok(())
 }
 
-/// Asks the fake VM at `control` for a burst and returns its duration in seconds.
-pub fn burst_main(control: &Path, reads: u64, kib: u64, seed: u64) -> Result<f64> {
+/// Asks the fake VM at `control` for a burst of `reads` reads of `kib` KiB,
+/// in runs of `run` consecutive reads at random places (files read whole),
+/// and returns its duration in seconds.
+pub fn burst_main(control: &Path, reads: u64, kib: u64, seed: u64, run: u64) -> Result<f64> {
     let mut s =
         UnixStream::connect(control).map_err(|e| err(format!("{}: {e}", control.display())))?;
     let _ = s.set_read_timeout(Some(Duration::from_secs(600)));
-    writeln!(s, "burst {reads} {kib} {seed}").map_err(|e| err(e.to_string()))?;
+    writeln!(s, "burst {reads} {kib} {seed} {run}").map_err(|e| err(e.to_string()))?;
     let mut line = String::new();
     BufReader::new(s)
         .read_line(&mut line)

@@ -98,6 +98,9 @@ pub struct FakeBurstArgs {
     kib: u64,
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Consecutive reads per place (a file read whole).
+    #[arg(long, default_value_t = 1)]
+    run: u64,
 }
 
 #[derive(Args)]
@@ -242,7 +245,8 @@ pub fn run_hostd(cmd: HostdCommand) -> Result<(), Failure> {
             agent::testkit::fake_vm_main(&a.image, a.threads, &a.control).map_err(fail)
         }
         HostdCommand::FakeBurst(a) => {
-            let s = agent::testkit::burst_main(&a.control, a.reads, a.kib, a.seed).map_err(fail)?;
+            let s = agent::testkit::burst_main(&a.control, a.reads, a.kib, a.seed, a.run)
+                .map_err(fail)?;
             println!("{s:.6}");
             Ok(())
         }
