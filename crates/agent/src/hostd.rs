@@ -621,6 +621,12 @@ impl Hostd {
                 cgroup: v.cgroup.clone(),
             });
             let start = sys::start_time(&v.pid.to_string());
+            if start.is_none() {
+                log(&format!(
+                    "VM {}: no process {} (it will not be served until hostd restarts)",
+                    v.name, v.pid
+                ));
+            }
             rt.push(VmRuntime {
                 alive: start.is_some(),
                 start,
