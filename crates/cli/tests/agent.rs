@@ -681,3 +681,71 @@ fn hostd_speeds_up_a_vm_burst_under_5_sequential_readers() {
             .to_string();
     assert!(!losetup.contains(&format!("{dev}:")), "{losetup}");
 }
+
+#[test]
+fn cgroup_bfq_weight_is_boosted_and_restored() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !root() {
+        return;
+    }
+    // A child cgroup of the v1 blkio hierarchy (the root has no weight file).
+    let root_dir = PathBuf::from("/sys/fs/cgroup/blkio");
+    if !root_dir.join("blkio.bfq.io_serviced").exists() {
+        eprintln!("skipped: no cgroup v1 blkio hierarchy with BFQ");
+        return;
+    }
+    let dir = Scratch::new("agent-cgroup");
+    let cg = root_dir.join(format!("tandem-test-{}", std::process::id()));
+    struct Cg(PathBuf);
+    impl Drop for Cg {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir(&self.0);
+        }
+    }
+    std::fs::create_dir(&cg).unwrap();
+    let _cg = Cg(cg.clone());
+    let file = agent::actuator::bfq_weight_file(&cg).expect("a BFQ weight file in the cgroup");
+    let orig = agent::actuator::read_weight(&file).unwrap();
+    {
+        let vm = sleeper();
+        std::fs::write(cg.join("cgroup.procs"), vm.pid().to_string()).unwrap();
+        let mut c = Command::new(EXE);
+        c.args(["hostd", "run", "--ioprio", "none", "--vm"])
+            .arg(format!(
+                "name=a,socket={},pid={},cgroup={}",
+                dir.p("a.sock").display(),
+                vm.pid(),
+                cg.display()
+            ))
+            .arg("--control")
+            .arg(dir.p("control.sock"))
+            .arg("--state-file")
+            .arg(dir.p("hostd.state"));
+        let mut h = Proc::spawn(&mut c);
+        wait_until("hostd", 10.0, || {
+            UnixStream::connect(dir.p("control.sock")).is_ok()
+        });
+        let weight = || agent::actuator::read_weight(&file).unwrap();
+        let mut g = Guest::connect(&dir, "a");
+        g.help(3000);
+        wait_until("the weight boost", 5.0, || weight() == 1000);
+        g.no_help();
+        wait_until("the weight restored", 5.0, || weight() == orig);
+        // SIGKILL while boosted: the next start restores the weight.
+        g.help(3000);
+        wait_until("the weight boost", 5.0, || weight() == 1000);
+        h.signal(libc::SIGKILL);
+        let _ = h.0.wait();
+        drop(g);
+        assert_eq!(weight(), 1000);
+        let mut h2 = Proc::spawn(&mut c);
+        wait_until("the weight restored at start", 10.0, || weight() == orig);
+        assert!(h2.stop());
+    }
+    // The sleeper is gone; the cgroup can go.
+    wait_until("an empty cgroup", 5.0, || {
+        std::fs::read_to_string(cg.join("cgroup.procs"))
+            .map(|s| s.trim().is_empty())
+            .unwrap_or(true)
+    });
+}
