@@ -749,3 +749,67 @@ fn cgroup_bfq_weight_is_boosted_and_restored() {
             .unwrap_or(true)
     });
 }
+
+#[test]
+fn guestd_hints_and_reconnects_after_hostd_restarts() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !root() {
+        return;
+    }
+    let dir = Scratch::new("agent-reconnect");
+    let vm = sleeper();
+    let orig = sys::ioprio_get(vm.pid()).unwrap();
+    let mut h = hostd(&dir, &[("a", vm.pid())], &[]);
+    // No process connector: only explicit hints ask for help here.
+    let mut gd = Proc::spawn(
+        Command::new(EXE)
+            .args(["guestd", "--name", "a", "--no-netlink", "--connect"])
+            .arg(format!("unix:{}", dir.p("a.sock").display()))
+            .arg("--hint-socket")
+            .arg(dir.p("hint.sock")),
+    );
+    wait_until("guestd's channel", 10.0, || {
+        status(&dir).contains("connected")
+    });
+    let hint = |ms: &str| {
+        let o = Command::new(EXE)
+            .args(["hint", "--for", ms, "--socket"])
+            .arg(dir.p("hint.sock"))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    };
+    hint("1500ms");
+    wait_until("the boost", 5.0, || {
+        sys::ioprio_get(vm.pid()).unwrap() == rt4()
+    });
+    // The hint lasts 1.5 s, more than one lease: guestd renews, then NO-HELP.
+    std::thread::sleep(Duration::from_millis(1200));
+    assert_eq!(sys::ioprio_get(vm.pid()).unwrap(), rt4(), "not renewed");
+    wait_until("the end of the hint", 5.0, || {
+        sys::ioprio_get(vm.pid()).unwrap() == orig
+    });
+    // The host restarts; guestd reconnects and is served again.
+    assert!(h.stop());
+    let mut h = hostd(&dir, &[("a", vm.pid())], &[]);
+    wait_until("guestd's new channel", 10.0, || {
+        status(&dir).contains("connected")
+    });
+    hint("1s");
+    wait_until("the boost", 5.0, || {
+        sys::ioprio_get(vm.pid()).unwrap() == rt4()
+    });
+    wait_until("the unboost", 5.0, || {
+        sys::ioprio_get(vm.pid()).unwrap() == orig
+    });
+    // Bad hint durations are usage errors.
+    let o = Command::new(EXE)
+        .args(["hint", "--for", "0s", "--socket"])
+        .arg(dir.p("hint.sock"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(gd.stop());
+    assert!(h.stop());
+    assert!(!dir.p("hint.sock").exists());
+}
