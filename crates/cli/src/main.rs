@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
+mod agent_cmd;
 mod bench_cmd;
 mod devemu_cmd;
 
@@ -65,6 +66,13 @@ enum Command {
     /// The real runner: scenarios on real block devices (needs root).
     #[command(subcommand)]
     Bench(bench_cmd::BenchCommand),
+    /// The host's coordination daemon: boosts a VM's I/O while its guest asks for help.
+    #[command(subcommand)]
+    Hostd(agent_cmd::HostdCommand),
+    /// The guest's coordination daemon: asks the host for help when an application needs it.
+    Guestd(agent_cmd::GuestdArgs),
+    /// Ask the local guestd for help, e.g. from a launcher: tandem hint --for 3s.
+    Hint(agent_cmd::HintArgs),
 }
 
 #[derive(Args)]
@@ -185,6 +193,9 @@ fn main() -> ExitCode {
         Command::Report(a) => report(a),
         Command::Devemu(c) => devemu_cmd::run(c),
         Command::Bench(c) => bench_cmd::run(c),
+        Command::Hostd(c) => agent_cmd::run_hostd(c),
+        Command::Guestd(a) => agent_cmd::run_guestd(a),
+        Command::Hint(a) => agent_cmd::run_hint(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,367 @@
+//! How hostd favours a VM: actuators, and the journal that lets any boost be
+//! undone, even after a crash.
+//!
+//! - [`IoprioActuator`]: the I/O priority (`ioprio_set`) of every thread of
+//!   the VM's QEMU process: class RT (level 4 by default) or BE level 0. It
+//!   acts where the competitors share the VM's block cgroup (BFQ serves the
+//!   RT class before BE inside one group, and ranks BE levels by weight).
+//! - [`CgroupWeightActuator`]: the BFQ weight of the VM's own cgroup (v2
+//!   `io.bfq.weight`, v1 `blkio.bfq.weight`): BFQ schedules groups by weight,
+//!   and a thread's RT class inside one group does not beat another group.
+//! - CPU actuators (nice, scheduling policy, `cpu.weight`) will implement the
+//!   same [`Actuator`] trait.
+//!
+//! Before any knob is changed, its original value is written to the
+//! [`Journal`] (a state file, `/run/tandem/hostd.state` by default), and the
+//! journal is saved to disk; on unboost the value is restored and the entry
+//! dropped. At start hostd restores whatever a crashed predecessor left.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::sys;
+use crate::{err, Result};
+
+/// A VM as the actuators see it.
+#[derive(Clone, Debug)]
+pub struct VmTarget {
+    pub name: String,
+    /// The QEMU process.
+    pub pid: u32,
+    /// Its cgroup directory, for the cgroup actuator.
+    pub cgroup: Option<PathBuf>,
+}
+
+/// One changed knob and its original value.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Entry {
+    /// Thread `tid` (started at `start`, in clock ticks after boot) had I/O
+    /// priority `orig`.
+    Ioprio {
+        vm: String,
+        tid: u32,
+        start: u64,
+        orig: u32,
+    },
+    /// `file` held `orig` (the weight).
+    CgroupWeight {
+        vm: String,
+        file: PathBuf,
+        orig: u32,
+    },
+}
+
+impl Entry {
+    fn vm(&self) -> &str {
+        match self {
+            Entry::Ioprio { vm, .. } | Entry::CgroupWeight { vm, .. } => vm,
+        }
+    }
+
+    /// Puts the original value back. A thread that is gone (or whose id now
+    /// names another thread) needs nothing.
+    pub fn revert(&self) -> Result<()> {
+        match self {
+            Entry::Ioprio {
+                tid, start, orig, ..
+            } => {
+                if sys::thread_start_time(*tid) == Some(*start) {
+                    match sys::ioprio_set(*tid, *orig) {
+                        Ok(()) => {}
+                        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
+                        Err(e) => return Err(err(format!("ioprio_set({tid}): {e}"))),
+                    }
+                }
+                Ok(())
+            }
+            Entry::CgroupWeight { file, orig, .. } => {
+                if !file.exists() {
+                    return Ok(());
+                }
+                std::fs::write(file, format!("{orig}\n"))
+                    .map_err(|e| err(format!("{}: {e}", file.display())))
+            }
+        }
+    }
+}
+
+/// The original values of every knob hostd changed, mirrored in a state file.
+#[derive(Debug)]
+pub struct Journal {
+    path: Option<PathBuf>,
+    entries: Vec<Entry>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct JournalFile {
+    entries: Vec<Entry>,
+}
+
+impl Journal {
+    /// A journal saved at `path` (`None`: in memory only, for tests).
+    pub fn new(path: Option<PathBuf>) -> Journal {
+        Journal {
+            path,
+            entries: Vec::new(),
+        }
+    }
+
+    pub fn entries(&self) -> &[Entry] {
+        &self.entries
+    }
+
+    pub fn has_ioprio(&self, tid: u32, start: u64) -> bool {
+        self.entries.iter().any(
+            |e| matches!(e, Entry::Ioprio { tid: t, start: s, .. } if *t == tid && *s == start),
+        )
+    }
+
+    /// Records an entry and saves the journal before the knob is changed.
+    pub fn add(&mut self, e: Entry) -> Result<()> {
+        self.entries.push(e);
+        self.save()
+    }
+
+    /// Reverts and forgets the entries of VM `vm`; returns the first error.
+    pub fn revert_vm(&mut self, vm: &str) -> Result<()> {
+        let mut first = Ok(());
+        let mut keep = Vec::new();
+        for e in self.entries.drain(..) {
+            if e.vm() == vm {
+                if let Err(x) = e.revert() {
+                    if first.is_ok() {
+                        first = Err(x);
+                    }
+                }
+            } else {
+                keep.push(e);
+            }
+        }
+        self.entries = keep;
+        self.save()?;
+        first
+    }
+
+    /// Reverts and forgets everything.
+    pub fn revert_all(&mut self) -> Result<()> {
+        let mut first = Ok(());
+        for e in self.entries.drain(..) {
+            if let Err(x) = e.revert() {
+                if first.is_ok() {
+                    first = Err(x);
+                }
+            }
+        }
+        self.save()?;
+        first
+    }
+
+    /// Writes the state file (atomically: a temporary file, then a rename);
+    /// removes it when nothing is boosted.
+    pub fn save(&self) -> Result<()> {
+        let Some(p) = &self.path else { return Ok(()) };
+        if self.entries.is_empty() {
+            match std::fs::remove_file(p) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(err(format!("{}: {e}", p.display()))),
+            }
+            return Ok(());
+        }
+        if let Some(d) = p.parent() {
+            let _ = std::fs::create_dir_all(d);
+        }
+        let tmp = p.with_extension("tmp");
+        let text = serde_json::to_string_pretty(&JournalFile {
+            entries: self.entries.clone(),
+        })
+        .map_err(|e| err(e.to_string()))?;
+        std::fs::write(&tmp, text).map_err(|e| err(format!("{}: {e}", tmp.display())))?;
+        std::fs::rename(&tmp, p).map_err(|e| err(format!("{}: {e}", p.display())))
+    }
+
+    /// Reverts what a previous hostd left in the state file at `path` (it
+    /// crashed or was killed while boosting) and removes the file. Returns
+    /// how many knobs were restored.
+    pub fn recover(path: &Path) -> Result<usize> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+            Err(e) => return Err(err(format!("{}: {e}", path.display()))),
+        };
+        let _ = std::fs::remove_file(path.with_extension("tmp"));
+        let f: JournalFile = serde_json::from_str(&text).map_err(|e| {
+            err(format!(
+                "{}: unreadable state file ({e}); fix or remove it",
+                path.display()
+            ))
+        })?;
+        let n = f.entries.len();
+        let mut j = Journal {
+            path: Some(path.to_path_buf()),
+            entries: f.entries,
+        };
+        j.revert_all()?;
+        Ok(n)
+    }
+}
+
+/// Something that favours a VM.
+pub trait Actuator: Send {
+    /// Its name, for status and logs.
+    fn name(&self) -> &'static str;
+    /// Starts favouring `vm`, or extends the favour to what appeared since the
+    /// last call (new threads): hostd calls it on each boost and periodically
+    /// while boosted. Records every original value in `j` first. Returns how
+    /// many knobs it changed in this call.
+    fn boost(&mut self, vm: &VmTarget, j: &mut Journal) -> Result<usize>;
+    /// Stops favouring `vm`: restores what `boost` changed.
+    fn unboost(&mut self, vm: &VmTarget, j: &mut Journal) -> Result<()> {
+        j.revert_vm(&vm.name)
+    }
+}
+
+/// Sets the I/O priority of every thread of the VM's process.
+pub struct IoprioActuator {
+    pub value: u32,
+}
+
+impl IoprioActuator {
+    /// Class RT, level `level` (0 highest, 7 lowest).
+    pub fn rt(level: u32) -> Self {
+        IoprioActuator {
+            value: sys::ioprio_value(sys::IOPRIO_CLASS_RT, level),
+        }
+    }
+    /// Class BE, level 0.
+    pub fn be0() -> Self {
+        IoprioActuator {
+            value: sys::ioprio_value(sys::IOPRIO_CLASS_BE, 0),
+        }
+    }
+}
+
+impl Actuator for IoprioActuator {
+    fn name(&self) -> &'static str {
+        "ioprio"
+    }
+
+    fn boost(&mut self, vm: &VmTarget, j: &mut Journal) -> Result<usize> {
+        let tids = sys::threads(vm.pid)
+            .map_err(|e| err(format!("VM {}: /proc/{}/task: {e}", vm.name, vm.pid)))?;
+        let mut changed = 0;
+        for tid in tids {
+            let Some(start) = sys::thread_start_time(tid) else {
+                continue; // gone meanwhile
+            };
+            if j.has_ioprio(tid, start) {
+                continue;
+            }
+            let Ok(orig) = sys::ioprio_get(tid) else {
+                continue;
+            };
+            j.add(Entry::Ioprio {
+                vm: vm.name.clone(),
+                tid,
+                start,
+                orig,
+            })?;
+            match sys::ioprio_set(tid, self.value) {
+                Ok(()) => changed += 1,
+                Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
+                Err(e) => return Err(err(format!("ioprio_set({tid}): {e}"))),
+            }
+        }
+        Ok(changed)
+    }
+}
+
+/// Sets the BFQ weight of the VM's cgroup.
+pub struct CgroupWeightActuator {
+    pub weight: u32,
+}
+
+/// The BFQ weight file of a cgroup directory (v2 first, then v1).
+pub fn bfq_weight_file(cgroup: &Path) -> Option<PathBuf> {
+    ["io.bfq.weight", "blkio.bfq.weight"]
+        .iter()
+        .map(|f| cgroup.join(f))
+        .find(|p| p.exists())
+}
+
+/// Reads a weight file: v1 holds `100`, v2 `default 100` (then per-device lines).
+pub fn read_weight(file: &Path) -> Result<u32> {
+    let t = std::fs::read_to_string(file).map_err(|e| err(format!("{}: {e}", file.display())))?;
+    let first = t.lines().next().unwrap_or("");
+    first
+        .split_whitespace()
+        .last()
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| err(format!("{}: unexpected content {first:?}", file.display())))
+}
+
+impl Actuator for CgroupWeightActuator {
+    fn name(&self) -> &'static str {
+        "cgroup-bfq-weight"
+    }
+
+    fn boost(&mut self, vm: &VmTarget, j: &mut Journal) -> Result<usize> {
+        let Some(dir) = &vm.cgroup else {
+            return Ok(0);
+        };
+        let file = bfq_weight_file(dir).ok_or_else(|| {
+            err(format!(
+                "VM {}: {} has no io.bfq.weight or blkio.bfq.weight",
+                vm.name,
+                dir.display()
+            ))
+        })?;
+        let already = j
+            .entries()
+            .iter()
+            .any(|e| matches!(e, Entry::CgroupWeight { file: f, .. } if *f == file));
+        if already {
+            return Ok(0);
+        }
+        let orig = read_weight(&file)?;
+        j.add(Entry::CgroupWeight {
+            vm: vm.name.clone(),
+            file: file.clone(),
+            orig,
+        })?;
+        std::fs::write(&file, format!("{}\n", self.weight))
+            .map_err(|e| err(format!("{}: {e}", file.display())))?;
+        Ok(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn journal_round_trip() {
+        let d = std::env::temp_dir().join(format!("tandem-journal-{}", std::process::id()));
+        let p = d.join("hostd.state");
+        let mut j = Journal::new(Some(p.clone()));
+        let w = d.join("weight");
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(&w, "default 100\n").unwrap();
+        assert_eq!(read_weight(&w).unwrap(), 100);
+        j.add(Entry::CgroupWeight {
+            vm: "a".into(),
+            file: w.clone(),
+            orig: 100,
+        })
+        .unwrap();
+        std::fs::write(&w, "1000\n").unwrap();
+        assert!(p.exists());
+        drop(j);
+        assert_eq!(Journal::recover(&p).unwrap(), 1);
+        assert_eq!(read_weight(&w).unwrap(), 100);
+        assert!(!p.exists());
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}

@@ -1,0 +1,1073 @@
+//! `tandem hostd`: the host daemon. One event loop owns a
+//! [`policy::Arbiter`], the VMs and the actuators; one thread per channel
+//! reads frames, one serves the control socket (`tandem hostd status`) and
+//! one the Prometheus metrics.
+//!
+//! A VM's channel is a unix socket: hostd listens on it (QEMU's chardev as a
+//! client, `server=off`, or a guest daemon on the unix transport connects to
+//! it), or with `connect = true` hostd connects to QEMU's chardev server
+//! socket and reconnects when it goes away.
+//!
+//! Every boost is undone on NO-HELP, on lease expiry (the arbiter's), when
+//! the channel closes, when the VM's process exits, on SIGINT/SIGTERM/SIGHUP,
+//! and at the next start after a crash (the [`Journal`] state file).
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::thread;
+use std::time::Duration;
+
+use policy::{Arbiter, BoostChange, Message, PolicyConfig, MS, PROTOCOL_VERSION};
+use serde::Deserialize;
+
+use crate::actuator::{Actuator, CgroupWeightActuator, IoprioActuator, Journal, VmTarget};
+use crate::transport::{write_message, FrameReader, ReadError, Stream};
+use crate::{err, now_ns, sys, Result};
+
+pub const DEFAULT_STATE_FILE: &str = "/run/tandem/hostd.state";
+pub const DEFAULT_CONTROL: &str = "/run/tandem/hostd.sock";
+
+/// One VM in the configuration.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct VmConfig {
+    pub name: String,
+    /// The channel's unix socket.
+    pub socket: PathBuf,
+    /// The QEMU process.
+    pub pid: u32,
+    /// Connect to the socket (QEMU's chardev is the server) instead of listening.
+    #[serde(default)]
+    pub connect: bool,
+    /// The VM's own cgroup directory, for the cgroup weight actuator.
+    #[serde(default)]
+    pub cgroup: Option<PathBuf>,
+    /// Weight in the arbitration among VMs.
+    #[serde(default = "one")]
+    pub weight: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// hostd's configuration (`--config FILE`, TOML; `--vm` adds VMs).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct HostdConfig {
+    #[serde(default, rename = "vm")]
+    pub vms: Vec<VmConfig>,
+    /// Original values of everything boosted (for recovery after a crash).
+    #[serde(default = "default_state")]
+    pub state_file: PathBuf,
+    /// Control socket for `tandem hostd status`.
+    #[serde(default = "default_control")]
+    pub control: PathBuf,
+    /// Prometheus metrics: `unix:PATH` or `HOST:PORT` (a local address).
+    #[serde(default)]
+    pub metrics: Option<String>,
+    /// `ioprio-rt` (default), `ioprio-be0` or `none`.
+    #[serde(default = "default_actuator")]
+    pub ioprio: String,
+    /// Level of the RT class (0-7).
+    #[serde(default = "default_level")]
+    pub ioprio_level: u32,
+    /// BFQ weight for a boosted VM's cgroup (VMs with `cgroup` set).
+    #[serde(default = "default_weight")]
+    pub cgroup_weight: u32,
+    /// Messages per second a channel may send before hostd coalesces them.
+    #[serde(default = "default_rate")]
+    pub rate_limit: f64,
+    /// Messages a channel may send at once above the rate.
+    #[serde(default = "default_burst")]
+    pub rate_burst: f64,
+    /// How often to look for new threads of boosted VMs and for VMs that exited, ms.
+    #[serde(default = "default_rescan")]
+    pub rescan_ms: u64,
+    /// The host's lease on a HELP, ms (policy's `max_lease_ns`).
+    #[serde(default = "default_lease")]
+    pub max_lease_ms: u64,
+}
+
+fn default_state() -> PathBuf {
+    DEFAULT_STATE_FILE.into()
+}
+fn default_control() -> PathBuf {
+    DEFAULT_CONTROL.into()
+}
+fn default_actuator() -> String {
+    "ioprio-rt".into()
+}
+fn default_level() -> u32 {
+    4
+}
+fn default_weight() -> u32 {
+    1000
+}
+fn default_rate() -> f64 {
+    // Design choice: a guest sends a HELP, a renewal every half lease and a
+    // NO-HELP; 200 per second is far above any honest guest.
+    200.0
+}
+fn default_burst() -> f64 {
+    50.0
+}
+fn default_rescan() -> u64 {
+    // Design choice: QEMU's pool starts workers on demand; a new worker
+    // waits at most this long for the boost.
+    200
+}
+fn default_lease() -> u64 {
+    PolicyConfig::default().max_lease_ns / MS
+}
+
+impl Default for HostdConfig {
+    fn default() -> Self {
+        toml::from_str("").expect("defaults")
+    }
+}
+
+impl HostdConfig {
+    pub fn from_toml(text: &str) -> Result<HostdConfig> {
+        toml::from_str(text).map_err(|e| err(format!("hostd config: {e}")))
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        if self.vms.is_empty() {
+            return Err(err(
+                "no VM: give --vm name=N,socket=PATH,pid=PID or a [[vm]] in --config",
+            ));
+        }
+        for (i, v) in self.vms.iter().enumerate() {
+            if v.name.is_empty() || v.name.len() > policy::protocol::MAX_VM_NAME_BYTES {
+                return Err(err(format!("VM {i}: name must be 1 to 64 bytes")));
+            }
+            if self.vms[..i]
+                .iter()
+                .any(|o| o.name == v.name || o.socket == v.socket)
+            {
+                return Err(err(format!("VM {}: duplicate name or socket", v.name)));
+            }
+            if v.weight == 0 {
+                return Err(err(format!("VM {}: weight must be at least 1", v.name)));
+            }
+        }
+        if !["ioprio-rt", "ioprio-be0", "none"].contains(&self.ioprio.as_str()) {
+            return Err(err(format!(
+                "ioprio = {:?}: accepted: ioprio-rt, ioprio-be0, none",
+                self.ioprio
+            )));
+        }
+        if self.ioprio_level > 7 {
+            return Err(err("ioprio_level: 0 to 7"));
+        }
+        if !(1..=1000).contains(&self.cgroup_weight) {
+            return Err(err("cgroup_weight: 1 to 1000 (BFQ's range)"));
+        }
+        if self.rate_limit.is_nan() || self.rate_limit <= 0.0 || self.rate_burst < 1.0 {
+            return Err(err("rate_limit must be > 0 and rate_burst >= 1"));
+        }
+        self.policy()?;
+        Ok(())
+    }
+
+    pub fn policy(&self) -> Result<PolicyConfig> {
+        let p = PolicyConfig {
+            max_lease_ns: self.max_lease_ms * MS,
+            ..PolicyConfig::default()
+        };
+        p.validate().map_err(|e| err(format!("policy: {e}")))?;
+        Ok(p)
+    }
+}
+
+/// Parses `name=N,socket=PATH,pid=PID[,cgroup=DIR][,connect=1][,weight=W]`.
+pub fn parse_vm_arg(s: &str) -> Result<VmConfig> {
+    let (mut name, mut socket, mut pid, mut cgroup, mut connect, mut weight) =
+        (None, None, None, None, false, 1);
+    for kv in s.split(',') {
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| err(format!("--vm {s:?}: {kv:?} is not KEY=VALUE")))?;
+        match k {
+            "name" => name = Some(v.to_string()),
+            "socket" => socket = Some(PathBuf::from(v)),
+            "pid" => {
+                pid = Some(
+                    v.parse()
+                        .map_err(|_| err(format!("--vm: pid={v:?} is not a process id")))?,
+                )
+            }
+            "cgroup" => cgroup = Some(PathBuf::from(v)),
+            "connect" => connect = matches!(v, "1" | "true" | "yes"),
+            "weight" => {
+                weight = v
+                    .parse()
+                    .map_err(|_| err(format!("--vm: weight={v:?} is not a number")))?
+            }
+            _ => {
+                return Err(err(format!(
+                    "--vm: unknown key {k:?}; accepted: name, socket, pid, cgroup, connect, weight"
+                )))
+            }
+        }
+    }
+    Ok(VmConfig {
+        name: name.ok_or_else(|| err(format!("--vm {s:?}: name= is missing")))?,
+        socket: socket.ok_or_else(|| err(format!("--vm {s:?}: socket= is missing")))?,
+        pid: pid.ok_or_else(|| err(format!("--vm {s:?}: pid= is missing")))?,
+        connect,
+        cgroup,
+        weight,
+    })
+}
+
+enum Event {
+    Opened {
+        vm: usize,
+        conn: u64,
+        stream: Stream,
+    },
+    Msg {
+        vm: usize,
+        conn: u64,
+        msg: Message,
+    },
+    Closed {
+        vm: usize,
+        conn: u64,
+    },
+    /// A message was dropped (coalesced) by the rate limit, or malformed.
+    Counted {
+        vm: usize,
+        limited: u64,
+        malformed: u64,
+    },
+    Control {
+        req: String,
+        reply: Sender<String>,
+    },
+}
+
+#[derive(Default)]
+struct VmRuntime {
+    conn: Option<(u64, Stream)>,
+    alive: bool,
+    start: Option<u64>,
+    boosted_since: Option<u64>,
+    boosts: u64,
+    messages: u64,
+    limited: u64,
+    malformed: u64,
+    connections: u64,
+    actuator_errors: u64,
+    last_error: Option<String>,
+}
+
+/// A token bucket.
+struct Bucket {
+    rate: f64,
+    burst: f64,
+    tokens: f64,
+    at: u64,
+}
+
+impl Bucket {
+    fn take(&mut self, now: u64) -> bool {
+        let dt = now.saturating_sub(self.at) as f64 / 1e9;
+        self.at = now;
+        self.tokens = (self.tokens + dt * self.rate).min(self.burst);
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+fn log(m: &str) {
+    eprintln!("tandem hostd: {m}");
+}
+
+/// Reads one channel until it closes. Answers Hello itself; passes Help and
+/// NoHelp on under the rate limit, keeping only the latest of a flood.
+fn serve_channel(vm: usize, conn: u64, stream: Stream, tx: Sender<Event>, rate: f64, burst: f64) {
+    let Ok(mut w) = stream.try_clone() else {
+        return;
+    };
+    let Ok(reg) = stream.try_clone() else {
+        return;
+    };
+    if tx
+        .send(Event::Opened {
+            vm,
+            conn,
+            stream: reg,
+        })
+        .is_err()
+    {
+        return;
+    }
+    stream.set_read_timeout(Some(Duration::from_millis(50)));
+    let mut r = FrameReader::new(stream);
+    let mut hello = false;
+    let mut bucket = Bucket {
+        rate,
+        burst,
+        tokens: burst,
+        at: now_ns(),
+    };
+    let mut pending: Option<Message> = None;
+    let mut limited = 0u64;
+    let refuse = |w: &mut Stream, reason: String| {
+        let _ = write_message(w, &Message::Refuse { reason });
+    };
+    loop {
+        let res = r.read_message();
+        // Flush a coalesced message when the bucket allows.
+        if pending.is_some() && bucket.take(now_ns()) {
+            let msg = pending.take().unwrap();
+            if tx.send(Event::Msg { vm, conn, msg }).is_err() {
+                return;
+            }
+        }
+        if limited >= 1000 {
+            let _ = tx.send(Event::Counted {
+                vm,
+                limited,
+                malformed: 0,
+            });
+            limited = 0;
+        }
+        let msg = match res {
+            Ok(m) => m,
+            Err(ReadError::Timeout) => continue,
+            Err(ReadError::Eof { partial }) => {
+                if partial > 0 {
+                    let _ = tx.send(Event::Counted {
+                        vm,
+                        limited: 0,
+                        malformed: 1,
+                    });
+                }
+                break;
+            }
+            Err(ReadError::Decode(policy::DecodeError::UnknownVersion(v))) => {
+                refuse(
+                    &mut w,
+                    format!("protocol version {v} is not supported; this host speaks {PROTOCOL_VERSION}"),
+                );
+                let _ = tx.send(Event::Counted {
+                    vm,
+                    limited: 0,
+                    malformed: 1,
+                });
+                break;
+            }
+            Err(ReadError::Decode(e)) => {
+                refuse(&mut w, format!("malformed frame: {e}"));
+                let _ = tx.send(Event::Counted {
+                    vm,
+                    limited: 0,
+                    malformed: 1,
+                });
+                break;
+            }
+            Err(ReadError::Io(_)) => break,
+        };
+        match msg {
+            Message::Hello { version, .. } => {
+                if version != PROTOCOL_VERSION {
+                    refuse(
+                        &mut w,
+                        format!(
+                            "protocol version {version} is not supported; this host speaks {PROTOCOL_VERSION}"
+                        ),
+                    );
+                    break;
+                }
+                hello = true;
+                if write_message(
+                    &mut w,
+                    &Message::HelloAck {
+                        version: PROTOCOL_VERSION,
+                    },
+                )
+                .is_err()
+                {
+                    break;
+                }
+            }
+            Message::Heartbeat { seq } => {
+                // Echoed within the rate limit; a flood of them is dropped.
+                if bucket.take(now_ns()) {
+                    let _ = write_message(&mut w, &Message::Heartbeat { seq });
+                } else {
+                    limited += 1;
+                }
+            }
+            Message::Help { .. } | Message::NoHelp { .. } if hello => {
+                if bucket.take(now_ns()) && pending.is_none() {
+                    if tx.send(Event::Msg { vm, conn, msg }).is_err() {
+                        return;
+                    }
+                } else {
+                    if pending.is_some() {
+                        limited += 1;
+                    }
+                    pending = Some(msg);
+                }
+            }
+            Message::Help { .. } | Message::NoHelp { .. } => {
+                refuse(&mut w, "Hello first".into());
+                let _ = tx.send(Event::Counted {
+                    vm,
+                    limited: 0,
+                    malformed: 1,
+                });
+                break;
+            }
+            Message::HelloAck { .. } | Message::Refuse { .. } => {
+                refuse(&mut w, "host-to-guest message sent by a guest".into());
+                let _ = tx.send(Event::Counted {
+                    vm,
+                    limited: 0,
+                    malformed: 1,
+                });
+                break;
+            }
+        }
+    }
+    if limited > 0 {
+        let _ = tx.send(Event::Counted {
+            vm,
+            limited,
+            malformed: 0,
+        });
+    }
+    let _ = tx.send(Event::Closed { vm, conn });
+}
+
+static CONN_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+fn next_conn() -> u64 {
+    CONN_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+fn bind_unix(path: &Path) -> Result<UnixListener> {
+    if let Some(d) = path.parent() {
+        let _ = std::fs::create_dir_all(d);
+    }
+    if path.exists() {
+        if UnixStream::connect(path).is_ok() {
+            return Err(err(format!(
+                "{}: in use by another process (another hostd?)",
+                path.display()
+            )));
+        }
+        let _ = std::fs::remove_file(path);
+    }
+    UnixListener::bind(path).map_err(|e| err(format!("{}: {e}", path.display())))
+}
+
+fn start_channel(
+    vm: usize,
+    cfg: &VmConfig,
+    tx: Sender<Event>,
+    rate: f64,
+    burst: f64,
+) -> Result<()> {
+    if cfg.connect {
+        let path = cfg.socket.clone();
+        thread::spawn(move || loop {
+            if let Ok(s) = UnixStream::connect(&path) {
+                serve_channel(vm, next_conn(), Stream::Unix(s), tx.clone(), rate, burst);
+            }
+            thread::sleep(Duration::from_millis(500));
+        });
+    } else {
+        let l = bind_unix(&cfg.socket)?;
+        thread::spawn(move || {
+            for s in l.incoming().flatten() {
+                let tx = tx.clone();
+                thread::spawn(move || {
+                    serve_channel(vm, next_conn(), Stream::Unix(s), tx, rate, burst)
+                });
+            }
+        });
+    }
+    Ok(())
+}
+
+fn ask(tx: &Sender<Event>, req: &str) -> String {
+    let (rtx, rrx) = mpsc::channel();
+    if tx
+        .send(Event::Control {
+            req: req.to_string(),
+            reply: rtx,
+        })
+        .is_err()
+    {
+        return "hostd is stopping\n".into();
+    }
+    rrx.recv_timeout(Duration::from_secs(2))
+        .unwrap_or_else(|_| "hostd did not answer\n".into())
+}
+
+fn start_control(path: &Path, tx: Sender<Event>) -> Result<()> {
+    let l = bind_unix(path)?;
+    thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            let tx = tx.clone();
+            thread::spawn(move || {
+                let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+                let mut line = String::new();
+                let mut r = BufReader::new(s.try_clone().unwrap()).take(256);
+                let _ = r.read_line(&mut line);
+                let answer = ask(&tx, line.trim());
+                let mut s = s;
+                let _ = s.write_all(answer.as_bytes());
+            });
+        }
+    });
+    Ok(())
+}
+
+fn http_answer<S: Read + Write>(mut s: S, tx: &Sender<Event>) {
+    // Read the request head (any request gets the metrics).
+    let mut buf = [0u8; 1024];
+    let mut got = Vec::new();
+    while got.len() < 8192 {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                got.extend_from_slice(&buf[..n]);
+                if got.windows(4).any(|w| w == b"\r\n\r\n") || got.windows(2).any(|w| w == b"\n\n")
+                {
+                    break;
+                }
+            }
+        }
+    }
+    let body = ask(tx, "metrics");
+    let _ = write!(
+        s,
+        "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\n\r\n{}",
+        body.len(),
+        body
+    );
+}
+
+fn start_metrics(addr: &str, tx: Sender<Event>) -> Result<Option<PathBuf>> {
+    if let Some(p) = addr.strip_prefix("unix:") {
+        let path = PathBuf::from(p);
+        let l = bind_unix(&path)?;
+        thread::spawn(move || {
+            for s in l.incoming().flatten() {
+                let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+                http_answer(s, &tx);
+            }
+        });
+        Ok(Some(path))
+    } else {
+        let l = TcpListener::bind(addr).map_err(|e| err(format!("metrics {addr}: {e}")))?;
+        thread::spawn(move || {
+            for s in l.incoming().flatten() {
+                let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+                http_answer(s, &tx);
+            }
+        });
+        Ok(None)
+    }
+}
+
+/// The daemon. Runs until SIGINT/SIGTERM/SIGHUP.
+pub struct Hostd {
+    cfg: HostdConfig,
+    arbiter: Arbiter,
+    targets: Vec<VmTarget>,
+    rt: Vec<VmRuntime>,
+    actuators: Vec<Box<dyn Actuator>>,
+    journal: Journal,
+}
+
+impl Hostd {
+    pub fn new(cfg: HostdConfig) -> Result<Hostd> {
+        cfg.validate()?;
+        let mut arbiter = Arbiter::try_new(cfg.policy()?).map_err(err)?;
+        let mut actuators: Vec<Box<dyn Actuator>> = Vec::new();
+        match cfg.ioprio.as_str() {
+            "ioprio-rt" => actuators.push(Box::new(IoprioActuator::rt(cfg.ioprio_level))),
+            "ioprio-be0" => actuators.push(Box::new(IoprioActuator::be0())),
+            _ => {}
+        }
+        if cfg.vms.iter().any(|v| v.cgroup.is_some()) {
+            actuators.push(Box::new(CgroupWeightActuator {
+                weight: cfg.cgroup_weight,
+            }));
+        }
+        let mut targets = Vec::new();
+        let mut rt = Vec::new();
+        for (i, v) in cfg.vms.iter().enumerate() {
+            arbiter.add_vm(i as u32, v.weight);
+            targets.push(VmTarget {
+                name: v.name.clone(),
+                pid: v.pid,
+                cgroup: v.cgroup.clone(),
+            });
+            let start = sys::start_time(&v.pid.to_string());
+            if start.is_none() {
+                log(&format!(
+                    "VM {}: no process {} (it will not be served until hostd restarts)",
+                    v.name, v.pid
+                ));
+            }
+            rt.push(VmRuntime {
+                alive: start.is_some(),
+                start,
+                ..VmRuntime::default()
+            });
+        }
+        let journal = Journal::new(Some(cfg.state_file.clone()));
+        Ok(Hostd {
+            cfg,
+            arbiter,
+            targets,
+            rt,
+            actuators,
+            journal,
+        })
+    }
+
+    fn apply(&mut self, changes: Vec<BoostChange>, now: u64) {
+        for c in changes {
+            match c {
+                BoostChange::Boost(vm) => {
+                    let i = vm as usize;
+                    self.rt[i].boosts += 1;
+                    self.rt[i].boosted_since = Some(now);
+                    self.boost(i);
+                }
+                BoostChange::Unboost(vm, why) => {
+                    let i = vm as usize;
+                    self.rt[i].boosted_since = None;
+                    for a in self.actuators.iter_mut() {
+                        if let Err(e) = a.unboost(&self.targets[i], &mut self.journal) {
+                            self.rt[i].actuator_errors += 1;
+                            self.rt[i].last_error = Some(e.0.clone());
+                            log(&format!(
+                                "VM {}: unboost ({}): {e}",
+                                self.targets[i].name,
+                                a.name()
+                            ));
+                        }
+                    }
+                    let _ = why;
+                }
+            }
+        }
+    }
+
+    /// Boosts VM `i` (again: new threads get it too).
+    fn boost(&mut self, i: usize) {
+        if !self.rt[i].alive {
+            return;
+        }
+        for a in self.actuators.iter_mut() {
+            if let Err(e) = a.boost(&self.targets[i], &mut self.journal) {
+                self.rt[i].actuator_errors += 1;
+                self.rt[i].last_error = Some(e.0.clone());
+                log(&format!(
+                    "VM {}: boost ({}): {e}",
+                    self.targets[i].name,
+                    a.name()
+                ));
+            }
+        }
+    }
+
+    fn rescan(&mut self, now: u64) {
+        for i in 0..self.targets.len() {
+            if !self.rt[i].alive {
+                continue;
+            }
+            let pid = self.targets[i].pid;
+            if sys::start_time(&pid.to_string()) != self.rt[i].start {
+                self.rt[i].alive = false;
+                log(&format!(
+                    "VM {}: process {pid} exited",
+                    self.targets[i].name
+                ));
+                let ch = self.arbiter.remove_vm(i as u32, now);
+                self.apply(ch, now);
+                // Anything left (the arbiter had it unboosted already).
+                let _ = self.journal.revert_vm(&self.targets[i].name);
+                if let Some((_, s)) = self.rt[i].conn.take() {
+                    s.shutdown();
+                }
+                continue;
+            }
+            if self.arbiter.is_boosted(i as u32) {
+                self.boost(i);
+            }
+        }
+    }
+
+    fn handle(&mut self, ev: Event, now: u64) {
+        match ev {
+            Event::Opened { vm, conn, stream } => {
+                if let Some((_, old)) = self.rt[vm].conn.replace((conn, stream)) {
+                    // A guest daemon restarted: the new channel replaces the old.
+                    old.shutdown();
+                }
+                self.rt[vm].connections += 1;
+                if !self.rt[vm].alive {
+                    if let Some((_, s)) = self.rt[vm].conn.take() {
+                        s.shutdown();
+                    }
+                }
+            }
+            Event::Msg { vm, conn, msg } => {
+                if self.rt[vm].conn.as_ref().map(|c| c.0) != Some(conn) || !self.rt[vm].alive {
+                    return;
+                }
+                self.rt[vm].messages += 1;
+                match msg {
+                    Message::Help {
+                        resource: policy::Resource::Io,
+                        duration_hint_ms,
+                        ..
+                    } => self
+                        .arbiter
+                        .help(vm as u32, now, duration_hint_ms as u64 * MS),
+                    Message::NoHelp {
+                        resource: policy::Resource::Io,
+                    } => self.arbiter.no_help(vm as u32, now),
+                    // CPU help: no CPU actuator yet.
+                    _ => {}
+                }
+                let ch = self.arbiter.update(now);
+                self.apply(ch, now);
+            }
+            Event::Closed { vm, conn } => {
+                if self.rt[vm].conn.as_ref().map(|c| c.0) == Some(conn) {
+                    self.rt[vm].conn = None;
+                    // A guest that goes away needs no more help.
+                    if self.rt[vm].alive {
+                        self.arbiter.no_help(vm as u32, now);
+                        let ch = self.arbiter.update(now);
+                        self.apply(ch, now);
+                    }
+                }
+            }
+            Event::Counted {
+                vm,
+                limited,
+                malformed,
+            } => {
+                self.rt[vm].limited += limited;
+                self.rt[vm].malformed += malformed;
+            }
+            Event::Control { req, reply } => {
+                let text = match req.as_str() {
+                    "status" => self.status_text(now),
+                    "metrics" => self.metrics_text(now),
+                    other => format!("unknown request {other:?}; accepted: status, metrics\n"),
+                };
+                let _ = reply.send(text);
+            }
+        }
+    }
+
+    fn status_text(&self, now: u64) -> String {
+        let p = self.arbiter.config();
+        let mut s = format!(
+            "hostd pid {}  lease {} ms  budget {:.1} s per {:.0} s window  actuators: {}\n",
+            std::process::id(),
+            p.max_lease_ns / MS,
+            p.budget_ns() as f64 / 1e9,
+            p.budget_window_ns as f64 / 1e9,
+            self.actuators
+                .iter()
+                .map(|a| a.name())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        s += "VM               PID      STATE      CHANNEL    BOOSTED  FOR_S   BOOSTS  BOOSTED_S  HELPS  MSGS   LIMITED  MALFORMED  THREADS\n";
+        for (i, t) in self.targets.iter().enumerate() {
+            let r = &self.rt[i];
+            let st = self.arbiter.stats(i as u32).unwrap_or_default();
+            let threads = self
+                .journal
+                .entries()
+                .iter()
+                .filter(|e| matches!(e, crate::actuator::Entry::Ioprio { vm, .. } if *vm == t.name))
+                .count();
+            s += &format!(
+                "{:<16} {:<8} {:<10} {:<10} {:<8} {:<7.2} {:<7} {:<10.2} {:<6} {:<6} {:<8} {:<10} {}\n",
+                t.name,
+                t.pid,
+                if r.alive { "running" } else { "exited" },
+                if r.conn.is_some() { "connected" } else { "-" },
+                if self.arbiter.is_boosted(i as u32) { "yes" } else { "no" },
+                r.boosted_since.map(|b| (now - b) as f64 / 1e9).unwrap_or(0.0),
+                r.boosts,
+                st.boosted_ns as f64 / 1e9,
+                st.helps,
+                r.messages,
+                r.limited,
+                r.malformed,
+                threads,
+            );
+            if let Some(e) = &r.last_error {
+                s += &format!("  last actuator error: {e}\n");
+            }
+        }
+        s
+    }
+
+    fn metrics_text(&self, _now: u64) -> String {
+        let mut s = String::new();
+        let mut metric = |name: &str, help: &str, kind: &str, vals: Vec<(String, f64)>| {
+            s += &format!("# HELP tandem_hostd_{name} {help}\n# TYPE tandem_hostd_{name} {kind}\n");
+            for (vm, v) in vals {
+                s += &format!("tandem_hostd_{name}{{vm=\"{vm}\"}} {v}\n");
+            }
+        };
+        let per = |f: &dyn Fn(usize) -> f64| -> Vec<(String, f64)> {
+            self.targets
+                .iter()
+                .enumerate()
+                .map(|(i, t)| (t.name.clone(), f(i)))
+                .collect()
+        };
+        metric(
+            "boosted",
+            "1 while the VM is boosted",
+            "gauge",
+            per(&|i| self.arbiter.is_boosted(i as u32) as u8 as f64),
+        );
+        metric(
+            "connected",
+            "1 while the VM's channel is open",
+            "gauge",
+            per(&|i| self.rt[i].conn.is_some() as u8 as f64),
+        );
+        metric(
+            "boosts_total",
+            "Boosts started",
+            "counter",
+            per(&|i| self.rt[i].boosts as f64),
+        );
+        metric(
+            "boosted_seconds_total",
+            "Time boosted",
+            "counter",
+            per(&|i| self.arbiter.stats(i as u32).unwrap_or_default().boosted_ns as f64 / 1e9),
+        );
+        metric(
+            "helps_total",
+            "HELP messages taken by the arbiter",
+            "counter",
+            per(&|i| self.arbiter.stats(i as u32).unwrap_or_default().helps as f64),
+        );
+        metric(
+            "leases_expired_total",
+            "Leases that ran out without NO-HELP",
+            "counter",
+            per(&|i| {
+                self.arbiter
+                    .stats(i as u32)
+                    .unwrap_or_default()
+                    .leases_expired as f64
+            }),
+        );
+        metric(
+            "budget_denials_total",
+            "Times the budget held the VM back",
+            "counter",
+            per(&|i| {
+                self.arbiter
+                    .stats(i as u32)
+                    .unwrap_or_default()
+                    .budget_denials as f64
+            }),
+        );
+        metric(
+            "messages_total",
+            "Messages passed to the arbiter",
+            "counter",
+            per(&|i| self.rt[i].messages as f64),
+        );
+        metric(
+            "rate_limited_total",
+            "Messages coalesced by the rate limit",
+            "counter",
+            per(&|i| self.rt[i].limited as f64),
+        );
+        metric(
+            "malformed_total",
+            "Channels closed on a malformed frame",
+            "counter",
+            per(&|i| self.rt[i].malformed as f64),
+        );
+        metric(
+            "actuator_errors_total",
+            "Failed actuator calls",
+            "counter",
+            per(&|i| self.rt[i].actuator_errors as f64),
+        );
+        s
+    }
+
+    /// Runs the daemon until a stop signal; reverts every boost before returning.
+    pub fn run(mut self) -> Result<()> {
+        sys::install_stop_handlers();
+        match Journal::recover(&self.cfg.state_file) {
+            Ok(0) => {}
+            Ok(n) => log(&format!(
+                "restored {n} knob(s) left boosted by a previous hostd ({})",
+                self.cfg.state_file.display()
+            )),
+            Err(e) => return Err(e),
+        }
+        let (tx, rx) = mpsc::channel();
+        let mut created: Vec<PathBuf> = Vec::new();
+        let r = (|| -> Result<()> {
+            for (i, v) in self.cfg.vms.iter().enumerate() {
+                start_channel(i, v, tx.clone(), self.cfg.rate_limit, self.cfg.rate_burst)?;
+                if !v.connect {
+                    created.push(v.socket.clone());
+                }
+            }
+            start_control(&self.cfg.control, tx.clone())?;
+            created.push(self.cfg.control.clone());
+            if let Some(m) = &self.cfg.metrics {
+                if let Some(p) = start_metrics(m, tx.clone())? {
+                    created.push(p);
+                }
+            }
+            Ok(())
+        })();
+        drop(tx);
+        if r.is_ok() {
+            log(&format!(
+                "serving {} VM(s); control {}",
+                self.targets.len(),
+                self.cfg.control.display()
+            ));
+            self.event_loop(&rx);
+        }
+        // Daemon exit: undo everything.
+        let now = now_ns();
+        for i in 0..self.targets.len() {
+            let ch = self.arbiter.remove_vm(i as u32, now);
+            self.apply(ch, now);
+        }
+        let rev = self.journal.revert_all();
+        for p in created {
+            let _ = std::fs::remove_file(p);
+        }
+        r?;
+        rev
+    }
+
+    fn event_loop(&mut self, rx: &Receiver<Event>) {
+        let rescan = self.cfg.rescan_ms.max(10) * MS;
+        let mut next_rescan = now_ns() + rescan;
+        while !sys::stop_requested() {
+            let now = now_ns();
+            let mut wake = next_rescan.min(now + 100 * MS);
+            if let Some(d) = self.arbiter.next_deadline() {
+                wake = wake.min(d);
+            }
+            match rx.recv_timeout(Duration::from_nanos(wake.saturating_sub(now))) {
+                Ok(ev) => {
+                    let now = now_ns();
+                    self.handle(ev, now);
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+            let now = now_ns();
+            if self.arbiter.next_deadline().is_some_and(|d| d <= now) {
+                let ch = self.arbiter.update(now);
+                self.apply(ch, now);
+            }
+            if now >= next_rescan {
+                self.rescan(now);
+                next_rescan = now + rescan;
+            }
+        }
+    }
+}
+
+/// `tandem hostd status`: asks a running hostd over its control socket.
+pub fn query(control: &Path, req: &str) -> Result<String> {
+    let mut s = UnixStream::connect(control).map_err(|e| {
+        err(format!(
+            "{}: {e} (is tandem hostd running? --control gives another socket)",
+            control.display()
+        ))
+    })?;
+    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+    s.write_all(format!("{req}\n").as_bytes())
+        .map_err(|e| err(e.to_string()))?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).map_err(|e| err(e.to_string()))?;
+    Ok(out)
+}
+
+/// Per-VM boosted flag from a status text (for tests and scripts).
+pub fn boosted_from_status(status: &str) -> BTreeMap<String, bool> {
+    status
+        .lines()
+        .skip(2)
+        .filter(|l| !l.starts_with(' '))
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            Some((f.first()?.to_string(), *f.get(4)? == "yes"))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vm_args_and_config() {
+        let v = parse_vm_arg("name=a,socket=/tmp/a.sock,pid=12").unwrap();
+        assert_eq!(v.pid, 12);
+        assert!(parse_vm_arg("name=a,pid=1").is_err());
+        assert!(parse_vm_arg("name=a,socket=/x,pid=x").is_err());
+        assert!(parse_vm_arg("name=a,socket=/x,pid=1,colour=red").is_err());
+        let c = HostdConfig::from_toml(
+            "metrics = \"127.0.0.1:9120\"\n[[vm]]\nname = \"a\"\nsocket = \"/tmp/a\"\npid = 5\n",
+        )
+        .unwrap();
+        assert_eq!(c.vms.len(), 1);
+        c.validate().unwrap();
+        assert!(HostdConfig::from_toml("bogus = 1").is_err());
+        assert!(HostdConfig::default().validate().is_err());
+    }
+
+    #[test]
+    fn bucket_limits() {
+        let mut b = Bucket {
+            rate: 10.0,
+            burst: 5.0,
+            tokens: 5.0,
+            at: 0,
+        };
+        let n = (0..100).filter(|_| b.take(0)).count();
+        assert_eq!(n, 5);
+        assert!(b.take(100 * MS));
+        assert!(!b.take(100 * MS));
+    }
+}

@@ -1,0 +1,312 @@
+//! The kernel interfaces the daemons use: `ioprio_get`/`ioprio_set`, the
+//! threads of a process in `/proc`, per-process I/O accounting, the process
+//! connector (netlink) for execs and exits, and signals.
+
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// `IOPRIO_WHO_PROCESS` (include/uapi/linux/ioprio.h): `who` is a thread id.
+const IOPRIO_WHO_PROCESS: libc::c_int = 1;
+/// include/uapi/linux/ioprio.h
+pub const IOPRIO_CLASS_SHIFT: u32 = 13;
+pub const IOPRIO_CLASS_NONE: u32 = 0;
+pub const IOPRIO_CLASS_RT: u32 = 1;
+pub const IOPRIO_CLASS_BE: u32 = 2;
+pub const IOPRIO_CLASS_IDLE: u32 = 3;
+
+/// An ioprio value from class and level.
+pub fn ioprio_value(class: u32, level: u32) -> u32 {
+    (class << IOPRIO_CLASS_SHIFT) | (level & 7)
+}
+
+/// Readable form of an ioprio value, e.g. `rt/4`.
+pub fn ioprio_show(v: u32) -> String {
+    let class = match v >> IOPRIO_CLASS_SHIFT {
+        IOPRIO_CLASS_NONE => "none",
+        IOPRIO_CLASS_RT => "rt",
+        IOPRIO_CLASS_BE => "be",
+        IOPRIO_CLASS_IDLE => "idle",
+        _ => "?",
+    };
+    format!("{class}/{}", v & 7)
+}
+
+/// The I/O priority of thread `tid`.
+pub fn ioprio_get(tid: u32) -> io::Result<u32> {
+    // SAFETY: ioprio_get takes two integers.
+    let r = unsafe { libc::syscall(libc::SYS_ioprio_get, IOPRIO_WHO_PROCESS, tid as libc::c_int) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r as u32)
+    }
+}
+
+/// Sets the I/O priority of thread `tid`.
+pub fn ioprio_set(tid: u32, value: u32) -> io::Result<()> {
+    // SAFETY: ioprio_set takes three integers.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_ioprio_set,
+            IOPRIO_WHO_PROCESS,
+            tid as libc::c_int,
+            value as libc::c_int,
+        )
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// The thread ids of process `pid` (`/proc/PID/task`).
+pub fn threads(pid: u32) -> io::Result<Vec<u32>> {
+    let mut v: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))?
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok()))
+        .collect();
+    v.sort_unstable();
+    Ok(v)
+}
+
+/// Field 22 of `/proc/PID/stat` (or `/proc/PID/task/TID/stat`): the start
+/// time in clock ticks after boot. With the id it names a task uniquely, so a
+/// reused id is never mistaken for the task it replaced.
+pub fn start_time(path_pid: &str) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{path_pid}/stat")).ok()?;
+    // The command name may hold spaces and parentheses: fields start after the last ')'.
+    let rest = &s[s.rfind(')')? + 2..];
+    rest.split(' ').nth(19)?.parse().ok()
+}
+
+/// Start time of thread `tid` of any process.
+pub fn thread_start_time(tid: u32) -> Option<u64> {
+    start_time(&tid.to_string())
+}
+
+/// User + system CPU seconds and resident memory in KiB of process `pid`.
+pub fn cpu_and_rss(pid: u32) -> Option<(f64, u64)> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &s[s.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split(' ').collect();
+    let utime: f64 = f.get(11)?.parse().ok()?;
+    let stime: f64 = f.get(12)?.parse().ok()?;
+    // SAFETY: sysconf has no side effects.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let rss = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    Some(((utime + stime) / hz, rss))
+}
+
+/// `read_bytes` of `/proc/PID/io`: bytes this process caused to be read from
+/// storage.
+pub fn read_bytes(pid: u32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/io")).ok()?;
+    s.lines()
+        .find_map(|l| l.strip_prefix("read_bytes: "))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// All process ids in `/proc`.
+pub fn pids() -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_stop_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::SeqCst);
+}
+
+/// Turns SIGINT, SIGTERM and SIGHUP into a flag ([`stop_requested`]) and
+/// ignores SIGPIPE (a closed channel is seen as a write error).
+pub fn install_stop_handlers() {
+    // SAFETY: the handler only stores an atomic.
+    unsafe {
+        for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_stop_signal as *const () as usize;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(s, &sa, std::ptr::null_mut());
+        }
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    }
+}
+
+/// Whether a stop signal arrived.
+pub fn stop_requested() -> bool {
+    STOP.load(Ordering::SeqCst)
+}
+
+/// What the process connector reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProcEvent {
+    Exec { pid: u32 },
+    Exit { pid: u32 },
+}
+
+/// The kernel's process connector (`NETLINK_CONNECTOR`, `CN_IDX_PROC`):
+/// exec and exit events of every process. Needs root (`CAP_NET_ADMIN`).
+pub struct ProcConnector {
+    fd: std::os::fd::OwnedFd,
+}
+
+// include/uapi/linux/connector.h and cn_proc.h
+const CN_IDX_PROC: u32 = 1;
+const CN_VAL_PROC: u32 = 1;
+const PROC_CN_MCAST_LISTEN: u32 = 1;
+const PROC_EVENT_EXEC: u32 = 0x0000_0002;
+const PROC_EVENT_EXIT: u32 = 0x8000_0000;
+const NLMSG_HDR: usize = 16;
+const CN_MSG_HDR: usize = 20;
+
+impl ProcConnector {
+    pub fn open() -> io::Result<ProcConnector> {
+        use std::os::fd::FromRawFd;
+        // SAFETY: socket/bind/send on a descriptor we own, with buffers we
+        // built to the kernel's layout.
+        unsafe {
+            let fd = libc::socket(
+                libc::AF_NETLINK,
+                libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
+                libc::NETLINK_CONNECTOR,
+            );
+            if fd < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let owned = std::os::fd::OwnedFd::from_raw_fd(fd);
+            let mut sa: libc::sockaddr_nl = std::mem::zeroed();
+            sa.nl_family = libc::AF_NETLINK as libc::sa_family_t;
+            sa.nl_groups = CN_IDX_PROC;
+            sa.nl_pid = 0;
+            if libc::bind(
+                fd,
+                &sa as *const libc::sockaddr_nl as *const libc::sockaddr,
+                std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t,
+            ) < 0
+            {
+                return Err(io::Error::last_os_error());
+            }
+            // nlmsghdr + cn_msg + the op (u32).
+            let total = NLMSG_HDR + CN_MSG_HDR + 4;
+            let mut m = Vec::with_capacity(total);
+            m.extend((total as u32).to_ne_bytes());
+            m.extend((libc::NLMSG_DONE as u16).to_ne_bytes());
+            m.extend(0u16.to_ne_bytes()); // flags
+            m.extend(0u32.to_ne_bytes()); // seq
+            m.extend(libc::getpid().to_ne_bytes()); // pid
+            m.extend(CN_IDX_PROC.to_ne_bytes());
+            m.extend(CN_VAL_PROC.to_ne_bytes());
+            m.extend(0u32.to_ne_bytes()); // seq
+            m.extend(0u32.to_ne_bytes()); // ack
+            m.extend(4u16.to_ne_bytes()); // len
+            m.extend(0u16.to_ne_bytes()); // flags
+            m.extend(PROC_CN_MCAST_LISTEN.to_ne_bytes());
+            if libc::send(fd, m.as_ptr() as *const libc::c_void, m.len(), 0) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(ProcConnector { fd: owned })
+        }
+    }
+
+    /// Blocks for the next datagram and returns the events in it.
+    pub fn recv(&self) -> io::Result<Vec<ProcEvent>> {
+        use std::os::fd::AsRawFd;
+        let mut buf = [0u8; 4096];
+        // SAFETY: recv into a buffer we own.
+        let n = unsafe {
+            libc::recv(
+                self.fd.as_raw_fd(),
+                buf.as_mut_ptr() as *mut libc::c_void,
+                buf.len(),
+                0,
+            )
+        };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(parse_proc_events(&buf[..n as usize]))
+    }
+}
+
+fn u32_at(b: &[u8], off: usize) -> Option<u32> {
+    b.get(off..off + 4)
+        .map(|s| u32::from_ne_bytes([s[0], s[1], s[2], s[3]]))
+}
+
+/// Parses the netlink messages of one datagram from the process connector.
+pub fn parse_proc_events(mut b: &[u8]) -> Vec<ProcEvent> {
+    let mut out = Vec::new();
+    while b.len() >= NLMSG_HDR {
+        let len = u32_at(b, 0).unwrap_or(0) as usize;
+        if len < NLMSG_HDR || len > b.len() {
+            break;
+        }
+        let msg = &b[..len];
+        // proc_event: what u32, cpu u32, timestamp u64, then the union.
+        let ev = NLMSG_HDR + CN_MSG_HDR;
+        if let Some(what) = u32_at(msg, ev) {
+            let pid = u32_at(msg, ev + 16);
+            let tgid = u32_at(msg, ev + 20);
+            if let (Some(pid), Some(tgid)) = (pid, tgid) {
+                // Only whole processes: a thread's exit is not the process's.
+                if what == PROC_EVENT_EXEC {
+                    out.push(ProcEvent::Exec { pid: tgid });
+                } else if what == PROC_EVENT_EXIT && pid == tgid {
+                    out.push(ProcEvent::Exit { pid: tgid });
+                }
+            }
+        }
+        let step = (len + 3) & !3;
+        if step >= b.len() {
+            break;
+        }
+        b = &b[step..];
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ioprio_values() {
+        assert_eq!(ioprio_show(ioprio_value(IOPRIO_CLASS_RT, 4)), "rt/4");
+        assert_eq!(ioprio_show(ioprio_value(IOPRIO_CLASS_BE, 0)), "be/0");
+    }
+
+    #[test]
+    fn own_threads_and_start_time() {
+        let me = std::process::id();
+        assert!(threads(me).unwrap().contains(&me));
+        assert!(start_time(&me.to_string()).is_some());
+        assert!(cpu_and_rss(me).is_some());
+        assert!(ioprio_get(me).is_ok());
+    }
+
+    #[test]
+    fn parse_garbage_does_not_panic() {
+        assert!(parse_proc_events(&[0xff; 7]).is_empty());
+        assert!(parse_proc_events(&[0xff; 64]).is_empty());
+        let mut m = vec![0u8; 16 + 20 + 24];
+        let len = m.len() as u32;
+        m[0..4].copy_from_slice(&len.to_ne_bytes());
+        m[36..40].copy_from_slice(&PROC_EVENT_EXEC.to_ne_bytes());
+        m[52..56].copy_from_slice(&7u32.to_ne_bytes());
+        m[56..60].copy_from_slice(&7u32.to_ne_bytes());
+        assert_eq!(parse_proc_events(&m), vec![ProcEvent::Exec { pid: 7 }]);
+    }
+}

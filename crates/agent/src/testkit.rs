@@ -1,0 +1,143 @@
+//! Stand-ins for the end-to-end test and the benchmark, without a VM:
+//!
+//! - [`fake_vm_main`]: a "VM-like" process whose reads go through a pool of
+//!   worker threads, as QEMU's do (`--aio threads`): requests are handed out
+//!   round robin, one at a time, with `O_DIRECT` (QEMU's `cache=none`), and
+//!   each burst starts one more worker that leaves when the burst ends (QEMU's
+//!   pool workers come and go);
+//! - [`burst_main`]: the "application start-up" a guest runs: a new program
+//!   (so the process connector reports its exec) that asks the fake VM for a
+//!   burst of reads (files read whole at scattered places) and waits for it.
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::Path;
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::{err, Result};
+
+struct Job {
+    off: u64,
+    len: usize,
+    done: Sender<std::io::Result<()>>,
+}
+
+fn worker(file: Arc<File>, rx: Receiver<Job>) {
+    // O_DIRECT needs an aligned buffer: over-allocate and align to 4 KiB.
+    let mut raw = vec![0u8; (1 << 20) + 4096];
+    let shift = raw.as_ptr().align_offset(4096);
+    while let Ok(j) = rx.recv() {
+        let len = j.len.min(1 << 20);
+        let r = file
+            .read_exact_at(&mut raw[shift..shift + len], j.off)
+            .map(|_| ());
+        let _ = j.done.send(r);
+    }
+}
+
+/// Runs the fake VM until killed: `threads` pool workers reading `image`.
+pub fn fake_vm_main(image: &Path, threads: usize, control: &Path) -> Result<()> {
+    let file = Arc::new(
+        OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(image)
+            .map_err(|e| err(format!("{}: {e}", image.display())))?,
+    );
+    let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let mut pool: Vec<Sender<Job>> = Vec::new();
+    for _ in 0..threads.max(1) {
+        let (tx, rx) = mpsc::channel();
+        let f = file.clone();
+        thread::spawn(move || worker(f, rx));
+        pool.push(tx);
+    }
+    let _ = std::fs::remove_file(control);
+    let l = UnixListener::bind(control).map_err(|e| err(format!("{}: {e}", control.display())))?;
+    let mut next = 0usize;
+    for s in l.incoming().flatten() {
+        let mut line = String::new();
+        let Ok(c) = s.try_clone() else { continue };
+        let _ = BufReader::new(c).read_line(&mut line);
+        // burst READS KIB SEED RUN
+        let f: Vec<u64> = line
+            .split_whitespace()
+            .skip(1)
+            .filter_map(|v| v.parse().ok())
+            .collect();
+        let (reads, kib, seed, run) = match f[..] {
+            [r, k, s, n] if k > 0 && k <= 1024 && n > 0 => (r, k, s, n),
+            _ => {
+                let mut s = s;
+                let _ = s.write_all(b"error: expected `burst READS KIB SEED RUN`\n");
+                continue;
+            }
+        };
+        // A worker that joins for this burst and leaves after it.
+        let (tx, rx) = mpsc::channel();
+        let fc = file.clone();
+        let extra = thread::spawn(move || worker(fc, rx));
+        pool.push(tx);
+        let len = (kib * 1024) as usize;
+        let slots = (size / len as u64).max(1);
+        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let t0 = Instant::now();
+        let mut failed = None;
+        let mut off = 0;
+        for i in 0..reads {
+            if i % run == 0 {
+                // A new "file": a random place, then `run` reads in a row.
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                off = (x % slots.saturating_sub(run).max(1)) * len as u64;
+            } else {
+                off += len as u64;
+            }
+            let (dtx, drx) = mpsc::channel();
+            next = (next + 1) % pool.len();
+            let _ = pool[next].send(Job {
+                off,
+                len,
+                done: dtx,
+            });
+            match drx.recv() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => failed = Some(e.to_string()),
+                Err(_) => failed = Some("worker gone".into()),
+            }
+        }
+        let secs = t0.elapsed().as_secs_f64();
+        pool.pop();
+        let _ = extra.join();
+        let mut s = s;
+        let _ = match failed {
+            None => writeln!(s, "done {secs:.6}"),
+            Some(e) => writeln!(s, "error: {e}"),
+        };
+    }
+    Ok(())
+}
+
+/// Asks the fake VM at `control` for a burst of `reads` reads of `kib` KiB,
+/// in runs of `run` consecutive reads at random places (files read whole),
+/// and returns its duration in seconds.
+pub fn burst_main(control: &Path, reads: u64, kib: u64, seed: u64, run: u64) -> Result<f64> {
+    let mut s =
+        UnixStream::connect(control).map_err(|e| err(format!("{}: {e}", control.display())))?;
+    let _ = s.set_read_timeout(Some(Duration::from_secs(600)));
+    writeln!(s, "burst {reads} {kib} {seed} {run}").map_err(|e| err(e.to_string()))?;
+    let mut line = String::new();
+    BufReader::new(s)
+        .read_line(&mut line)
+        .map_err(|e| err(e.to_string()))?;
+    line.trim()
+        .strip_prefix("done ")
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| err(format!("fake VM: {}", line.trim())))
+}

@@ -1,0 +1,296 @@
+//! `tandem hostd`, `tandem guestd`, `tandem hint`: the coordination daemons
+//! (crate `agent`).
+
+use clap::{Args, Subcommand};
+use std::path::PathBuf;
+
+use crate::Failure;
+
+#[derive(Subcommand)]
+pub enum HostdCommand {
+    /// Run the host daemon (needs root): boosts a VM's QEMU threads while its guest asks for help.
+    Run(HostdRunArgs),
+    /// Show the VMs, their boosts and the budget used, from a running hostd.
+    Status(ControlArgs),
+    /// Print a running hostd's Prometheus metrics.
+    Metrics(ControlArgs),
+    /// Measure the hint latency (guest exec -> boost applied) and hostd's CPU and memory (needs root).
+    BenchLatency(LatencyArgs),
+    /// A VM-like process whose reads go through a pool of threads (tests).
+    #[command(hide = true)]
+    FakeVm(FakeVmArgs),
+    /// A start-up-like burst of reads through a fake VM (tests).
+    #[command(hide = true)]
+    FakeBurst(FakeBurstArgs),
+}
+
+#[derive(Args)]
+pub struct HostdRunArgs {
+    /// Configuration file (TOML; see docs/protocol.md and the README).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// A VM: name=N,socket=PATH,pid=PID[,cgroup=DIR][,connect=1][,weight=W] (repeatable).
+    #[arg(long = "vm", value_name = "SPEC")]
+    vms: Vec<String>,
+    /// State file with the original values of boosted knobs.
+    #[arg(long)]
+    state_file: Option<PathBuf>,
+    /// Control socket for `tandem hostd status`.
+    #[arg(long)]
+    control: Option<PathBuf>,
+    /// Prometheus metrics on unix:PATH or HOST:PORT.
+    #[arg(long)]
+    metrics: Option<String>,
+    /// ioprio actuator: ioprio-rt, ioprio-be0 or none.
+    #[arg(long)]
+    ioprio: Option<String>,
+    /// Messages per second per channel before coalescing.
+    #[arg(long)]
+    rate_limit: Option<f64>,
+    /// Messages a channel may send at once above the rate.
+    #[arg(long)]
+    rate_burst: Option<f64>,
+    /// Look for new threads and exited VMs this often (ms).
+    #[arg(long)]
+    rescan_ms: Option<u64>,
+    /// The host's lease on a HELP (ms).
+    #[arg(long)]
+    lease_ms: Option<u64>,
+}
+
+#[derive(Args)]
+pub struct ControlArgs {
+    /// hostd's control socket.
+    #[arg(long, default_value = agent::hostd::DEFAULT_CONTROL)]
+    control: PathBuf,
+}
+
+#[derive(Args)]
+pub struct LatencyArgs {
+    /// Hints to time.
+    #[arg(long, default_value_t = 10_000)]
+    hints: usize,
+    /// Hints per second in the load phase.
+    #[arg(long, default_value_t = 1000.0)]
+    rate: f64,
+    /// Seconds of the idle and of the load phase.
+    #[arg(long, default_value_t = 10.0)]
+    phase_s: f64,
+}
+
+#[derive(Args)]
+pub struct FakeVmArgs {
+    #[arg(long)]
+    image: PathBuf,
+    #[arg(long, default_value_t = 4)]
+    threads: usize,
+    #[arg(long)]
+    control: PathBuf,
+}
+
+#[derive(Args)]
+pub struct FakeBurstArgs {
+    #[arg(long)]
+    control: PathBuf,
+    #[arg(long, default_value_t = 40)]
+    reads: u64,
+    #[arg(long, default_value_t = 64)]
+    kib: u64,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Consecutive reads per place (a file read whole).
+    #[arg(long, default_value_t = 1)]
+    run: u64,
+}
+
+#[derive(Args)]
+pub struct GuestdArgs {
+    /// The channel to the host: unix:PATH, virtio:NAME (/dev/virtio-ports/NAME) or vsock:CID:PORT.
+    #[arg(long)]
+    connect: String,
+    /// The VM's name, sent in Hello (default: the host name).
+    #[arg(long)]
+    name: Option<String>,
+    /// Local socket for explicit hints (`tandem hint`).
+    #[arg(long, default_value = agent::guestd::DEFAULT_HINT_SOCKET)]
+    hint_socket: PathBuf,
+    /// Sample /proc/*/io this often (ms).
+    #[arg(long, default_value_t = 250)]
+    sample_ms: u64,
+    /// Do not listen to the process connector (no exec detection; it needs root).
+    #[arg(long)]
+    no_netlink: bool,
+    /// The lease a HELP asks for (ms).
+    #[arg(long, default_value_t = 1000)]
+    lease_ms: u64,
+}
+
+#[derive(Args)]
+pub struct HintArgs {
+    /// How long help is needed, e.g. 3s, 500ms.
+    #[arg(long = "for", value_name = "DURATION", default_value = "3s")]
+    duration: String,
+    /// On behalf of this process (its exit ends the need).
+    #[arg(long)]
+    pid: Option<u32>,
+    /// guestd's hint socket.
+    #[arg(long, default_value = agent::guestd::DEFAULT_HINT_SOCKET)]
+    socket: PathBuf,
+}
+
+fn fail(e: agent::Error) -> Failure {
+    Failure::Run(e.0)
+}
+
+/// `3s`, `500ms`, `1.5s` -> milliseconds.
+fn parse_duration_ms(s: &str) -> Option<u64> {
+    let (num, mul) = if let Some(v) = s.strip_suffix("ms") {
+        (v, 1.0)
+    } else if let Some(v) = s.strip_suffix('s') {
+        (v, 1000.0)
+    } else {
+        (s, 1000.0)
+    };
+    let v: f64 = num.parse().ok()?;
+    let ms = (v * mul).round();
+    (v.is_finite() && (1.0..=600_000.0).contains(&ms)).then_some(ms as u64)
+}
+
+fn hostd_config(a: HostdRunArgs) -> Result<agent::hostd::HostdConfig, Failure> {
+    let mut c = match &a.config {
+        Some(p) => {
+            let t = std::fs::read_to_string(p)
+                .map_err(|e| Failure::Usage(format!("--config {}: {e}", p.display())))?;
+            agent::hostd::HostdConfig::from_toml(&t).map_err(|e| Failure::Usage(e.0))?
+        }
+        None => agent::hostd::HostdConfig::default(),
+    };
+    for v in &a.vms {
+        c.vms
+            .push(agent::hostd::parse_vm_arg(v).map_err(|e| Failure::Usage(e.0))?);
+    }
+    if let Some(v) = a.state_file {
+        c.state_file = v;
+    }
+    if let Some(v) = a.control {
+        c.control = v;
+    }
+    if a.metrics.is_some() {
+        c.metrics = a.metrics;
+    }
+    if let Some(v) = a.ioprio {
+        c.ioprio = v;
+    }
+    if let Some(v) = a.rate_limit {
+        c.rate_limit = v;
+    }
+    if let Some(v) = a.rate_burst {
+        c.rate_burst = v;
+    }
+    if let Some(v) = a.rescan_ms {
+        c.rescan_ms = v;
+    }
+    if let Some(v) = a.lease_ms {
+        c.max_lease_ms = v;
+    }
+    c.validate().map_err(|e| Failure::Usage(e.0))?;
+    Ok(c)
+}
+
+pub fn run_hostd(cmd: HostdCommand) -> Result<(), Failure> {
+    match cmd {
+        HostdCommand::Run(a) => {
+            let c = hostd_config(a)?;
+            if !agent::is_root() {
+                return Err(Failure::Run(
+                    "hostd needs root: it sets the I/O priority of QEMU's threads".into(),
+                ));
+            }
+            agent::hostd::Hostd::new(c)
+                .map_err(fail)?
+                .run()
+                .map_err(fail)
+        }
+        HostdCommand::Status(a) => {
+            print!(
+                "{}",
+                agent::hostd::query(&a.control, "status").map_err(fail)?
+            );
+            Ok(())
+        }
+        HostdCommand::Metrics(a) => {
+            print!(
+                "{}",
+                agent::hostd::query(&a.control, "metrics").map_err(fail)?
+            );
+            Ok(())
+        }
+        HostdCommand::BenchLatency(a) => {
+            if a.hints == 0 || a.rate <= 0.0 || a.phase_s <= 0.0 {
+                return Err(Failure::Usage(
+                    "--hints, --rate and --phase-s must be positive".into(),
+                ));
+            }
+            let exe = std::env::current_exe().map_err(|e| Failure::Run(e.to_string()))?;
+            let o = agent::latency::LatencyOptions {
+                exe,
+                hints: a.hints,
+                rate: a.rate,
+                phase_s: a.phase_s,
+            };
+            print!("{}", agent::latency::bench_latency(&o).map_err(fail)?);
+            Ok(())
+        }
+        HostdCommand::FakeVm(a) => {
+            agent::testkit::fake_vm_main(&a.image, a.threads, &a.control).map_err(fail)
+        }
+        HostdCommand::FakeBurst(a) => {
+            let s = agent::testkit::burst_main(&a.control, a.reads, a.kib, a.seed, a.run)
+                .map_err(fail)?;
+            println!("{s:.6}");
+            Ok(())
+        }
+    }
+}
+
+pub fn run_guestd(a: GuestdArgs) -> Result<(), Failure> {
+    let endpoint =
+        agent::transport::Endpoint::parse(&a.connect).map_err(|e| Failure::Usage(e.0))?;
+    let name = match a.name {
+        Some(n) => n,
+        None => std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_else(|_| "guest".into()),
+    };
+    agent::guestd::run(agent::guestd::GuestdOptions {
+        endpoint,
+        name,
+        hint_socket: a.hint_socket,
+        sample_ms: a.sample_ms,
+        netlink: !a.no_netlink,
+        lease_ms: a.lease_ms,
+    })
+    .map_err(fail)
+}
+
+pub fn run_hint(a: HintArgs) -> Result<(), Failure> {
+    let ms = parse_duration_ms(&a.duration).ok_or_else(|| {
+        Failure::Usage(format!(
+            "--for {:?}: expected a duration from 1ms to 600s, e.g. 3s or 500ms",
+            a.duration
+        ))
+    })?;
+    agent::guestd::send_hint(&a.socket, ms, a.pid).map_err(fail)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn durations() {
+        assert_eq!(super::parse_duration_ms("3s"), Some(3000));
+        assert_eq!(super::parse_duration_ms("500ms"), Some(500));
+        assert_eq!(super::parse_duration_ms("1.5"), Some(1500));
+        assert_eq!(super::parse_duration_ms("0s"), None);
+        assert_eq!(super::parse_duration_ms("x"), None);
+    }
+}
