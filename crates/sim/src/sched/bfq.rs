@@ -1865,7 +1865,10 @@ impl IoScheduler for Bfq {
             if q.wr_coeff > 1 && (q.busy || q.dispatched > 0) && q.wr_started_at >= since {
                 if q.wr_coeff == WR_COEFF {
                     counts.0 += 1;
-                } else {
+                } else if !Self::totally_seeky(q) {
+                    // Mainline BFQ never deems a totally seeky queue soft
+                    // real-time (v7r2 did, on coarse ticks): such a raising
+                    // is a greedy random reader, not a need for help.
                     counts.1 += 1;
                 }
             }
