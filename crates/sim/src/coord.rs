@@ -176,8 +176,6 @@ pub struct CoordConfig {
     /// A raised queue counts as a need for help only during the first
     /// this-long of its raising.
     pub help_per_raising_ns: Nanos,
-    /// Soft real-time raisings count as a need for help too.
-    pub help_for_soft_rt: bool,
 }
 
 impl Default for CoordConfig {
@@ -189,7 +187,6 @@ impl Default for CoordConfig {
             weight_factor: DEFAULT_WEIGHT_FACTOR,
             no_help_delay_ns: DEFAULT_NO_HELP_DELAY_NS,
             help_per_raising_ns: DEFAULT_HELP_PER_RAISING_NS,
-            help_for_soft_rt: true,
         }
     }
 }

@@ -778,11 +778,6 @@ impl Machine {
             .block
             .scheduler()
             .raised_busy_queues(since);
-        let soft_rt = if self.coord.help_for_soft_rt {
-            soft_rt
-        } else {
-            0
-        };
         let raised = interactive + soft_rt;
         let channel = self.coord.channel;
         let lease = self.coord.policy.max_lease_ns;

@@ -1158,9 +1158,6 @@ impl Bfq {
         } else {
             self.refresh_weight(q);
         }
-        if old == HostBoost::Raise && boost != HostBoost::Raise {
-            self.refresh_weight(q);
-        }
     }
 
     /// Requeues a busy queue's entity that just ended its service in the
