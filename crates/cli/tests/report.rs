@@ -158,29 +158,34 @@ fn report_compares_with_the_paper() {
     let _ = std::fs::remove_dir_all(&d);
 }
 
+/// Writes `scenario` into `d` and runs `tandem sim run` on it into `out` with the
+/// extra arguments `args`; the run must succeed.
+fn sim_run(d: &Path, scenario: &str, out: &Path, args: &[&str]) {
+    let file = d.join("scenario.toml");
+    std::fs::write(&file, scenario).unwrap();
+    let mut all = vec![
+        "sim",
+        "run",
+        file.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--quiet",
+    ];
+    all.extend_from_slice(args);
+    let o = tandem(&all);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
 #[test]
 fn report_after_a_native_sim_run() {
     let d = tmpdir("sim");
-    let scenario = d.join("idle.toml");
-    std::fs::write(
-        &scenario,
-        "name = \"idle\"\nbenchmark = \"startup\"\napp = \"xterm\"\niterations = 1\nrepetitions = 1\n[matrix]\ndevice = [\"hdd-1.8in\"]\nhost_sched = [\"bfq\", \"noop\"]\nhost_workload = [\"none\", \"1r-seq\"]\n",
-    )
-    .unwrap();
     let out = d.join("out");
-    let o = tandem(&[
-        "sim",
-        "run",
-        scenario.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        "--only",
-        "host_sched=bfq",
-        "--only",
-        "host_workload=none",
-        "--quiet",
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    sim_run(
+        &d,
+        "name = \"idle\"\nbenchmark = \"startup\"\napp = \"xterm\"\niterations = 1\nrepetitions = 1\n[matrix]\ndevice = [\"hdd-1.8in\"]\nhost_sched = [\"bfq\", \"noop\"]\nhost_workload = [\"none\", \"1r-seq\"]\n",
+        &out,
+        &["--only", "host_sched=bfq", "--only", "host_workload=none"],
+    );
     let o = tandem(&["report", out.to_str().unwrap(), "--paper", &paper_file()]);
     assert!(o.status.success(), "{}", stderr(&o));
     let text = stdout(&o);
@@ -258,26 +263,10 @@ fn bad_inputs_exit_with_code_2() {
 #[test]
 fn report_sets_two_runs_side_by_side() {
     let d = tmpdir("two");
-    let scenario = d.join("idle.toml");
-    std::fs::write(
-        &scenario,
-        "name = \"idle\"\nbenchmark = \"startup\"\napp = \"bash\"\niterations = 1\nrepetitions = 1\n[matrix]\ndevice = [\"emmc\"]\nhost_sched = [\"bfq\", \"noop\"]\nhost_workload = [\"none\"]\n",
-    )
-    .unwrap();
+    let scenario = "name = \"idle\"\nbenchmark = \"startup\"\napp = \"bash\"\niterations = 1\nrepetitions = 1\n[matrix]\ndevice = [\"emmc\"]\nhost_sched = [\"bfq\", \"noop\"]\nhost_workload = [\"none\"]\n";
     let (a, b) = (d.join("a"), d.join("b"));
-    for (out, hz) in [(&a, "250"), (&b, "1000")] {
-        let o = tandem(&[
-            "sim",
-            "run",
-            scenario.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-            "--hz",
-            hz,
-            "--quiet",
-        ]);
-        assert!(o.status.success(), "{}", stderr(&o));
-    }
+    sim_run(&d, scenario, &a, &["--hz", "250"]);
+    sim_run(&d, scenario, &b, &["--hz", "1000"]);
     let o = tandem(&["report", a.to_str().unwrap(), b.to_str().unwrap()]);
     assert!(o.status.success(), "{}", stderr(&o));
     let text = stdout(&o);
