@@ -24,7 +24,9 @@ use experiment::{
     Benchmark, Cell, CellResult, Metric, Pattern, RunMeta, RunResult, Scenario, WorkloadSpec,
 };
 
+pub mod guest;
 pub mod record;
+pub mod vm;
 pub mod workers;
 
 use devemu::run_cmd;
@@ -71,11 +73,42 @@ pub fn accepted() -> experiment::Accepted {
     experiment::Accepted {
         devices: devmodel::PRESETS.iter().map(|s| s.to_string()).collect(),
         host_scheds: SCHED_NAMES.iter().map(|(s, _)| s.to_string()).collect(),
-        guest_scheds: Vec::new(),
-        coordination: vec!["off".into()],
+        guest_scheds: SCHED_NAMES.iter().map(|(s, _)| s.to_string()).collect(),
+        coordination: COORDINATION.iter().map(|s| s.to_string()).collect(),
         apps: experiment::apptrace::preset_names(),
         allow_cmd_apps: true,
-        allow_vm: false,
+        allow_vm: true,
+    }
+}
+
+/// Coordination modes the real runner runs: `off` without tandem, and
+/// `help-rt` with `tandem guestd` in the guest and `tandem hostd` on the
+/// host (ioprio RT on the QEMU process's threads while helped).
+/// `help-weight` needs the VM in a cgroup of its own and `help-wr` a kernel
+/// patch; the simulator runs those.
+pub const COORDINATION: &[&str] = &["off", "help-rt"];
+
+/// How VM cells run their guest.
+#[derive(Clone, Debug)]
+pub struct VmOptions {
+    /// An image made by `tandem vm image` (default: one is built for the run
+    /// in its run directory and removed afterwards).
+    pub image: Option<PathBuf>,
+    pub disk: vm::DiskOptions,
+    /// Guest memory.
+    pub mem_mib: u32,
+    /// Force an accelerator (`kvm` or `tcg`) instead of probing.
+    pub accel: Option<String>,
+}
+
+impl Default for VmOptions {
+    fn default() -> Self {
+        VmOptions {
+            image: None,
+            disk: vm::DiskOptions::default(),
+            mem_mib: 1024,
+            accel: None,
+        }
     }
 }
 
@@ -102,6 +135,8 @@ pub struct Options {
     pub quiet: bool,
     /// The `tandem` executable (workers, replay and the devemu daemon).
     pub exe: PathBuf,
+    /// VM cells.
+    pub vm: VmOptions,
 }
 
 /// Set by the signal handler; every wait checks it.
@@ -324,18 +359,19 @@ fn rdev_of(dev: &str) -> Option<u64> {
 }
 
 /// The start of the app of a cell.
-enum App {
+pub(crate) enum App {
     Trace(String, experiment::apptrace::AppTrace),
     Command(String),
 }
 
-fn app_of(scenario: &Scenario) -> Result<App> {
-    if let Some(c) = scenario.app.strip_prefix("cmd:") {
+/// The app a scenario names: `cmd:<command line>` or a trace preset.
+pub(crate) fn app_of(name: &str) -> Result<App> {
+    if let Some(c) = name.strip_prefix("cmd:") {
         return Ok(App::Command(c.trim().to_string()));
     }
-    experiment::apptrace::preset(&scenario.app)
-        .map(|t| App::Trace(scenario.app.clone(), t))
-        .ok_or_else(|| Error::Usage(format!("app {:?}: no such trace", scenario.app)))
+    experiment::apptrace::preset(name)
+        .map(|t| App::Trace(name.to_string(), t))
+        .ok_or_else(|| Error::Usage(format!("app {name:?}: no such trace")))
 }
 
 /// Run the cells and write the outputs into `out`. Needs root.
@@ -345,10 +381,29 @@ pub fn run(o: &Options, out: &Path) -> Result<Vec<CellResult>> {
             "tandem bench run needs root (it switches I/O schedulers, drops caches and mounts filesystems); run it with sudo",
         ));
     }
+    for c in &o.cells {
+        if c.has_other_vms() {
+            return Err(Error::Usage(format!(
+                "matrix.other_vms {:?}: the real runner runs one VM (the simulator runs several)",
+                c.other_vms
+            )));
+        }
+        if c.is_native() && c.coordination != "off" {
+            return Err(Error::Usage(format!(
+                "coordination {:?} needs VM cells (matrix.guest_sched)",
+                c.coordination
+            )));
+        }
+    }
     if o.scenario.is_vm() {
-        return Err(Error::Usage(
-            "matrix.guest_sched: the real runner runs native cells only (no VMs yet)".into(),
-        ));
+        o.vm.disk.validate()?;
+        if let Some(a) = &o.vm.accel {
+            if a != "kvm" && a != "tcg" {
+                return Err(Error::Usage(format!(
+                    "--vm-accel {a:?}: accepted: kvm, tcg"
+                )));
+            }
+        }
     }
     if o.workdir.is_some() && o.device.is_none() {
         return Err(Error::Usage(
@@ -368,7 +423,7 @@ pub fn run(o: &Options, out: &Path) -> Result<Vec<CellResult>> {
             devices.join(", ")
         )));
     }
-    let app = app_of(&o.scenario)?;
+    let app = app_of(&o.scenario.app)?;
     install_signal_handlers();
     let mut results = Vec::new();
     let mut extra = serde_json::Map::new();
@@ -402,6 +457,25 @@ fn workload_files(cells: &[&Cell]) -> Result<u32> {
     Ok(n)
 }
 
+/// Workload files the guest of a set of cells needs at most (0: no VM cells).
+fn guest_workload_files(cells: &[&Cell]) -> Result<u32> {
+    let mut n = 0;
+    for c in cells {
+        if let Some(w) = c.guest_workload_spec() {
+            let w = w.map_err(Error::Usage)?;
+            n = n.max(w.readers + w.writers);
+        }
+    }
+    Ok(n)
+}
+
+/// Size of the guest's disk image for `files` workload files and the app:
+/// the files, ext4's metadata and journal (about 5%), and room to spare.
+fn guest_disk_bytes(files: u32, file_bytes: u64, app_bytes: u64) -> u64 {
+    let data = files as u64 * file_bytes + app_bytes;
+    (data + data / 10 + (192 << 20)).div_ceil(1 << 20) << 20
+}
+
 fn run_device(
     o: &Options,
     label: &str,
@@ -415,7 +489,13 @@ fn run_device(
         App::Trace(_, t) => t.files.iter().map(|f| f.size).sum(),
         App::Command(_) => 0,
     };
-    let need = nfiles as u64 * o.file_bytes + app_bytes + (64 << 20);
+    let has_vm = cells.iter().any(|c| !c.is_native());
+    let guest_disk = if has_vm {
+        guest_disk_bytes(guest_workload_files(cells)?, o.file_bytes, app_bytes)
+    } else {
+        0
+    };
+    let need = nfiles as u64 * o.file_bytes + app_bytes + guest_disk + (64 << 20);
     let run_dir = PathBuf::from("/run/tandem/bench").join(std::process::id().to_string());
     fs::create_dir_all(&run_dir)
         .map_err(|e| run_err(format!("creating {}: {e}", run_dir.display())))?;
@@ -582,6 +662,13 @@ fn run_device(
             )?;
         }
     }
+    let vm_ctx = if has_vm {
+        Some(prepare_vm(
+            o, cells, app, &workdir, &run_dir, guest_disk, cleanup, extra,
+        )?)
+    } else {
+        None
+    };
     if let Some(inst) = &emulated {
         devemu::control::set_timed(inst, true)?;
     }
@@ -623,6 +710,20 @@ fn run_device(
             k.to_string(),
             serde_json::to_value(read_tunables(&sb.queue)).unwrap_or_default(),
         );
+        if !c.is_native() {
+            let ctx = vm_ctx
+                .as_ref()
+                .ok_or_else(|| run_err("VM cell without a guest"))?;
+            let runs = run_vm_cell(o, c, ci, cells.len(), ctx, &files, rotational, cleanup)?;
+            cleanup.restore_sched();
+            results.push(CellResult {
+                cell: (*c).clone(),
+                runner: "real".into(),
+                metric: Metric::for_benchmark(c.benchmark),
+                runs,
+            });
+            continue;
+        }
         let mut runs = Vec::new();
         for rep in 0..c.repetitions {
             progress(
@@ -669,6 +770,104 @@ fn read_tunables(q: &Path) -> BTreeMap<String, String> {
     m
 }
 
+/// Start a background workload as S does: readers, then rate-capped
+/// writers, and a sync every 2 s while writers run. `files` holds one file
+/// per process; the children are pushed on `workers` (killed by the caller).
+pub(crate) fn start_workload(
+    exe: &Path,
+    w: &WorkloadSpec,
+    files: &[PathBuf],
+    seed: u64,
+    rotational: bool,
+    workers: &mut Vec<Child>,
+) -> Result<()> {
+    let random = w.pattern == Some(Pattern::Rand);
+    if files.len() < (w.readers + w.writers) as usize {
+        return Err(run_err(format!(
+            "workload {}: {} files needed, {} there",
+            w.name(),
+            w.readers + w.writers,
+            files.len()
+        )));
+    }
+    for (i, f) in files.iter().enumerate().take(w.readers as usize) {
+        let kind = if random {
+            Kind::RandRead
+        } else {
+            Kind::SeqRead
+        };
+        workers.push(workers::spawn_worker(
+            exe,
+            kind,
+            Some(f),
+            0.0,
+            seed + i as u64,
+        )?);
+    }
+    if w.writers > 0 {
+        let per = experiment::suite::writer_rate_bytes_per_s(w, rotational);
+        for i in 0..w.writers as usize {
+            let kind = if random {
+                Kind::RandWrite
+            } else {
+                Kind::SeqWrite
+            };
+            let f = &files[w.readers as usize + i];
+            workers.push(workers::spawn_worker(
+                exe,
+                kind,
+                Some(f),
+                per,
+                seed + 100 + i as u64,
+            )?);
+        }
+        workers.push(workers::spawn_worker(exe, Kind::Sync, None, 0.0, 0)?);
+    }
+    Ok(())
+}
+
+/// One start of the app, with cold caches already: the seconds it took, or
+/// `None` when it ran into the timeout (it is killed then).
+pub(crate) fn time_start(
+    exe: &Path,
+    app: &App,
+    app_dir: &Path,
+    workdir: &Path,
+    timeout_s: f64,
+) -> Result<Option<f64>> {
+    let t0 = Instant::now();
+    let mut child = match app {
+        App::Trace(name, _) => workers::spawn_replay(exe, name, app_dir)?,
+        App::Command(cmdline) => workers::spawn_command(cmdline, workdir)?,
+    };
+    let timeout = Duration::from_secs_f64(timeout_s);
+    let status = loop {
+        if let Err(e) = check_interrupted() {
+            workers::kill(&mut child);
+            return Err(e);
+        }
+        match child.try_wait() {
+            Ok(Some(st)) => break Some(st),
+            Ok(None) => {}
+            Err(e) => {
+                workers::kill(&mut child);
+                return Err(run_err(format!("waiting for the app: {e}")));
+            }
+        }
+        if t0.elapsed() >= timeout {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    let took = t0.elapsed().as_secs_f64();
+    workers::kill(&mut child);
+    match status {
+        Some(st) if !st.success() => Err(run_err(format!("the app exited with {st}"))),
+        Some(_) => Ok(Some(took)),
+        None => Ok(None),
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn run_repetition(
     o: &Options,
@@ -683,36 +882,9 @@ fn run_repetition(
     cleanup: &mut Cleanup,
 ) -> Result<RunResult> {
     let w: WorkloadSpec = c.host_workload_spec().map_err(Error::Usage)?;
-    let random = w.pattern == Some(Pattern::Rand);
     let seed = experiment::splitmix64(c.seed ^ rep as u64);
-    // Start the workload, as S does: readers, then rate-capped writers, and a
-    // sync every 2 s while writers run.
     drop_caches()?;
-    for (i, f) in files.iter().enumerate().take(w.readers as usize) {
-        let kind = if random {
-            Kind::RandRead
-        } else {
-            Kind::SeqRead
-        };
-        let child = workers::spawn_worker(&o.exe, kind, Some(f), 0.0, seed + i as u64)?;
-        cleanup.workers.push(child);
-    }
-    if w.writers > 0 {
-        let per = experiment::suite::writer_rate_bytes_per_s(&w, rotational);
-        for i in 0..w.writers as usize {
-            let kind = if random {
-                Kind::RandWrite
-            } else {
-                Kind::SeqWrite
-            };
-            let f = &files[w.readers as usize + i];
-            let child = workers::spawn_worker(&o.exe, kind, Some(f), per, seed + 100 + i as u64)?;
-            cleanup.workers.push(child);
-        }
-        cleanup
-            .workers
-            .push(workers::spawn_worker(&o.exe, Kind::Sync, None, 0.0, 0)?);
-    }
+    start_workload(&o.exe, &w, files, seed, rotational, &mut cleanup.workers)?;
     let settle = if w.is_none() {
         0.0
     } else {
@@ -732,44 +904,14 @@ fn run_repetition(
             for _ in 0..c.iterations {
                 sleep(pause)?;
                 drop_caches()?;
-                let t0 = Instant::now();
-                let mut child = match app {
-                    App::Trace(name, _) => workers::spawn_replay(&o.exe, name, app_dir)?,
-                    App::Command(cmdline) => workers::spawn_command(cmdline, workdir)?,
-                };
-                let timeout = Duration::from_secs_f64(c.timeout_s);
-                let status = loop {
-                    if let Err(e) = check_interrupted() {
-                        workers::kill(&mut child);
-                        return Err(e);
-                    }
-                    match child.try_wait() {
-                        Ok(Some(st)) => break Some(st),
-                        Ok(None) => {}
-                        Err(e) => {
-                            workers::kill(&mut child);
-                            return Err(run_err(format!("waiting for the app: {e}")));
-                        }
-                    }
-                    if t0.elapsed() >= timeout {
-                        break None;
-                    }
-                    std::thread::sleep(Duration::from_millis(2));
-                };
-                let took = t0.elapsed().as_secs_f64();
-                match status {
-                    Some(st) => {
-                        workers::kill(&mut child);
-                        if !st.success() {
-                            return Err(run_err(format!("the app exited with {st}")));
-                        }
+                match time_start(&o.exe, app, app_dir, workdir, c.timeout_s)? {
+                    Some(took) => {
                         out.values.push(took);
                         if took < SHORT_START_S {
                             sleep(SHORT_START_S)?;
                         }
                     }
                     None => {
-                        workers::kill(&mut child);
                         out.values.push(c.timeout_s);
                         out.timeouts += 1;
                         break;
@@ -791,4 +933,293 @@ fn run_repetition(
     }
     cleanup.stop_workers();
     Ok(out)
+}
+
+/// What VM cells share on a device: the guest image, its data disk on the
+/// device's filesystem, and the accelerator.
+struct VmContext {
+    image: vmimage::Image,
+    disk: PathBuf,
+    accel: vm::Accel,
+    run_dir: PathBuf,
+}
+
+/// Build (or open) the guest image, make the guest's data disk on the
+/// device's filesystem and fill it with the guest workload's files and the
+/// app's, and pick the accelerator.
+#[allow(clippy::too_many_arguments)]
+fn prepare_vm(
+    o: &Options,
+    cells: &[&Cell],
+    app: &App,
+    workdir: &Path,
+    run_dir: &Path,
+    disk_bytes: u64,
+    cleanup: &mut Cleanup,
+    extra: &mut serde_json::Map<String, serde_json::Value>,
+) -> Result<VmContext> {
+    let image = match &o.vm.image {
+        Some(dir) => vmimage::open(dir).map_err(|e| Error::Usage(format!("--vm-image: {e}")))?,
+        None => {
+            progress(o, "building the guest image (tandem vm image)");
+            vmimage::build(&vmimage::ImageOptions {
+                out: run_dir.join("image"),
+                tandem_exe: o.exe.clone(),
+                kernel_package: "linux-image-amd64".into(),
+                cache_dir: None,
+                data_disk_bytes: None,
+                quiet: o.quiet,
+            })
+            .map_err(|e| run_err(format!("building the guest image: {e}")))?
+        }
+    };
+    let accel = match o.vm.accel.as_deref() {
+        Some("tcg") => vm::Accel::Tcg("--vm-accel tcg".into()),
+        Some(_) => vm::Accel::Kvm,
+        None => vm::probe_accel(),
+    };
+    if let vm::Accel::Tcg(why) = &accel {
+        progress(o, &format!("QEMU runs with TCG: {why}"));
+    }
+    // The guest's disk, next to the host workload's files as in the paper's
+    // setup, filled through a loop mount while the emulator is untimed.
+    let disk = workdir.join("vm1.img");
+    cleanup.files.push(disk.clone());
+    progress(
+        o,
+        &format!("making the guest's data disk ({} MiB)", disk_bytes >> 20),
+    );
+    vmimage::make_data_disk(&disk, disk_bytes)
+        .map_err(|e| run_err(format!("making the guest disk: {e}")))?;
+    let mnt = run_dir.join("guest-disk");
+    fs::create_dir_all(&mnt).map_err(|e| run_err(format!("{}: {e}", mnt.display())))?;
+    run_cmd(
+        "mount",
+        &[
+            "-o",
+            "loop",
+            &disk.to_string_lossy(),
+            &mnt.to_string_lossy(),
+        ],
+    )?;
+    cleanup.mounts.push(mnt.clone());
+    let nguest = guest_workload_files(cells)?;
+    for i in 0..nguest {
+        check_interrupted()?;
+        workers::fill_file(
+            &mnt.join(format!("file{i}")),
+            o.file_bytes,
+            0x9e57 + i as u64,
+        )?;
+    }
+    if let App::Trace(_, t) = app {
+        let app_dir = mnt.join("app");
+        fs::create_dir_all(&app_dir).map_err(|e| run_err(format!("{}: {e}", app_dir.display())))?;
+        for (i, tf) in t.files.iter().enumerate() {
+            workers::fill_file(
+                &workers::app_file(&app_dir, i),
+                tf.size.max(4096),
+                0xa99 + i as u64,
+            )?;
+        }
+    }
+    if let Some(m) = cleanup.mounts.pop() {
+        umount(&m)?;
+        let _ = fs::remove_dir(&m);
+    }
+    let mut info = serde_json::Map::new();
+    info.insert("accel".into(), accel.name().into());
+    if let vm::Accel::Tcg(why) = &accel {
+        info.insert("tcg_because".into(), why.clone().into());
+    }
+    info.insert("guest_kernel".into(), image.kernel_version.clone().into());
+    info.insert("aio".into(), o.vm.disk.aio.clone().into());
+    info.insert("cache".into(), o.vm.disk.cache.clone().into());
+    info.insert("mem_mib".into(), o.vm.mem_mib.into());
+    info.insert("vcpus".into(), 1.into());
+    info.insert("disk_bytes".into(), disk_bytes.into());
+    let qv = Command::new(vm::qemu_binary())
+        .arg("--version")
+        .output()
+        .map(|p| {
+            String::from_utf8_lossy(&p.stdout)
+                .lines()
+                .next()
+                .unwrap_or("")
+                .to_string()
+        })
+        .unwrap_or_default();
+    info.insert("qemu".into(), qv.into());
+    extra.insert("vm".into(), info.into());
+    Ok(VmContext {
+        image,
+        disk,
+        accel,
+        run_dir: run_dir.to_path_buf(),
+    })
+}
+
+/// The repetitions of one VM cell: one guest boot for the cell, and for
+/// `help-rt` a hostd and a guestd for it.
+#[allow(clippy::too_many_arguments)]
+fn run_vm_cell(
+    o: &Options,
+    c: &Cell,
+    ci: usize,
+    ncells: usize,
+    ctx: &VmContext,
+    host_files: &[PathBuf],
+    rotational: bool,
+    cleanup: &mut Cleanup,
+) -> Result<Vec<RunResult>> {
+    use serde_json::json;
+    let host_w: WorkloadSpec = c.host_workload_spec().map_err(Error::Usage)?;
+    let guest_w: WorkloadSpec = c
+        .guest_workload_spec()
+        .unwrap_or_else(|| Ok(WorkloadSpec::NONE))
+        .map_err(Error::Usage)?;
+    let gsched = kernel_sched(c.guest_sched.as_deref().unwrap_or("none")).to_string();
+    progress(
+        o,
+        &format!(
+            "cell {}/{} [{}]: booting the guest",
+            ci + 1,
+            ncells,
+            c.key()
+        ),
+    );
+    let dir = ctx.run_dir.join(format!("vm-cell{}", ci + 1));
+    let mut guest = vm::Guest::boot(&vm::BootSpec {
+        accel: &ctx.accel,
+        kernel: &ctx.image.kernel,
+        initramfs: &ctx.image.initramfs,
+        disk: &ctx.disk,
+        disk_opts: &o.vm.disk,
+        mem_mib: o.vm.mem_mib,
+        dir: &dir,
+    })?;
+    guest.call(json!({"op": "sched", "name": gsched}), None)?;
+    let hostd = match c.coordination.as_str() {
+        "off" => None,
+        "help-rt" => {
+            let h = vm::Hostd::start(&o.exe, &guest, "ioprio-rt")?;
+            guest.call(json!({"op": "guestd", "lease_ms": 1000}), None)?;
+            Some(h)
+        }
+        other => {
+            return Err(Error::Usage(format!(
+                "coordination {other:?}: the real runner runs {}",
+                COORDINATION.join(", ")
+            )))
+        }
+    };
+    let mut runs = Vec::new();
+    for rep in 0..c.repetitions {
+        progress(
+            o,
+            &format!(
+                "cell {}/{} [{}] repetition {}/{}",
+                ci + 1,
+                ncells,
+                c.key(),
+                rep + 1,
+                c.repetitions
+            ),
+        );
+        let before = hostd.as_ref().map(|h| h.metrics()).unwrap_or_default();
+        let seed = experiment::splitmix64(c.seed ^ rep as u64);
+        drop_caches()?;
+        start_workload(
+            &o.exe,
+            &host_w,
+            host_files,
+            seed,
+            rotational,
+            &mut cleanup.workers,
+        )?;
+        if !guest_w.is_none() {
+            guest.call(
+                json!({"op": "workload", "spec": guest_w.name(), "seed": seed ^ 0x6e57, "rotational": rotational}),
+                None,
+            )?;
+        }
+        let settle = if host_w.is_none() && guest_w.is_none() {
+            0.0
+        } else {
+            o.settle_s.unwrap_or(SETTLE_S)
+        };
+        sleep(settle)?;
+        for ch in cleanup.workers.iter_mut() {
+            if let Ok(Some(st)) = ch.try_wait() {
+                return Err(run_err(format!("a background worker exited early ({st})")));
+            }
+        }
+        let mut out = RunResult::default();
+        match c.benchmark {
+            Benchmark::Startup => {
+                let pause = o.pause_s.unwrap_or(PAUSE_BEFORE_START_S);
+                for _ in 0..c.iterations {
+                    sleep(pause)?;
+                    // The guest's caches first (its sync writes reach the
+                    // host), then the host's.
+                    guest.call(json!({"op": "drop_caches"}), None)?;
+                    drop_caches()?;
+                    let a = guest.call(
+                        json!({"op": "start", "app": o.scenario.app, "timeout_s": c.timeout_s}),
+                        Some(Duration::from_secs_f64(c.timeout_s + 60.0)),
+                    )?;
+                    if let Some(took) = a.get("secs").and_then(serde_json::Value::as_f64) {
+                        out.values.push(took);
+                        if took < SHORT_START_S {
+                            sleep(SHORT_START_S)?;
+                        }
+                    } else {
+                        out.values.push(c.timeout_s);
+                        out.timeouts += 1;
+                        break;
+                    }
+                }
+            }
+            Benchmark::Throughput => {
+                let sectors = |g: &mut vm::Guest| -> Result<u64> {
+                    Ok(g.call(json!({"op": "sectors"}), None)?
+                        .get("sectors")
+                        .and_then(serde_json::Value::as_u64)
+                        .unwrap_or(0))
+                };
+                let samples = (c.duration_s / c.sample_s).floor().max(1.0) as usize;
+                let mut last = sectors(&mut guest)?;
+                for _ in 0..samples {
+                    sleep(c.sample_s)?;
+                    let now = sectors(&mut guest)?;
+                    out.values
+                        .push(now.saturating_sub(last) as f64 * 512.0 / 1e6 / c.sample_s);
+                    last = now;
+                }
+            }
+        }
+        if !guest_w.is_none() {
+            guest.call(json!({"op": "stop"}), None)?;
+        }
+        cleanup.stop_workers();
+        if let Some(h) = &hostd {
+            let after = h.metrics();
+            for (k, name) in [
+                ("boosted_seconds_total", "vm1_boosted_s"),
+                ("boosts_total", "vm1_boosts"),
+                ("helps_total", "vm1_helps"),
+            ] {
+                if let Some(a) = after.get(k) {
+                    let b = before.get(k).copied().unwrap_or(0.0);
+                    out.counters.insert(name.into(), a - b);
+                }
+            }
+        }
+        runs.push(out);
+    }
+    if let Some(h) = hostd {
+        h.stop()?;
+    }
+    guest.shutdown()?;
+    Ok(runs)
 }

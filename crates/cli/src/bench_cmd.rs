@@ -8,7 +8,7 @@ use crate::Failure;
 
 #[derive(Subcommand)]
 pub enum BenchCommand {
-    /// Run a scenario's native cells on a real or emulated block device (needs root).
+    /// Run a scenario's cells for real: native cells on a real or emulated block device, VM cells in a QEMU guest whose disk is on it (needs root).
     Run(BenchRunArgs),
     /// Two results directories side by side, cell by cell (e.g. real against sim).
     Compare(CompareArgs),
@@ -62,6 +62,21 @@ pub struct BenchRunArgs {
     /// Repetitions per cell, instead of the scenario's.
     #[arg(long)]
     repetitions: Option<u32>,
+    /// VM cells: a guest image made by `tandem vm image` (default: one is built for the run).
+    #[arg(long, value_name = "DIR")]
+    vm_image: Option<PathBuf>,
+    /// VM cells: QEMU's aio mode for the guest disk (native, io_uring, threads).
+    #[arg(long, default_value = "native")]
+    vm_aio: String,
+    /// VM cells: QEMU's cache mode for the guest disk (none bypasses the host page cache).
+    #[arg(long, default_value = "none")]
+    vm_cache: String,
+    /// VM cells: guest memory in MiB.
+    #[arg(long, default_value_t = 1024)]
+    vm_mem_mib: u32,
+    /// VM cells: kvm or tcg instead of probing whether /dev/kvm runs a guest.
+    #[arg(long)]
+    vm_accel: Option<String>,
 }
 
 #[derive(Args)]
@@ -185,6 +200,15 @@ pub fn run(cmd: BenchCommand) -> Result<(), Failure> {
                 pause_s: a.pause_s,
                 quiet: a.quiet,
                 exe,
+                vm: bench::VmOptions {
+                    image: a.vm_image,
+                    disk: bench::vm::DiskOptions {
+                        aio: a.vm_aio,
+                        cache: a.vm_cache,
+                    },
+                    mem_mib: a.vm_mem_mib,
+                    accel: a.vm_accel,
+                },
             };
             let started = std::time::Instant::now();
             let results = bench::run(&o, &a.out).map_err(fail)?;

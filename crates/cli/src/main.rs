@@ -28,6 +28,10 @@ const EMBEDDED_SCENARIOS: &[(&str, &str)] = &[
         include_str!("../../../scenarios/cloud2014.toml"),
     ),
     (
+        "cloud2014-real",
+        include_str!("../../../scenarios/cloud2014-real.toml"),
+    ),
+    (
         "cloud2014-throughput",
         include_str!("../../../scenarios/cloud2014-throughput.toml"),
     ),

@@ -1,0 +1,251 @@
+//! `tandem vm agent`: the bench runner's hands inside a guest. The image's
+//! init starts it on the virtio-serial port `tandem.bench`; the host side
+//! ([`crate::vm`]) sends one JSON request per line and reads one JSON answer
+//! per line. The agent uses the same workers, app replay and start timing as
+//! the native runner, so a start is measured the same way in a guest and on
+//! a host.
+//!
+//! Requests (`op`):
+//! - `sched {name, dev?}`: the guest disk's I/O scheduler (default dev `vda`);
+//! - `workload {spec, seed, rotational}`: start an S workload on the data
+//!   disk's files `file0`, `file1`, ...; `stop`: kill it;
+//! - `drop_caches`: `sync; echo 3 > /proc/sys/vm/drop_caches`;
+//! - `start {app, timeout_s}`: one start of the app (a trace preset replayed
+//!   from `app/`, or `cmd:...`): `{secs}` or `{timeout: true}`;
+//! - `sectors {dev?}`: sectors read and written on the disk (throughput);
+//! - `guestd {lease_ms}`: start `tandem guestd` on the port `tandem.help`;
+//! - `quit`: stop everything and leave (init powers the guest off).
+//!
+//! Every answer has `ok`; a failed request has `ok: false` and `error`, and
+//! the agent goes on.
+
+use std::fs;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use serde_json::{json, Value};
+
+use crate::{run_err, workers, Error, Result};
+
+/// The agent's state: what it started.
+struct Agent {
+    exe: PathBuf,
+    data: PathBuf,
+    workers: Vec<Child>,
+    guestd: Option<Child>,
+}
+
+impl Agent {
+    fn stop_workers(&mut self) {
+        for mut c in self.workers.drain(..) {
+            workers::kill(&mut c);
+        }
+    }
+
+    fn stop_all(&mut self) {
+        self.stop_workers();
+        if let Some(mut g) = self.guestd.take() {
+            // SIGTERM: guestd says NO-HELP before it leaves.
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(g.id() as libc::pid_t, libc::SIGTERM) };
+            let t0 = std::time::Instant::now();
+            while t0.elapsed() < std::time::Duration::from_secs(3) {
+                if let Ok(Some(_)) = g.try_wait() {
+                    return;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            workers::kill(&mut g);
+        }
+    }
+
+    fn handle(&mut self, req: &Value) -> Result<Value> {
+        let op = req.get("op").and_then(Value::as_str).unwrap_or("");
+        let str_of = |k: &str| req.get(k).and_then(Value::as_str);
+        match op {
+            "hello" => Ok(hello()),
+            "sched" => {
+                let name = str_of("name").ok_or_else(|| Error::Usage("sched: no name".into()))?;
+                let dev = str_of("dev").unwrap_or("vda");
+                let file = PathBuf::from("/sys/block").join(dev).join("queue/scheduler");
+                fs::write(&file, name).map_err(|e| {
+                    run_err(format!(
+                        "{dev} has no scheduler {name} ({e}); it offers: {}",
+                        fs::read_to_string(&file).unwrap_or_default().trim()
+                    ))
+                })?;
+                Ok(json!({"ok": true, "scheduler": fs::read_to_string(&file).unwrap_or_default().trim()}))
+            }
+            "workload" => {
+                let spec = str_of("spec").ok_or_else(|| Error::Usage("workload: no spec".into()))?;
+                let w = experiment::WorkloadSpec::parse(spec).map_err(Error::Usage)?;
+                let seed = req.get("seed").and_then(Value::as_u64).unwrap_or(0);
+                let rotational = req.get("rotational").and_then(Value::as_bool).unwrap_or(true);
+                self.stop_workers();
+                let files: Vec<PathBuf> = (0..(w.readers + w.writers))
+                    .map(|i| self.data.join(format!("file{i}")))
+                    .collect();
+                crate::start_workload(&self.exe, &w, &files, seed, rotational, &mut self.workers)?;
+                Ok(json!({"ok": true, "processes": self.workers.len()}))
+            }
+            "stop" => {
+                self.stop_workers();
+                Ok(json!({"ok": true}))
+            }
+            "drop_caches" => {
+                crate::drop_caches()?;
+                Ok(json!({"ok": true}))
+            }
+            "start" => {
+                let name = str_of("app").ok_or_else(|| Error::Usage("start: no app".into()))?;
+                let timeout = req.get("timeout_s").and_then(Value::as_f64).unwrap_or(60.0);
+                let app = crate::app_of(name)?;
+                // A worker that died (a read error) is a failed run.
+                for c in self.workers.iter_mut() {
+                    if let Ok(Some(st)) = c.try_wait() {
+                        return Err(run_err(format!("a guest worker exited early ({st})")));
+                    }
+                }
+                let app_dir = self.data.join("app");
+                match crate::time_start(&self.exe, &app, &app_dir, &self.data, timeout)? {
+                    Some(s) => Ok(json!({"ok": true, "secs": s})),
+                    None => Ok(json!({"ok": true, "timeout": true})),
+                }
+            }
+            "sectors" => {
+                let dev = str_of("dev").unwrap_or("vda");
+                let stat = PathBuf::from("/sys/block").join(dev).join("stat");
+                Ok(json!({"ok": true, "sectors": crate::sectors_done(&stat)}))
+            }
+            "guestd" => {
+                let lease = req.get("lease_ms").and_then(Value::as_u64).unwrap_or(1000);
+                if self.guestd.is_none() {
+                    let log = fs::File::create("/tmp/guestd.log")
+                        .map_err(|e| run_err(format!("/tmp/guestd.log: {e}")))?;
+                    let log2 = log.try_clone().map_err(|e| run_err(e.to_string()))?;
+                    let child = Command::new(&self.exe)
+                        .args(["guestd", "--endpoint"])
+                        .arg(format!("virtio:{}", crate::vm::HELP_PORT))
+                        .args(["--name", crate::vm::VM_NAME])
+                        .args(["--lease-ms", &lease.to_string()])
+                        .stdin(Stdio::null())
+                        .stdout(log)
+                        .stderr(log2)
+                        .spawn()
+                        .map_err(|e| run_err(format!("starting tandem guestd: {e}")))?;
+                    self.guestd = Some(child);
+                }
+                Ok(json!({"ok": true}))
+            }
+            "quit" => Ok(json!({"ok": true})),
+            other => Err(Error::Usage(format!(
+                "unknown op {other:?}; accepted: hello, sched, workload, stop, drop_caches, start, sectors, guestd, quit"
+            ))),
+        }
+    }
+}
+
+/// What the agent tells the host when it comes up and on `hello`.
+fn hello() -> Value {
+    let kernel = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let scheds = fs::read_to_string("/sys/block/vda/queue/scheduler").unwrap_or_default();
+    json!({
+        "ok": true,
+        "ready": true,
+        "kernel": kernel.trim(),
+        "vda_schedulers": scheds.trim(),
+    })
+}
+
+/// The device file of a virtio-serial port: `/dev/virtio-ports/NAME` where
+/// udev (or the image's init) made it, else found through sysfs.
+pub fn port_path(name: &str) -> Result<PathBuf> {
+    if name.contains('/') {
+        return Ok(PathBuf::from(name));
+    }
+    let link = Path::new("/dev/virtio-ports").join(name);
+    if link.exists() {
+        return Ok(link);
+    }
+    if let Ok(rd) = fs::read_dir("/sys/class/virtio-ports") {
+        for e in rd.flatten() {
+            let n = fs::read_to_string(e.path().join("name")).unwrap_or_default();
+            if n.trim() == name {
+                return Ok(Path::new("/dev").join(e.file_name()));
+            }
+        }
+    }
+    Err(Error::Usage(format!(
+        "virtio-serial port {name:?}: not found (no /dev/virtio-ports/{name}, nothing in /sys/class/virtio-ports)"
+    )))
+}
+
+/// Serve the host over `port` until it says `quit` or the port closes.
+pub fn agent_main(port: &str, data: &Path) -> Result<()> {
+    let path = port_path(port)?;
+    let dev = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .map_err(|e| run_err(format!("{}: {e}", path.display())))?;
+    let mut out = dev.try_clone().map_err(|e| run_err(e.to_string()))?;
+    let mut agent = Agent {
+        exe: std::env::current_exe().map_err(|e| run_err(e.to_string()))?,
+        data: data.to_path_buf(),
+        workers: Vec::new(),
+        guestd: None,
+    };
+    let send = |out: &mut fs::File, v: &Value| -> Result<()> {
+        let mut line = v.to_string();
+        line.push('\n');
+        out.write_all(line.as_bytes())
+            .map_err(|e| run_err(format!("{}: {e}", path.display())))
+    };
+    send(&mut out, &hello())?;
+    let mut reader = BufReader::new(dev);
+    let mut line = String::new();
+    loop {
+        line.clear();
+        match reader.read_line(&mut line) {
+            // No host on the other end: a virtio-serial port reads 0 bytes
+            // while the host side is closed; wait for it to connect again.
+            Ok(0) => {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                continue;
+            }
+            Ok(_) => {}
+            Err(e) => {
+                agent.stop_all();
+                return Err(run_err(format!("{}: {e}", path.display())));
+            }
+        }
+        let t = line.trim();
+        if t.is_empty() {
+            continue;
+        }
+        let answer = match serde_json::from_str::<Value>(t) {
+            Ok(req) => {
+                let quit = req.get("op").and_then(Value::as_str) == Some("quit");
+                if quit {
+                    agent.stop_all();
+                }
+                let mut a = agent
+                    .handle(&req)
+                    .unwrap_or_else(|e| json!({"ok": false, "error": e.to_string()}));
+                // The host matches answers to requests by id (answers to
+                // hellos sent while the guest booted may still be queued).
+                if let (Some(id), Some(m)) = (req.get("id"), a.as_object_mut()) {
+                    m.insert("id".into(), id.clone());
+                }
+                if quit {
+                    send(&mut out, &a)?;
+                    return Ok(());
+                }
+                a
+            }
+            Err(e) => json!({"ok": false, "error": format!("not JSON: {e}")}),
+        };
+        send(&mut out, &answer)?;
+    }
+}

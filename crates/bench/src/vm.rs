@@ -1,0 +1,732 @@
+//! VM mode of the real runner: cells with a `guest_sched` run in a real QEMU
+//! guest whose disk image lives on the (emulated) device, next to the host
+//! workload's files, as in the CLOUD 2014 experiment.
+//!
+//! The host side (this module) boots the guest built by `tandem vm image`,
+//! drives it over a virtio-serial control port (`tandem.bench`, one JSON
+//! object per line, served in the guest by [`crate::guest`]), runs the host
+//! workload itself, drops the host's caches before every start, and for
+//! `help-*` coordination runs `tandem hostd` against the guest's second port
+//! (`tandem.help`), where `tandem guestd` asks for help.
+//!
+//! QEMU runs with KVM only when `/dev/kvm` can really run a guest: the device
+//! node can exist where hardware virtualization is not available (nested
+//! setups without VMX/SVM), and QEMU then hangs in its first `KVM_RUN`. So the
+//! probe runs a two-byte guest (`hlt`) through the KVM API in a child process
+//! with a timeout, and falls back to TCG.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::{check_interrupted, run_err, Error, Result};
+
+/// The control port's name in the guest (the image's init runs
+/// `tandem vm agent --port tandem.bench` when the port exists).
+pub const CONTROL_PORT: &str = "tandem.bench";
+/// The port guestd talks to hostd through.
+pub const HELP_PORT: &str = "tandem.help";
+/// The guest's name in hostd (the run has one VM).
+pub const VM_NAME: &str = "vm1";
+/// Where the guest mounts its data disk (the image's init).
+pub const GUEST_DATA: &str = "/data";
+
+/// How long a TCG guest may take from QEMU's start to the agent's `ready`
+/// line. A TCG boot takes about 5 s on an idle machine; the host workload
+/// is not running yet, but the emulated disk serves the first reads.
+const BOOT_TIMEOUT: Duration = Duration::from_secs(180);
+/// How long the guest may take to answer a request that is not a start.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long the KVM probe's guest may take to halt.
+const KVM_PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The accelerator QEMU runs with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Accel {
+    Kvm,
+    /// TCG, and why KVM was not used.
+    Tcg(String),
+}
+
+impl Accel {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Accel::Kvm => "kvm",
+            Accel::Tcg(_) => "tcg",
+        }
+    }
+}
+
+/// KVM when a guest really runs on `/dev/kvm`, TCG otherwise.
+pub fn probe_accel() -> Accel {
+    match kvm_runs_a_guest() {
+        Ok(()) => Accel::Kvm,
+        Err(why) => Accel::Tcg(why),
+    }
+}
+
+// The KVM ioctls the probe needs (include/uapi/linux/kvm.h): _IO(0xAE, n),
+// _IOW/_IOR with the size of the structure passed.
+const KVM_GET_API_VERSION: libc::c_ulong = 0xAE00;
+const KVM_CREATE_VM: libc::c_ulong = 0xAE01;
+const KVM_GET_VCPU_MMAP_SIZE: libc::c_ulong = 0xAE04;
+const KVM_CREATE_VCPU: libc::c_ulong = 0xAE41;
+/// _IOW(0xAE, 0x46, struct kvm_userspace_memory_region), 32 bytes.
+const KVM_SET_USER_MEMORY_REGION: libc::c_ulong = 0x4020_AE46;
+const KVM_RUN: libc::c_ulong = 0xAE80;
+/// _IOW(0xAE, 0x82, struct kvm_regs), 18 u64.
+const KVM_SET_REGS: libc::c_ulong = 0x4090_AE82;
+/// _IOR/_IOW(0xAE, 0x83/0x84, struct kvm_sregs), 312 bytes.
+const KVM_GET_SREGS: libc::c_ulong = 0x8138_AE83;
+const KVM_SET_SREGS: libc::c_ulong = 0x4138_AE84;
+const KVM_SREGS_BYTES: usize = 312;
+const KVM_EXIT_HLT: u32 = 5;
+/// The stable API version (KVM_API_VERSION).
+const KVM_API: libc::c_int = 12;
+
+/// Run `hlt` in real mode at guest address 0x1000 through the KVM API, in a
+/// child process (a broken KVM can hang in `KVM_RUN`), with a timeout.
+fn kvm_runs_a_guest() -> std::result::Result<(), String> {
+    let node = c"/dev/kvm";
+    // SAFETY: access on a NUL-terminated path.
+    if unsafe { libc::access(node.as_ptr(), libc::R_OK | libc::W_OK) } != 0 {
+        return Err("/dev/kvm is missing or not accessible".into());
+    }
+    // SAFETY: the child only makes system calls on memory it owns and
+    // leaves with _exit; it allocates nothing.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(format!("fork: {}", std::io::Error::last_os_error()));
+    }
+    if pid == 0 {
+        // SAFETY: see kvm_child.
+        let code = unsafe { kvm_child(node.as_ptr()) };
+        // SAFETY: leaving the forked child without running destructors.
+        unsafe { libc::_exit(code) };
+    }
+    let t0 = Instant::now();
+    loop {
+        let mut status = 0;
+        // SAFETY: waitpid on our own child.
+        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if r == pid {
+            if libc::WIFEXITED(status) {
+                return match libc::WEXITSTATUS(status) {
+                    0 => Ok(()),
+                    1 => Err("/dev/kvm: KVM_GET_API_VERSION or KVM_CREATE_VM failed".into()),
+                    2 => Err("/dev/kvm: setting up a vCPU failed".into()),
+                    3 => Err("/dev/kvm: KVM_RUN failed".into()),
+                    4 => Err("/dev/kvm: the probe guest did not halt".into()),
+                    c => Err(format!("/dev/kvm probe exited with {c}")),
+                };
+            }
+            return Err("/dev/kvm probe was killed".into());
+        }
+        if t0.elapsed() > KVM_PROBE_TIMEOUT {
+            // SAFETY: killing and reaping our own child.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, &mut status, 0);
+            }
+            return Err(format!(
+                "/dev/kvm exists but a guest does not run on it (KVM_RUN did not return in {} s: no hardware virtualization)",
+                KVM_PROBE_TIMEOUT.as_secs()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The probe proper, in the forked child. Exit codes: see kvm_runs_a_guest.
+unsafe fn kvm_child(node: *const libc::c_char) -> libc::c_int {
+    let kvm = libc::open(node, libc::O_RDWR | libc::O_CLOEXEC);
+    if kvm < 0 || libc::ioctl(kvm, KVM_GET_API_VERSION, 0) != KVM_API {
+        return 1;
+    }
+    let vm = libc::ioctl(kvm, KVM_CREATE_VM, 0);
+    if vm < 0 {
+        return 1;
+    }
+    let mem = libc::mmap(
+        std::ptr::null_mut(),
+        4096,
+        libc::PROT_READ | libc::PROT_WRITE,
+        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+        -1,
+        0,
+    );
+    if mem == libc::MAP_FAILED {
+        return 2;
+    }
+    // hlt
+    *(mem as *mut u8) = 0xf4;
+    // struct kvm_userspace_memory_region { slot, flags, guest_phys_addr,
+    // memory_size, userspace_addr }
+    let region: [u64; 4] = [0, 0x1000, 4096, mem as u64];
+    if libc::ioctl(vm, KVM_SET_USER_MEMORY_REGION, region.as_ptr()) < 0 {
+        return 2;
+    }
+    let vcpu = libc::ioctl(vm, KVM_CREATE_VCPU, 0);
+    let size = libc::ioctl(kvm, KVM_GET_VCPU_MMAP_SIZE, 0);
+    if vcpu < 0 || size <= 0 {
+        return 2;
+    }
+    let run = libc::mmap(
+        std::ptr::null_mut(),
+        size as usize,
+        libc::PROT_READ | libc::PROT_WRITE,
+        libc::MAP_SHARED,
+        vcpu,
+        0,
+    );
+    if run == libc::MAP_FAILED {
+        return 2;
+    }
+    // Real mode with CS base 0 and selector 0: the first segment of
+    // struct kvm_sregs is CS (base u64 at 0, selector u16 at 12).
+    let mut sregs = [0u8; KVM_SREGS_BYTES];
+    if libc::ioctl(vcpu, KVM_GET_SREGS, sregs.as_mut_ptr()) < 0 {
+        return 2;
+    }
+    sregs[0..8].copy_from_slice(&0u64.to_ne_bytes());
+    sregs[12..14].copy_from_slice(&0u16.to_ne_bytes());
+    if libc::ioctl(vcpu, KVM_SET_SREGS, sregs.as_ptr()) < 0 {
+        return 2;
+    }
+    // struct kvm_regs: rax..r15 (16), rip (16th), rflags (17th); bit 1 of
+    // rflags is reserved and set.
+    let mut regs = [0u64; 18];
+    regs[16] = 0x1000;
+    regs[17] = 0x2;
+    if libc::ioctl(vcpu, KVM_SET_REGS, regs.as_ptr()) < 0 {
+        return 2;
+    }
+    if libc::ioctl(vcpu, KVM_RUN, 0) < 0 {
+        return 3;
+    }
+    // struct kvm_run: request_interrupt_window u8, immediate_exit u8,
+    // padding[6], exit_reason u32 at offset 8.
+    let reason = *((run as *const u8).add(8) as *const u32);
+    if reason == KVM_EXIT_HLT {
+        0
+    } else {
+        4
+    }
+}
+
+/// How the guest's disk is attached.
+#[derive(Clone, Debug)]
+pub struct DiskOptions {
+    /// QEMU's `aio=`: `native` (one iothread submits with Linux AIO; the
+    /// default, as in the simulator), `io_uring` or `threads` (a pool).
+    pub aio: String,
+    /// QEMU's `cache=`: `none` (O_DIRECT, so the host page cache does not
+    /// fake a fast disk), or `writeback`, `writethrough`, `directsync`,
+    /// `unsafe`.
+    pub cache: String,
+}
+
+impl Default for DiskOptions {
+    fn default() -> Self {
+        DiskOptions {
+            aio: "native".into(),
+            cache: "none".into(),
+        }
+    }
+}
+
+pub const AIO_MODES: &[&str] = &["native", "io_uring", "threads"];
+pub const CACHE_MODES: &[&str] = &["none", "writeback", "writethrough", "directsync", "unsafe"];
+
+impl DiskOptions {
+    pub fn validate(&self) -> Result<()> {
+        if !AIO_MODES.contains(&self.aio.as_str()) {
+            return Err(Error::Usage(format!(
+                "--vm-aio {:?}: accepted: {}",
+                self.aio,
+                AIO_MODES.join(", ")
+            )));
+        }
+        if !CACHE_MODES.contains(&self.cache.as_str()) {
+            return Err(Error::Usage(format!(
+                "--vm-cache {:?}: accepted: {}",
+                self.cache,
+                CACHE_MODES.join(", ")
+            )));
+        }
+        // Linux AIO is only asynchronous with O_DIRECT; QEMU refuses
+        // aio=native otherwise.
+        if self.aio == "native" && !matches!(self.cache.as_str(), "none" | "directsync") {
+            return Err(Error::Usage(format!(
+                "--vm-aio native needs --vm-cache none or directsync (O_DIRECT), not {}",
+                self.cache
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Everything a guest boot needs.
+pub struct BootSpec<'a> {
+    pub accel: &'a Accel,
+    pub kernel: &'a Path,
+    pub initramfs: &'a Path,
+    pub disk: &'a Path,
+    pub disk_opts: &'a DiskOptions,
+    pub mem_mib: u32,
+    /// Sockets, console log and QEMU's files go here.
+    pub dir: &'a Path,
+}
+
+/// A running guest: QEMU and the control connection to the agent.
+pub struct Guest {
+    pub qemu: Child,
+    pub dir: PathBuf,
+    ctl: Option<(BufReader<UnixStream>, UnixStream)>,
+    /// What the agent said when it came up.
+    pub hello: Value,
+    /// The id of the last request: answers carry their request's id.
+    last_id: u64,
+}
+
+pub fn qemu_binary() -> &'static str {
+    "qemu-system-x86_64"
+}
+
+/// QEMU's command line for a boot.
+pub fn qemu_args(b: &BootSpec) -> Vec<String> {
+    let d = b.dir;
+    let mut a: Vec<String> = Vec::new();
+    let mut push = |s: &str| a.push(s.to_string());
+    push("-accel");
+    push(b.accel.name());
+    push("-m");
+    push(&b.mem_mib.to_string());
+    // One vCPU: the host has two cores, and under TCG each vCPU is a busy
+    // host thread next to the host workload.
+    push("-smp");
+    push("1");
+    push("-nodefaults");
+    push("-display");
+    push("none");
+    push("-no-reboot");
+    push("-serial");
+    push(&format!("file:{}", d.join("console.log").display()));
+    push("-kernel");
+    push(&b.kernel.display().to_string());
+    push("-initrd");
+    push(&b.initramfs.display().to_string());
+    push("-append");
+    push("console=ttyS0 quiet panic=-1");
+    // The disk's requests are submitted by one named iothread (with
+    // aio=native or io_uring) or by its pool of workers (aio=threads): the
+    // threads the host scheduler sees, and hostd boosts.
+    push("-object");
+    push("iothread,id=io0");
+    push("-drive");
+    push(&format!(
+        "file={},if=none,id=vd0,format=raw,cache={},aio={}",
+        b.disk.display(),
+        b.disk_opts.cache,
+        b.disk_opts.aio
+    ));
+    push("-device");
+    push("virtio-blk-pci,drive=vd0,iothread=io0");
+    push("-device");
+    push("virtio-serial-pci");
+    for (id, name) in [("ctl", CONTROL_PORT), ("help", HELP_PORT)] {
+        push("-chardev");
+        push(&format!(
+            "socket,id={id},path={},server=on,wait=off",
+            d.join(format!("{id}.sock")).display()
+        ));
+        push("-device");
+        push(&format!("virtserialport,chardev={id},name={name}"));
+    }
+    push("-qmp");
+    push(&format!(
+        "unix:{},server=on,wait=off",
+        d.join("qmp.sock").display()
+    ));
+    a
+}
+
+/// The last lines of the guest's console, for errors.
+fn console_tail(dir: &Path) -> String {
+    let text = std::fs::read_to_string(dir.join("console.log")).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    let from = lines.len().saturating_sub(15);
+    lines[from..].join("\n")
+}
+
+impl Guest {
+    /// Start QEMU and wait for the agent's `ready` line.
+    pub fn boot(b: &BootSpec) -> Result<Guest> {
+        std::fs::create_dir_all(b.dir).map_err(|e| run_err(format!("{}: {e}", b.dir.display())))?;
+        let log = std::fs::File::create(b.dir.join("qemu.log"))
+            .map_err(|e| run_err(format!("qemu.log: {e}")))?;
+        let log2 = log.try_clone().map_err(|e| run_err(e.to_string()))?;
+        let mut cmd = Command::new(qemu_binary());
+        cmd.args(qemu_args(b))
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log2);
+        // SAFETY: prctl in the child before exec; QEMU dies with the run.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let qemu = cmd.spawn().map_err(|e| {
+            run_err(format!(
+                "starting {}: {e} (install Debian's qemu-system-x86)",
+                qemu_binary()
+            ))
+        })?;
+        let mut g = Guest {
+            qemu,
+            dir: b.dir.to_path_buf(),
+            ctl: None,
+            hello: Value::Null,
+            last_id: 0,
+        };
+        let t0 = Instant::now();
+        let sock = b.dir.join("ctl.sock");
+        let stream = loop {
+            check_interrupted()?;
+            g.check_alive()?;
+            if let Ok(s) = UnixStream::connect(&sock) {
+                break s;
+            }
+            if t0.elapsed() > BOOT_TIMEOUT {
+                return Err(run_err("QEMU did not open its control socket"));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        stream
+            .set_read_timeout(Some(Duration::from_millis(200)))
+            .map_err(|e| run_err(e.to_string()))?;
+        let w = stream.try_clone().map_err(|e| run_err(e.to_string()))?;
+        g.ctl = Some((BufReader::new(stream), w));
+        // The agent's first words may be lost if it spoke before the host
+        // connected: ask until it answers.
+        let hello = loop {
+            match g.call(json!({"op": "hello"}), Some(Duration::from_secs(2))) {
+                Ok(v) => break v,
+                Err(e)
+                    if t0.elapsed() < BOOT_TIMEOUT && e.to_string().contains("did not answer") => {}
+                Err(e) => return Err(e),
+            }
+        };
+        g.hello = hello;
+        Ok(g)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.qemu.id()
+    }
+
+    fn check_alive(&mut self) -> Result<()> {
+        if let Ok(Some(st)) = self.qemu.try_wait() {
+            let log = std::fs::read_to_string(self.dir.join("qemu.log")).unwrap_or_default();
+            return Err(run_err(format!(
+                "QEMU exited ({st}): {}\nguest console:\n{}",
+                log.trim(),
+                console_tail(&self.dir)
+            )));
+        }
+        Ok(())
+    }
+
+    /// Read the agent's answer to request `id`, within `timeout`. Other
+    /// lines (stale answers, unsolicited hellos) are skipped.
+    fn read_answer(&mut self, id: u64, timeout: Duration, what: &str) -> Result<Value> {
+        let t0 = Instant::now();
+        let mut line = String::new();
+        loop {
+            check_interrupted()?;
+            self.check_alive()?;
+            let (r, _) = self.ctl.as_mut().ok_or_else(|| run_err("no control"))?;
+            match r.read_line(&mut line) {
+                Ok(0) => {
+                    return Err(run_err(format!(
+                        "the guest closed its control port while {what}; guest console:\n{}",
+                        console_tail(&self.dir)
+                    )))
+                }
+                Ok(_) if line.ends_with('\n') => {
+                    let v: Option<Value> = serde_json::from_str(line.trim()).ok();
+                    line.clear();
+                    if let Some(v) = v {
+                        if v.get("id").and_then(Value::as_u64) == Some(id) {
+                            return Ok(v);
+                        }
+                    }
+                }
+                Ok(_) => {}
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::WouldBlock
+                        || e.kind() == std::io::ErrorKind::TimedOut => {}
+                Err(e) => return Err(run_err(format!("control port: {e}"))),
+            }
+            if t0.elapsed() > timeout {
+                return Err(run_err(format!(
+                    "the guest did not answer in {} s while {what}; guest console:\n{}",
+                    timeout.as_secs_f64(),
+                    console_tail(&self.dir)
+                )));
+            }
+        }
+    }
+
+    /// Send a request and wait for its answer; `{"ok": false}` is an error.
+    pub fn call(&mut self, mut req: Value, timeout: Option<Duration>) -> Result<Value> {
+        let what = req
+            .get("op")
+            .and_then(Value::as_str)
+            .unwrap_or("?")
+            .to_string();
+        self.last_id += 1;
+        let id = self.last_id;
+        if let Some(m) = req.as_object_mut() {
+            m.insert("id".into(), id.into());
+        }
+        {
+            let (_, w) = self.ctl.as_mut().ok_or_else(|| run_err("no control"))?;
+            let mut line = req.to_string();
+            line.push('\n');
+            w.write_all(line.as_bytes())
+                .map_err(|e| run_err(format!("control port: {e}")))?;
+        }
+        let v = self.read_answer(id, timeout.unwrap_or(REQUEST_TIMEOUT), &what)?;
+        if v.get("ok").and_then(Value::as_bool) != Some(true) {
+            let e = v
+                .get("error")
+                .and_then(Value::as_str)
+                .unwrap_or("no reason given");
+            return Err(run_err(format!("the guest refused {what}: {e}")));
+        }
+        Ok(v)
+    }
+
+    /// Ask the agent to quit (the guest powers off), then make sure QEMU is
+    /// gone.
+    pub fn shutdown(mut self) -> Result<()> {
+        let _ = self.call(json!({"op": "quit"}), Some(Duration::from_secs(30)));
+        self.ctl = None;
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(30) {
+            if let Ok(Some(_)) = self.qemu.try_wait() {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        kill_qemu(&mut self.qemu);
+        Ok(())
+    }
+}
+
+/// Stop QEMU: SIGTERM (it closes its files), then SIGKILL.
+pub fn kill_qemu(c: &mut Child) {
+    if let Ok(Some(_)) = c.try_wait() {
+        return;
+    }
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(c.id() as libc::pid_t, libc::SIGTERM) };
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(5) {
+        if let Ok(Some(_)) = c.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = c.kill();
+    let _ = c.wait();
+}
+
+impl Drop for Guest {
+    fn drop(&mut self) {
+        kill_qemu(&mut self.qemu);
+    }
+}
+
+/// `tandem hostd` for one guest, in help-rt mode: RT ioprio on the QEMU
+/// process's threads while the guest asks for help.
+pub struct Hostd {
+    child: Child,
+    pub control: PathBuf,
+}
+
+impl Hostd {
+    pub fn start(exe: &Path, guest: &Guest, ioprio: &str) -> Result<Hostd> {
+        let dir = &guest.dir;
+        let control = dir.join("hostd.sock");
+        let log = std::fs::File::create(dir.join("hostd.log"))
+            .map_err(|e| run_err(format!("hostd.log: {e}")))?;
+        let log2 = log.try_clone().map_err(|e| run_err(e.to_string()))?;
+        let mut cmd = Command::new(exe);
+        cmd.args(["hostd", "run", "--vm"])
+            .arg(format!(
+                "name={VM_NAME},socket={},pid={},connect=1",
+                dir.join("help.sock").display(),
+                guest.pid()
+            ))
+            .arg("--state-file")
+            .arg(dir.join("hostd.state"))
+            .arg("--control")
+            .arg(&control)
+            .args(["--ioprio", ioprio])
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log2);
+        // SAFETY: prctl in the child before exec. SIGTERM, not SIGKILL, so
+        // hostd still reverts its boosts if the run dies.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                Ok(())
+            });
+        }
+        let child = cmd
+            .spawn()
+            .map_err(|e| run_err(format!("starting tandem hostd: {e}")))?;
+        let mut h = Hostd { child, control };
+        let t0 = Instant::now();
+        while !h.control.exists() {
+            if let Ok(Some(st)) = h.child.try_wait() {
+                let log = std::fs::read_to_string(dir.join("hostd.log")).unwrap_or_default();
+                return Err(run_err(format!(
+                    "tandem hostd exited ({st}): {}",
+                    log.trim()
+                )));
+            }
+            if t0.elapsed() > Duration::from_secs(10) {
+                return Err(run_err("tandem hostd did not come up in 10 s"));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(h)
+    }
+
+    /// hostd's counters for the VM (its Prometheus metrics, without the
+    /// `tandem_hostd_` prefix), e.g. `boosted_seconds_total`.
+    pub fn metrics(&self) -> std::collections::BTreeMap<String, f64> {
+        let mut m = std::collections::BTreeMap::new();
+        let Ok(mut s) = UnixStream::connect(&self.control) else {
+            return m;
+        };
+        let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+        if s.write_all(b"metrics\n").is_err() {
+            return m;
+        }
+        let mut out = String::new();
+        let _ = std::io::Read::read_to_string(&mut s, &mut out);
+        for l in out.lines().filter(|l| !l.starts_with('#')) {
+            let Some((k, v)) = l.rsplit_once(' ') else {
+                continue;
+            };
+            let name = k.split('{').next().unwrap_or(k);
+            if let (Some(n), Ok(v)) = (name.strip_prefix("tandem_hostd_"), v.parse::<f64>()) {
+                m.insert(n.to_string(), v);
+            }
+        }
+        m
+    }
+
+    /// Stop hostd with SIGTERM: it reverts every boost before it exits.
+    pub fn stop(mut self) -> Result<()> {
+        self.stop_inner()
+    }
+
+    fn stop_inner(&mut self) -> Result<()> {
+        if let Ok(Some(_)) = self.child.try_wait() {
+            return Ok(());
+        }
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(10) {
+            if let Ok(Some(st)) = self.child.try_wait() {
+                return if st.success() {
+                    Ok(())
+                } else {
+                    Err(run_err(format!("tandem hostd exited with {st}")))
+                };
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        Err(run_err("tandem hostd did not stop on SIGTERM"))
+    }
+}
+
+impl Drop for Hostd {
+    fn drop(&mut self) {
+        let _ = self.stop_inner();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn qemu_command_line() {
+        let accel = Accel::Tcg("test".into());
+        let opts = DiskOptions::default();
+        let b = BootSpec {
+            accel: &accel,
+            kernel: Path::new("/img/vmlinuz"),
+            initramfs: Path::new("/img/initramfs.cpio.gz"),
+            disk: Path::new("/mnt/vm1.img"),
+            disk_opts: &opts,
+            mem_mib: 1024,
+            dir: Path::new("/run/x"),
+        };
+        let a = qemu_args(&b).join(" ");
+        assert!(a.starts_with("-accel tcg -m 1024 -smp 1"), "{a}");
+        assert!(
+            a.contains("file=/mnt/vm1.img,if=none,id=vd0,format=raw,cache=none,aio=native"),
+            "{a}"
+        );
+        assert!(
+            a.contains("virtserialport,chardev=ctl,name=tandem.bench"),
+            "{a}"
+        );
+        assert!(
+            a.contains("virtserialport,chardev=help,name=tandem.help"),
+            "{a}"
+        );
+        assert!(
+            a.contains("path=/run/x/help.sock,server=on,wait=off"),
+            "{a}"
+        );
+    }
+
+    #[test]
+    fn disk_options_checked() {
+        assert!(DiskOptions::default().validate().is_ok());
+        let bad = DiskOptions {
+            aio: "native".into(),
+            cache: "writeback".into(),
+        };
+        assert!(bad.validate().unwrap_err().to_string().contains("O_DIRECT"));
+        let bad = DiskOptions {
+            aio: "posix".into(),
+            cache: "none".into(),
+        };
+        assert!(bad.validate().unwrap_err().to_string().contains("accepted"));
+        let ok = DiskOptions {
+            aio: "threads".into(),
+            cache: "writeback".into(),
+        };
+        assert!(ok.validate().is_ok());
+    }
+}
