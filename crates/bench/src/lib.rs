@@ -976,7 +976,10 @@ fn prepare_vm(
     let accel = match o.vm.accel.as_deref() {
         Some("tcg") => vm::Accel::Tcg("--vm-accel tcg".into()),
         Some(_) => vm::Accel::Kvm,
-        None => vm::probe_accel(),
+        None => {
+            progress(o, "probing KVM");
+            vm::probe_accel(&image.kernel, run_dir)
+        }
     };
     if let vm::Accel::Tcg(why) = &accel {
         progress(o, &format!("QEMU runs with TCG: {why}"));
