@@ -121,11 +121,15 @@ impl Agent {
             "guestd" => {
                 let lease = req.get("lease_ms").and_then(Value::as_u64).unwrap_or(1000);
                 if self.guestd.is_none() {
-                    let log = fs::File::create("/tmp/guestd.log")
-                        .map_err(|e| run_err(format!("/tmp/guestd.log: {e}")))?;
+                    // guestd speaks on the guest's console, which the host
+                    // keeps as console.log.
+                    let log = fs::OpenOptions::new()
+                        .write(true)
+                        .open("/dev/console")
+                        .map_err(|e| run_err(format!("/dev/console: {e}")))?;
                     let log2 = log.try_clone().map_err(|e| run_err(e.to_string()))?;
                     let child = Command::new(&self.exe)
-                        .args(["guestd", "--endpoint"])
+                        .args(["guestd", "--connect"])
                         .arg(format!("virtio:{}", crate::vm::HELP_PORT))
                         .args(["--name", crate::vm::VM_NAME])
                         .args(["--lease-ms", &lease.to_string()])

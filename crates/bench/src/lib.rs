@@ -99,6 +99,9 @@ pub struct VmOptions {
     pub mem_mib: u32,
     /// Force an accelerator (`kvm` or `tcg`) instead of probing.
     pub accel: Option<String>,
+    /// Keep each VM cell's logs (guest console, QEMU, hostd) under this
+    /// directory's `vm-logs/` (the run's output directory).
+    pub logs: Option<PathBuf>,
 }
 
 impl Default for VmOptions {
@@ -108,6 +111,7 @@ impl Default for VmOptions {
             disk: vm::DiskOptions::default(),
             mem_mib: 1024,
             accel: None,
+            logs: None,
         }
     }
 }
@@ -1062,6 +1066,19 @@ fn prepare_vm(
     })
 }
 
+/// Copy the cell's guest console, QEMU's and hostd's logs to
+/// `OUT/vm-logs/<cell id>/`, for the record (the run directory goes away).
+fn keep_vm_logs(o: &Options, c: &Cell, dir: &Path) {
+    let Some(out) = &o.vm.logs else { return };
+    let to = out.join("vm-logs").join(c.key().replace([' ', '='], "_"));
+    if fs::create_dir_all(&to).is_err() {
+        return;
+    }
+    for f in ["console.log", "qemu.log", "hostd.log"] {
+        let _ = fs::copy(dir.join(f), to.join(f));
+    }
+}
+
 /// The repetitions of one VM cell: one guest boot for the cell, and for
 /// `help-rt` a hostd and a guestd for it.
 #[allow(clippy::too_many_arguments)]
@@ -1224,5 +1241,6 @@ fn run_vm_cell(
         h.stop()?;
     }
     guest.shutdown()?;
+    keep_vm_logs(o, c, &dir);
     Ok(runs)
 }

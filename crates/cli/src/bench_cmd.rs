@@ -208,6 +208,7 @@ pub fn run(cmd: BenchCommand) -> Result<(), Failure> {
                     },
                     mem_mib: a.vm_mem_mib,
                     accel: a.vm_accel,
+                    logs: Some(a.out.clone()),
                 },
             };
             let started = std::time::Instant::now();

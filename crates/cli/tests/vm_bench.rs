@@ -1,0 +1,188 @@
+//! `tandem bench run` in VM mode, from nothing: the run builds the guest
+//! image from Debian packages, brings up an emulated 1.8-inch disk, puts the
+//! guest's disk image on it, boots the guest under QEMU (KVM if it really
+//! runs a guest, TCG otherwise), runs one reader in the guest, makes two
+//! starts of the app with tandem hostd and guestd coordinating, and leaves
+//! nothing behind: no QEMU, no hostd, no loop device, no FUSE mount.
+//!
+//! Needs root, /dev/fuse, loop devices, qemu-system-x86 and apt's access to
+//! Debian's packages (`.ci/run` installs what is missing).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const SCENARIO: &str = r#"
+name = "ci-vm"
+benchmark = "startup"
+app = "xterm"
+iterations = 2
+repetitions = 1
+timeout_s = 60
+seed = 1
+
+[matrix]
+device = ["hdd-1.8in"]
+guest_sched = ["bfq"]
+guest_workload = ["1r-seq"]
+host_sched = ["bfq"]
+host_workload = ["none"]
+coordination = ["help-rt"]
+"#;
+
+/// A scratch directory under the target directory, removed on drop.
+struct Scratch(PathBuf);
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        Scratch(d)
+    }
+}
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Processes whose command line contains all of `words` (not this test).
+fn processes_with(words: &[&str]) -> Vec<String> {
+    let me = std::process::id();
+    let mut v = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let Ok(c) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let c = String::from_utf8_lossy(&c).replace('\0', " ");
+        if words.iter().all(|w| c.contains(w)) {
+            v.push(format!("{pid} {c}"));
+        }
+    }
+    v
+}
+
+/// Loop devices bound to a file that has `word` in its path.
+fn loops_with(word: &str) -> Vec<String> {
+    let mut v = Vec::new();
+    if let Ok(rd) = std::fs::read_dir("/sys/block") {
+        for e in rd.flatten() {
+            let f = e.path().join("loop/backing_file");
+            if let Ok(b) = std::fs::read_to_string(&f) {
+                if b.contains(word) {
+                    v.push(format!("{}: {}", e.file_name().to_string_lossy(), b.trim()));
+                }
+            }
+        }
+    }
+    v
+}
+
+#[test]
+fn a_vm_cell_runs_in_a_real_guest_and_leaves_nothing_behind() {
+    assert!(
+        devemu::is_root(),
+        "VM mode needs root (CI runs as root): run the tests with sudo"
+    );
+    let dir = Scratch::new("vm-bench");
+    let scenario = dir.0.join("ci-vm.toml");
+    std::fs::write(&scenario, SCENARIO).unwrap();
+    let out = dir.0.join("out");
+    let run = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(["bench", "run"])
+        .arg(&scenario)
+        .arg("--out")
+        .arg(&out)
+        .args([
+            "--file-mib",
+            "32",
+            "--settle-s",
+            "3",
+            "--pause-s",
+            "1",
+            "--quiet",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "tandem bench run failed: {stderr}");
+
+    // The result files, with two starts measured in the guest.
+    for f in ["results.json", "results.csv", "table.txt"] {
+        assert!(out.join(f).exists(), "{f} missing");
+    }
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let meta = &r["meta"];
+    assert_eq!(meta["runner"], "real");
+    let accel = meta["extra"]["vm"]["accel"].as_str().unwrap_or("");
+    assert!(accel == "kvm" || accel == "tcg", "accel {accel:?}");
+    assert!(meta["extra"]["vm"]["guest_kernel"]
+        .as_str()
+        .is_some_and(|k| k.ends_with("-amd64")));
+    let cells = r["cells"].as_array().unwrap();
+    assert_eq!(cells.len(), 1);
+    let run0 = &cells[0]["runs"][0];
+    let values: Vec<f64> = run0["values"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    assert_eq!(values.len(), 2, "two starts: {run0}");
+    assert_eq!(run0["timeouts"], 0);
+    // The xterm trace reads about 10 MB from a 10 MB/s disk: a start takes
+    // at least half a second whatever the guest's CPU.
+    assert!(values.iter().all(|v| *v > 0.5 && *v < 60.0), "{values:?}");
+    // guestd saw the app's exec and asked; hostd boosted the VM.
+    let helps = run0["counters"]["vm1_helps"].as_f64().unwrap_or(0.0);
+    let boosted = run0["counters"]["vm1_boosted_s"].as_f64().unwrap_or(0.0);
+    assert!(
+        helps >= 2.0,
+        "helps {helps} (counters {})",
+        run0["counters"]
+    );
+    assert!(boosted > 0.0, "boosted {boosted}");
+
+    // Nothing left.
+    assert!(
+        processes_with(&["qemu-system"]).is_empty(),
+        "QEMU left: {:?}",
+        processes_with(&["qemu-system"])
+    );
+    assert!(
+        processes_with(&["tandem", "hostd"]).is_empty(),
+        "hostd left"
+    );
+    assert!(
+        processes_with(&["bench", "worker"]).is_empty(),
+        "workers left"
+    );
+    assert!(
+        processes_with(&["devemu", "serve"]).is_empty(),
+        "devemu daemon left"
+    );
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!mounts.contains("tandem-devemu"), "FUSE mount left");
+    assert!(
+        !mounts.contains("/run/tandem"),
+        "a mount under /run/tandem left"
+    );
+    assert!(
+        loops_with("tandem").is_empty(),
+        "{:?}",
+        loops_with("tandem")
+    );
+    assert!(
+        loops_with("vm1.img").is_empty(),
+        "{:?}",
+        loops_with("vm1.img")
+    );
+    assert!(!Path::new("/run/tandem").exists(), "/run/tandem left");
+}
