@@ -12,6 +12,7 @@ use std::sync::Mutex;
 mod agent_cmd;
 mod bench_cmd;
 mod devemu_cmd;
+mod vm_cmd;
 
 /// Scenarios shipped inside the binary, usable by name.
 const EMBEDDED_SCENARIOS: &[(&str, &str)] = &[
@@ -73,6 +74,9 @@ enum Command {
     Guestd(agent_cmd::GuestdArgs),
     /// Ask the local guestd for help, e.g. from a launcher: tandem hint --for 3s.
     Hint(agent_cmd::HintArgs),
+    /// Real QEMU guests for the benchmark runner: the guest image.
+    #[command(subcommand)]
+    Vm(vm_cmd::VmCommand),
 }
 
 #[derive(Args)]
@@ -196,6 +200,7 @@ fn main() -> ExitCode {
         Command::Hostd(c) => agent_cmd::run_hostd(c),
         Command::Guestd(a) => agent_cmd::run_guestd(a),
         Command::Hint(a) => agent_cmd::run_hint(a),
+        Command::Vm(c) => vm_cmd::run(c),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
