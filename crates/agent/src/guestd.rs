@@ -38,6 +38,9 @@ pub struct GuestdOptions {
     pub netlink: bool,
     /// The lease a HELP asks for (the host caps it with its own).
     pub lease_ms: u64,
+    /// Log every change between HELP and NO-HELP, with the reason and the
+    /// event behind it.
+    pub verbose: bool,
 }
 
 /// The guest's decisions: detector and client, driven by events.
@@ -137,15 +140,20 @@ fn spawn_sampler(tx: Sender<Ev>, period: Duration) {
                     continue;
                 };
                 if let Some(&prev) = last.get(&pid) {
-                    if b > prev
-                        && tx
-                            .send(Ev::Guest(GuestEvent::IoActivity {
-                                pid,
-                                bytes: b - prev,
-                            }))
-                            .is_err()
-                    {
-                        return;
+                    let ev = if b > prev {
+                        Some(GuestEvent::IoActivity {
+                            pid,
+                            bytes: b - prev,
+                        })
+                    } else if sys::proc_state(pid) == Some('D') {
+                        Some(GuestEvent::IoWait { pid })
+                    } else {
+                        None
+                    };
+                    if let Some(ev) = ev {
+                        if tx.send(Ev::Guest(ev)).is_err() {
+                            return;
+                        }
                     }
                 }
                 seen.insert(pid, b);
@@ -291,6 +299,7 @@ pub fn run(o: GuestdOptions) -> Result<()> {
     let mut next_id = 1u64;
     let mut retry_at = 0u64;
     let mut backoff = 200 * MS;
+    let mut logged: Option<policy::HelpReason> = None;
     while !sys::stop_requested() {
         let now = now_ns();
         if chan.is_none() && now >= retry_at {
@@ -316,7 +325,18 @@ pub fn run(o: GuestdOptions) -> Result<()> {
             wake = wake.min(retry_at.max(now));
         }
         let msg = match rx.recv_timeout(Duration::from_nanos(wake.saturating_sub(now))) {
-            Ok(Ev::Guest(ev)) => core.event(now_ns(), ev),
+            Ok(Ev::Guest(ev)) => {
+                let m = core.event(now_ns(), ev);
+                if o.verbose {
+                    if let Some(Message::Help { reason, .. }) = &m {
+                        if logged != Some(*reason) {
+                            log(&format!("HELP {reason:?} after {ev:?}"));
+                            logged = Some(*reason);
+                        }
+                    }
+                }
+                m
+            }
             Ok(Ev::HostClosed(id, why)) => {
                 if chan.as_ref().map(|c| c.id) == Some(id) {
                     chan = None;
@@ -336,6 +356,10 @@ pub fn run(o: GuestdOptions) -> Result<()> {
             Err(RecvTimeoutError::Timeout) => core.tick(now_ns()),
             Err(RecvTimeoutError::Disconnected) => break,
         };
+        if o.verbose && logged.is_some() && matches!(msg, Some(Message::NoHelp { .. })) {
+            log("NO-HELP");
+            logged = None;
+        }
         if let (Some(m), Some(c)) = (msg, chan.as_mut()) {
             if write_message(&mut c.w, &m).is_err() {
                 chan = None;

@@ -104,13 +104,36 @@ pub fn cpu_and_rss(pid: u32) -> Option<(f64, u64)> {
     Some(((utime + stime) / hz, rss))
 }
 
-/// `read_bytes` of `/proc/PID/io`: bytes this process caused to be read from
-/// storage.
+/// Bytes the threads of a live process caused to be read from storage: the
+/// sum of `read_bytes` over `/proc/PID/task/*/io`. Not `/proc/PID/io`: that
+/// one also counts the children the process has reaped (wait_task_zombie
+/// adds their I/O to the parent's), so a shell or a launcher would seem to
+/// read, after an idle time, everything its finished child read.
 pub fn read_bytes(pid: u32) -> Option<u64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/io")).ok()?;
-    s.lines()
-        .find_map(|l| l.strip_prefix("read_bytes: "))
-        .and_then(|v| v.trim().parse().ok())
+    let rd = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut sum = 0u64;
+    let mut any = false;
+    for e in rd.flatten() {
+        let Ok(s) = std::fs::read_to_string(e.path().join("io")) else {
+            continue;
+        };
+        if let Some(v) = s
+            .lines()
+            .find_map(|l| l.strip_prefix("read_bytes: "))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+        {
+            sum += v;
+            any = true;
+        }
+    }
+    any.then_some(sum)
+}
+
+/// The state letter of `/proc/PID/stat` (R, S, D, ...): the field after
+/// the command name, which is in parentheses and may hold spaces.
+pub fn proc_state(pid: u32) -> Option<char> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    s[s.rfind(')')? + 1..].trim_start().chars().next()
 }
 
 /// All process ids in `/proc`.

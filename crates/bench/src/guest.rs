@@ -132,7 +132,7 @@ impl Agent {
                         .args(["guestd", "--connect"])
                         .arg(format!("virtio:{}", crate::vm::HELP_PORT))
                         .args(["--name", crate::vm::VM_NAME])
-                        .args(["--lease-ms", &lease.to_string()])
+                        .args(["--lease-ms", &lease.to_string(), "--verbose"])
                         .stdin(Stdio::null())
                         .stdout(log)
                         .stderr(log2)

@@ -123,6 +123,9 @@ pub struct GuestdArgs {
     /// The lease a HELP asks for (ms).
     #[arg(long, default_value_t = 1000)]
     lease_ms: u64,
+    /// Log each change between HELP and NO-HELP, with its reason and the event behind it.
+    #[arg(long)]
+    verbose: bool,
 }
 
 #[derive(Args)]
@@ -269,6 +272,7 @@ pub fn run_guestd(a: GuestdArgs) -> Result<(), Failure> {
         sample_ms: a.sample_ms,
         netlink: !a.no_netlink,
         lease_ms: a.lease_ms,
+        verbose: a.verbose,
     })
     .map_err(fail)
 }

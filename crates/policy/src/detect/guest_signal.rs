@@ -17,6 +17,9 @@ pub enum GuestEvent {
     Exec { pid: u32 },
     /// A process did `bytes` of I/O since the daemon last looked.
     IoActivity { pid: u32, bytes: u64 },
+    /// A process was blocked waiting for I/O (state D) when the daemon
+    /// looked, without new bytes: it is not idle, the device is slow.
+    IoWait { pid: u32 },
     /// A user or a program asked for help for `duration_ns`, on behalf of a
     /// process or of the whole guest.
     Explicit {
@@ -117,6 +120,25 @@ impl GuestSignalDetector {
                 self.need(HelpReason::Exec, Some(pid), until);
             }
             GuestEvent::IoActivity { pid, bytes } => self.io(now, pid, bytes),
+            // BFQ's idleness is an empty queue (bfq_wr_min_idle_time counts
+            // from the last request's completion with nothing queued), and a
+            // process blocked on a read has a request queued. Without this, a
+            // reader the host starves for 2 s would look idle and then
+            // "resume": the starvation itself would ask for help, and its
+            // boosts would eat the budget meant for starting programs.
+            //
+            // Nor is a blocked process soft real-time: BFQ only grants that
+            // raising to a queue that empties between its bursts (it computes
+            // `soft_rt_next_start` when the queue goes idle), and a process
+            // waiting on its reads keeps its queue backlogged. A greedy reader
+            // that the host starves reads in slow bursts that would otherwise
+            // pass for a player's.
+            GuestEvent::IoWait { pid } => {
+                if let Some(p) = self.processes.get_mut(&pid) {
+                    p.last_seen = p.last_seen.max(now);
+                    p.softrt = SoftRtClassifier::default();
+                }
+            }
             GuestEvent::Explicit { duration_ns, pid } => {
                 self.need(HelpReason::Explicit, pid, now.saturating_add(duration_ns));
             }
@@ -252,6 +274,41 @@ mod tests {
         assert_eq!(d.poll(3 * SEC - 1), Urgency::NoHelp);
         d.observe(5 * SEC, io(5));
         assert_eq!(d.poll(5 * SEC), help(HelpReason::IoResume, 3 * SEC));
+    }
+
+    #[test]
+    fn waiting_for_a_slow_device_is_not_idleness() {
+        let mut d = det();
+        let io = |pid| GuestEvent::IoActivity { pid, bytes: 4096 };
+        d.observe(0, io(5));
+        // Blocked on its reads for 4 s (seen every 250 ms), then served.
+        for i in 1..=16 {
+            d.observe(i * SEC / 4, GuestEvent::IoWait { pid: 5 });
+        }
+        d.observe(4 * SEC + 1, io(5));
+        assert_eq!(d.poll(4 * SEC + 1), Urgency::NoHelp);
+        // A wait seen for a process never seen doing I/O tracks nothing.
+        d.observe(5 * SEC, GuestEvent::IoWait { pid: 6 });
+        assert_eq!(d.tracked_processes(), 1);
+        // Slow bursts with waits in between never pass for soft real-time.
+        for k in 0..20u64 {
+            let t = 5 * SEC + k * SEC / 4;
+            if k % 2 == 0 {
+                d.observe(
+                    t,
+                    GuestEvent::IoActivity {
+                        pid: 5,
+                        bytes: 65536,
+                    },
+                );
+            } else {
+                d.observe(t, GuestEvent::IoWait { pid: 5 });
+            }
+            assert_eq!(d.poll(t), Urgency::NoHelp, "at {t}");
+        }
+        // Truly idle for 2 s afterwards: a resume.
+        d.observe(12 * SEC, io(5));
+        assert_eq!(d.poll(12 * SEC), help(HelpReason::IoResume, 3 * SEC));
     }
 
     #[test]
