@@ -31,6 +31,8 @@ pub struct VmTarget {
     pub pid: u32,
     /// Its cgroup directory, for the cgroup actuator.
     pub cgroup: Option<PathBuf>,
+    /// Its vCPU threads (from QMP), which the I/O actuators leave alone.
+    pub vcpu_tids: Vec<u32>,
 }
 
 /// One changed knob and its original value.
@@ -223,7 +225,8 @@ pub trait Actuator: Send {
     }
 }
 
-/// Sets the I/O priority of every thread of the VM's process.
+/// Sets the I/O priority of every thread of the VM's process but its vCPU
+/// threads, when QMP named them (see [`crate::qmp`]).
 pub struct IoprioActuator {
     pub value: u32,
 }
@@ -253,6 +256,9 @@ impl Actuator for IoprioActuator {
             .map_err(|e| err(format!("VM {}: /proc/{}/task: {e}", vm.name, vm.pid)))?;
         let mut changed = 0;
         for tid in tids {
+            if vm.vcpu_tids.contains(&tid) {
+                continue;
+            }
             let Some(start) = sys::thread_start_time(tid) else {
                 continue; // gone meanwhile
             };

@@ -46,6 +46,10 @@ pub struct VmConfig {
     /// The VM's own cgroup directory, for the cgroup weight actuator.
     #[serde(default)]
     pub cgroup: Option<PathBuf>,
+    /// QEMU's QMP socket (`-qmp unix:PATH,server=on,wait=off`): names the
+    /// vCPU threads, which the I/O actuator then leaves alone.
+    #[serde(default)]
+    pub qmp: Option<PathBuf>,
     /// Weight in the arbitration among VMs.
     #[serde(default = "one")]
     pub weight: u32,
@@ -189,6 +193,7 @@ impl HostdConfig {
 pub fn parse_vm_arg(s: &str) -> Result<VmConfig> {
     let (mut name, mut socket, mut pid, mut cgroup, mut connect, mut weight) =
         (None, None, None, None, false, 1);
+    let mut qmp = None;
     for kv in s.split(',') {
         let (k, v) = kv
             .split_once('=')
@@ -203,6 +208,7 @@ pub fn parse_vm_arg(s: &str) -> Result<VmConfig> {
                 )
             }
             "cgroup" => cgroup = Some(PathBuf::from(v)),
+            "qmp" => qmp = Some(PathBuf::from(v)),
             "connect" => connect = matches!(v, "1" | "true" | "yes"),
             "weight" => {
                 weight = v
@@ -211,7 +217,7 @@ pub fn parse_vm_arg(s: &str) -> Result<VmConfig> {
             }
             _ => {
                 return Err(err(format!(
-                    "--vm: unknown key {k:?}; accepted: name, socket, pid, cgroup, connect, weight"
+                    "--vm: unknown key {k:?}; accepted: name, socket, pid, cgroup, qmp, connect, weight"
                 )))
             }
         }
@@ -222,6 +228,7 @@ pub fn parse_vm_arg(s: &str) -> Result<VmConfig> {
         pid: pid.ok_or_else(|| err(format!("--vm {s:?}: pid= is missing")))?,
         connect,
         cgroup,
+        qmp,
         weight,
     })
 }
@@ -266,6 +273,11 @@ struct VmRuntime {
     connections: u64,
     actuator_errors: u64,
     last_error: Option<String>,
+    /// QMP named the vCPU threads.
+    qmp_done: bool,
+    /// The boost (count) at which QMP was last asked: at most once per
+    /// boost, so a stuck QEMU does not stall the event loop at each rescan.
+    qmp_asked_at: Option<u64>,
 }
 
 /// A token bucket.
@@ -619,6 +631,7 @@ impl Hostd {
                 name: v.name.clone(),
                 pid: v.pid,
                 cgroup: v.cgroup.clone(),
+                vcpu_tids: Vec::new(),
             });
             let start = sys::start_time(&v.pid.to_string());
             if start.is_none() {
@@ -673,11 +686,41 @@ impl Hostd {
         }
     }
 
+    /// Asks QEMU which threads are VM `i`'s vCPUs, once per QEMU process;
+    /// on failure every thread is boosted, and the error is shown.
+    fn map_threads(&mut self, i: usize) {
+        let Some(sock) = self.cfg.vms[i].qmp.clone() else {
+            return;
+        };
+        if self.rt[i].qmp_done || self.rt[i].qmp_asked_at == Some(self.rt[i].boosts) {
+            return;
+        }
+        self.rt[i].qmp_asked_at = Some(self.rt[i].boosts);
+        match crate::qmp::query_threads(&sock) {
+            Ok(t) => {
+                log(&format!(
+                    "VM {}: QMP: iothreads {:?}, vCPU threads {:?} (left to the CPU actuators)",
+                    self.targets[i].name, t.iothreads, t.vcpus
+                ));
+                self.targets[i].vcpu_tids = t.vcpus.iter().map(|&(_, tid)| tid).collect();
+                self.rt[i].qmp_done = true;
+            }
+            Err(e) => {
+                self.rt[i].last_error = Some(e.0.clone());
+                log(&format!(
+                    "VM {}: {e}; boosting all of its threads",
+                    self.targets[i].name
+                ));
+            }
+        }
+    }
+
     /// Boosts VM `i` (again: new threads get it too).
     fn boost(&mut self, i: usize) {
         if !self.rt[i].alive {
             return;
         }
+        self.map_threads(i);
         for a in self.actuators.iter_mut() {
             if let Err(e) = a.boost(&self.targets[i], &mut self.journal) {
                 self.rt[i].actuator_errors += 1;

@@ -14,6 +14,7 @@ pub mod actuator;
 pub mod guestd;
 pub mod hostd;
 pub mod latency;
+pub mod qmp;
 pub mod sys;
 pub mod testkit;
 pub mod transport;

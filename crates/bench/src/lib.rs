@@ -141,6 +141,9 @@ pub struct Options {
     pub exe: PathBuf,
     /// VM cells.
     pub vm: VmOptions,
+    /// Host scheduler tunables set after each switch (`iosched/KEY`), e.g.
+    /// `low_latency=0` for BFQ. The scheduler switch resets them.
+    pub host_tunables: Vec<(String, String)>,
 }
 
 /// Set by the signal handler; every wait checks it.
@@ -710,6 +713,19 @@ fn run_device(
         let k = kernel_sched(&c.host_sched);
         fs::write(sb.queue.join("scheduler"), k)
             .map_err(|e| run_err(format!("setting the {k} scheduler on {dev}: {e}")))?;
+        for (key, value) in &o.host_tunables {
+            let f = sb.queue.join("iosched").join(key);
+            fs::write(&f, value).map_err(|e| {
+                Error::Usage(format!(
+                    "--host-tunable {key}={value}: {k} on {dev}: {e} (its tunables: {})",
+                    read_tunables(&sb.queue)
+                        .keys()
+                        .cloned()
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))
+            })?;
+        }
         tunables.insert(
             k.to_string(),
             serde_json::to_value(read_tunables(&sb.queue)).unwrap_or_default(),
@@ -1096,7 +1112,7 @@ fn run_vm_cell(
     let host_w: WorkloadSpec = c.host_workload_spec().map_err(Error::Usage)?;
     let guest_w: WorkloadSpec = c
         .guest_workload_spec()
-        .unwrap_or_else(|| Ok(WorkloadSpec::NONE))
+        .unwrap_or(Ok(WorkloadSpec::NONE))
         .map_err(Error::Usage)?;
     let gsched = kernel_sched(c.guest_sched.as_deref().unwrap_or("none")).to_string();
     progress(

@@ -643,9 +643,10 @@ impl Hostd {
         let mut cmd = Command::new(exe);
         cmd.args(["hostd", "run", "--vm"])
             .arg(format!(
-                "name={VM_NAME},socket={},pid={},connect=1",
+                "name={VM_NAME},socket={},pid={},connect=1,qmp={}",
                 dir.join("help.sock").display(),
-                guest.pid()
+                guest.pid(),
+                dir.join("qmp.sock").display()
             ))
             .arg("--state-file")
             .arg(dir.join("hostd.state"))

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use crate::Failure;
 
 #[derive(Subcommand)]
+#[allow(clippy::large_enum_variant)]
 pub enum BenchCommand {
     /// Run a scenario's cells for real: native cells on a real or emulated block device, VM cells in a QEMU guest whose disk is on it (needs root).
     Run(BenchRunArgs),
@@ -77,6 +78,9 @@ pub struct BenchRunArgs {
     /// VM cells: kvm or tcg instead of probing whether /dev/kvm runs a guest.
     #[arg(long)]
     vm_accel: Option<String>,
+    /// A host scheduler tunable set for every cell, e.g. low_latency=0 (repeatable).
+    #[arg(long = "host-tunable", value_name = "KEY=VALUE")]
+    host_tunables: Vec<String>,
 }
 
 #[derive(Args)]
@@ -189,7 +193,20 @@ pub fn run(cmd: BenchCommand) -> Result<(), Failure> {
             }
             let exe = std::env::current_exe()
                 .map_err(|e| Failure::Run(format!("finding the tandem executable: {e}")))?;
+            let mut host_tunables = Vec::new();
+            for t in &a.host_tunables {
+                let (k, v) = t
+                    .split_once('=')
+                    .filter(|(k, _)| !k.is_empty() && !k.contains('/'))
+                    .ok_or_else(|| {
+                        Failure::Usage(format!(
+                            "--host-tunable {t:?}: KEY=VALUE expected, e.g. low_latency=0"
+                        ))
+                    })?;
+                host_tunables.push((k.to_string(), v.to_string()));
+            }
             let o = bench::Options {
+                host_tunables,
                 scenario,
                 cells,
                 device: a.device,

@@ -813,3 +813,89 @@ fn guestd_hints_and_reconnects_after_hostd_restarts() {
     assert!(h.stop());
     assert!(!dir.p("hint.sock").exists());
 }
+
+/// With `qmp=` hostd asks QEMU which threads are vCPUs and boosts the others
+/// only. QEMU is played by a process with three threads and a QMP server in
+/// this test that names one of them a vCPU and another an iothread.
+#[test]
+fn qmp_names_the_vcpu_threads_and_the_boost_leaves_them_alone() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !root() {
+        return;
+    }
+    use std::io::BufRead;
+    let dir = Scratch::new("agent-qmp");
+    let vm = Proc::spawn(Command::new("python3").args([
+        "-c",
+        "import threading, time\n\
+         for _ in range(2): threading.Thread(target=time.sleep, args=(600,), daemon=True).start()\n\
+         time.sleep(600)",
+    ]));
+    wait_until("the threads", 10.0, || {
+        sys::threads(vm.pid()).map(|t| t.len()).unwrap_or(0) == 3
+    });
+    let mut tids = sys::threads(vm.pid()).unwrap();
+    tids.sort();
+    let (iothread, vcpu) = (tids[1], tids[2]);
+    let orig: Vec<(u32, u32)> = thread_prios(vm.pid());
+    let qmp = dir.p("qmp.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&qmp).unwrap();
+    let asked = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let asked2 = asked.clone();
+    std::thread::spawn(move || {
+        for s in listener.incoming() {
+            let Ok(s) = s else { return };
+            asked2.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let mut w = s.try_clone().unwrap();
+            let mut r = std::io::BufReader::new(s);
+            let _ = writeln!(w, r#"{{"QMP": {{"version": {{}}, "capabilities": []}}}}"#);
+            let mut line = String::new();
+            while r.read_line(&mut line).unwrap_or(0) > 0 {
+                let reply = if line.contains("query-iothreads") {
+                    format!(r#"{{"return": [{{"id": "io0", "thread-id": {iothread}}}]}}"#)
+                } else if line.contains("query-cpus-fast") {
+                    format!(r#"{{"return": [{{"cpu-index": 0, "thread-id": {vcpu}}}]}}"#)
+                } else {
+                    r#"{"return": {}}"#.to_string()
+                };
+                let _ = writeln!(w, "{reply}");
+                line.clear();
+            }
+        }
+    });
+    let mut c = Command::new(EXE);
+    c.args(["hostd", "run", "--vm"])
+        .arg(format!(
+            "name=a,socket={},pid={},qmp={}",
+            dir.p("a.sock").display(),
+            vm.pid(),
+            qmp.display()
+        ))
+        .arg("--control")
+        .arg(dir.p("control.sock"))
+        .arg("--state-file")
+        .arg(dir.p("hostd.state"));
+    let mut h = Proc::spawn(&mut c);
+    let ctl = dir.p("control.sock");
+    wait_until("hostd's control socket", 10.0, || {
+        UnixStream::connect(&ctl).is_ok()
+    });
+    let mut g = Guest::connect(&dir, "a");
+    g.help(5000);
+    wait_until("the boost", 5.0, || {
+        sys::ioprio_get(iothread).unwrap() == rt4()
+    });
+    // Every thread but the vCPU, which keeps its priority.
+    for (tid, p) in thread_prios(vm.pid()) {
+        if tid == vcpu {
+            let o = orig.iter().find(|(t, _)| *t == tid).unwrap().1;
+            assert_eq!(p, o, "the vCPU thread was boosted");
+        } else {
+            assert_eq!(p, rt4(), "thread {tid} not boosted");
+        }
+    }
+    assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 1);
+    g.no_help();
+    wait_until("the unboost", 5.0, || thread_prios(vm.pid()) == orig);
+    assert!(h.stop());
+}

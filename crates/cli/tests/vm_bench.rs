@@ -9,7 +9,11 @@
 //! Debian's packages (`.ci/run` installs what is missing).
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+static SERIAL: Mutex<()> = Mutex::new(());
 
 const SCENARIO: &str = r#"
 name = "ci-vm"
@@ -86,6 +90,7 @@ fn loops_with(word: &str) -> Vec<String> {
 
 #[test]
 fn a_vm_cell_runs_in_a_real_guest_and_leaves_nothing_behind() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     assert!(
         devemu::is_root(),
         "VM mode needs root (CI runs as root): run the tests with sudo"
@@ -150,7 +155,12 @@ fn a_vm_cell_runs_in_a_real_guest_and_leaves_nothing_behind() {
     );
     assert!(boosted > 0.0, "boosted {boosted}");
 
-    // Nothing left.
+    nothing_left();
+}
+
+/// No QEMU, hostd, worker or devemu daemon, no FUSE mount, no loop device of
+/// a run, no /run/tandem.
+fn nothing_left() {
     assert!(
         processes_with(&["qemu-system"]).is_empty(),
         "QEMU left: {:?}",
@@ -185,4 +195,79 @@ fn a_vm_cell_runs_in_a_real_guest_and_leaves_nothing_behind() {
         loops_with("vm1.img")
     );
     assert!(!Path::new("/run/tandem").exists(), "/run/tandem left");
+}
+
+/// The parent pid of a process.
+fn ppid(pid: u32) -> Option<u32> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    s[s.rfind(')')? + 1..]
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+#[test]
+fn ctrl_c_in_a_vm_cell_stops_qemu_and_hostd_and_leaves_nothing() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    assert!(devemu::is_root(), "VM mode needs root (CI runs as root)");
+    let dir = Scratch::new("vm-bench-kill");
+    let scenario = dir.0.join("ci-vm.toml");
+    std::fs::write(&scenario, SCENARIO).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(["bench", "run"])
+        .arg(&scenario)
+        .arg("--out")
+        .arg(dir.0.join("out"))
+        .args(["--file-mib", "32", "--settle-s", "30", "--quiet"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    // Wait until the run's guest and hostd are both up, then Ctrl-C.
+    let t0 = Instant::now();
+    loop {
+        let mine = |words: &[&str]| {
+            processes_with(words).iter().any(|l| {
+                l.split_whitespace()
+                    .next()
+                    .and_then(|p| p.parse().ok())
+                    .and_then(ppid)
+                    == Some(pid)
+            })
+        };
+        if mine(&["qemu-system"]) && mine(&["hostd", "run"]) {
+            break;
+        }
+        if let Ok(Some(st)) = child.try_wait() {
+            let mut e = String::new();
+            let _ = std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut e);
+            panic!("the run ended before its guest was up: {st}: {e}");
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(600),
+            "no guest and hostd after 600 s"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    // SAFETY: SIGINT to the run we started.
+    unsafe { libc::kill(pid as i32, libc::SIGINT) };
+    let t0 = Instant::now();
+    let st = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(90),
+            "the run did not stop within 90 s of Ctrl-C"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(!st.success());
+    let mut e = String::new();
+    let _ = std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut e);
+    assert!(e.contains("interrupted"), "{e}");
+    nothing_left();
 }
