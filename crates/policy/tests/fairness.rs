@@ -43,6 +43,11 @@ fn ask_continuously(d: &mut Driver, vms: &[VmId], renew: &[Nanos], horizon: Nano
     d.update(horizon);
 }
 
+/// The budget window of [`no_budget`].
+fn cfg_window_ns() -> Nanos {
+    no_budget(MS).budget_window_ns
+}
+
 fn renew_gaps() -> impl Strategy<Value = Vec<Nanos>> {
     proptest::collection::vec(50 * MS..900 * MS, 6)
 }
@@ -69,9 +74,12 @@ proptest! {
     }
 
     /// With a budget that binds (two VMs, half the window each), the shares
-    /// stay within a few quanta of each other: besides the quantum of
-    /// arbitration, a VM waits for a quantum of budget headroom, and the
-    /// ledger's merged history may overstate its use a little.
+    /// stay within a few quanta of each other, plus the ledger's merging
+    /// error: besides the quantum of arbitration, a VM waits for a quantum of
+    /// budget headroom, and once a VM's boosts are more fragmented than
+    /// `MAX_INTERVALS` per window (short quanta), the ledger merges
+    /// neighbours and may overstate its use by up to about one window over
+    /// `MAX_INTERVALS` (seen: 89 ms apart with a 19 ms quantum).
     #[test]
     fn equal_weights_share_equally_under_budgets(
         quantum in 10 * MS..200 * MS,
@@ -82,7 +90,11 @@ proptest! {
         ask_continuously(&mut d, &[1, 2], &renew, 60 * SEC);
         let a = d.arbiter.stats(1).unwrap().boosted_ns;
         let b = d.arbiter.stats(2).unwrap().boosted_ns;
-        prop_assert!(a.abs_diff(b) <= 4 * quantum, "{} vs {}, quantum {}", a, b, quantum);
+        let merge_error = cfg_window_ns() / policy::budget::MAX_INTERVALS as Nanos;
+        prop_assert!(
+            a.abs_diff(b) <= 4 * quantum + merge_error,
+            "{} vs {}, quantum {}", a, b, quantum
+        );
         // The budgets allow half of the time each, so the slot is seldom idle:
         // only while both wait for headroom their (overstated) use denies them.
         prop_assert!(a + b >= 57 * SEC, "{} + {} of 60 s", a, b);
