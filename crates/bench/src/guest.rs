@@ -47,16 +47,7 @@ impl Agent {
         self.stop_workers();
         if let Some(mut g) = self.guestd.take() {
             // SIGTERM: guestd says NO-HELP before it leaves.
-            // SAFETY: signalling our own child.
-            unsafe { libc::kill(g.id() as libc::pid_t, libc::SIGTERM) };
-            let t0 = std::time::Instant::now();
-            while t0.elapsed() < std::time::Duration::from_secs(3) {
-                if let Ok(Some(_)) = g.try_wait() {
-                    return;
-                }
-                std::thread::sleep(std::time::Duration::from_millis(20));
-            }
-            workers::kill(&mut g);
+            workers::terminate(&mut g, std::time::Duration::from_secs(3));
         }
     }
 
@@ -101,12 +92,7 @@ impl Agent {
                 let name = str_of("app").ok_or_else(|| Error::Usage("start: no app".into()))?;
                 let timeout = req.get("timeout_s").and_then(Value::as_f64).unwrap_or(60.0);
                 let app = crate::app_of(name)?;
-                // A worker that died (a read error) is a failed run.
-                for c in self.workers.iter_mut() {
-                    if let Ok(Some(st)) = c.try_wait() {
-                        return Err(run_err(format!("a guest worker exited early ({st})")));
-                    }
-                }
+                crate::workers_alive(&mut self.workers, "a guest worker")?;
                 let app_dir = self.data.join("app");
                 match crate::time_start(&self.exe, &app, &app_dir, &self.data, timeout)? {
                     Some(s) => Ok(json!({"ok": true, "secs": s})),

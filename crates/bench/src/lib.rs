@@ -659,15 +659,8 @@ fn run_device(
     }
     let app_dir = workdir.join("app");
     if let App::Trace(_, t) = app {
-        fs::create_dir_all(&app_dir).map_err(|e| run_err(format!("{}: {e}", app_dir.display())))?;
         cleanup.dirs.push(app_dir.clone());
-        for (i, tf) in t.files.iter().enumerate() {
-            workers::fill_file(
-                &workers::app_file(&app_dir, i),
-                tf.size.max(4096),
-                0xa99 + i as u64,
-            )?;
-        }
+        fill_app_files(&app_dir, t)?;
     }
     let vm_ctx = if has_vm {
         Some(prepare_vm(
@@ -888,6 +881,115 @@ pub(crate) fn time_start(
     }
 }
 
+/// The settle time after starting the workloads: S's 13 s (or `--settle-s`)
+/// when anything runs, none on an idle machine.
+fn settle_s(o: &Options, busy: bool) -> f64 {
+    if busy {
+        o.settle_s.unwrap_or(SETTLE_S)
+    } else {
+        0.0
+    }
+}
+
+/// A worker that died (a read error, a full disk) is a failed run.
+pub(crate) fn workers_alive(workers: &mut [Child], who: &str) -> Result<()> {
+    for ch in workers.iter_mut() {
+        if let Ok(Some(st)) = ch.try_wait() {
+            return Err(run_err(format!("{who} exited early ({st})")));
+        }
+    }
+    Ok(())
+}
+
+/// Where a benchmark's measurements come from: the host for native cells,
+/// the guest agent for VM cells.
+trait Measured {
+    /// Drop the caches and start the app once: the seconds it took, or
+    /// `None` when it hit the timeout.
+    fn cold_start(&mut self) -> Result<Option<f64>>;
+    /// Sectors read and written on the benchmarked disk so far.
+    fn sectors(&mut self) -> Result<u64>;
+}
+
+/// The native side of [`Measured`].
+struct OnHost<'a> {
+    exe: &'a Path,
+    app: &'a App,
+    app_dir: &'a Path,
+    workdir: &'a Path,
+    timeout_s: f64,
+    stat: &'a Path,
+}
+
+impl Measured for OnHost<'_> {
+    fn cold_start(&mut self) -> Result<Option<f64>> {
+        drop_caches()?;
+        time_start(
+            self.exe,
+            self.app,
+            self.app_dir,
+            self.workdir,
+            self.timeout_s,
+        )
+    }
+    fn sectors(&mut self) -> Result<u64> {
+        Ok(sectors_done(self.stat))
+    }
+}
+
+/// The S benchmark once the workloads have settled: per start a pause, cold
+/// caches and the start (a timeout counts as X and ends the run); or the
+/// throughput sampled every `sample_s`.
+fn measure(o: &Options, c: &Cell, m: &mut impl Measured) -> Result<RunResult> {
+    let mut out = RunResult::default();
+    match c.benchmark {
+        Benchmark::Startup => {
+            let pause = o.pause_s.unwrap_or(PAUSE_BEFORE_START_S);
+            for _ in 0..c.iterations {
+                sleep(pause)?;
+                match m.cold_start()? {
+                    Some(took) => {
+                        out.values.push(took);
+                        if took < SHORT_START_S {
+                            sleep(SHORT_START_S)?;
+                        }
+                    }
+                    None => {
+                        out.values.push(c.timeout_s);
+                        out.timeouts += 1;
+                        break;
+                    }
+                }
+            }
+        }
+        Benchmark::Throughput => {
+            let samples = (c.duration_s / c.sample_s).floor().max(1.0) as usize;
+            let mut last = m.sectors()?;
+            for _ in 0..samples {
+                sleep(c.sample_s)?;
+                let now = m.sectors()?;
+                out.values
+                    .push(now.saturating_sub(last) as f64 * 512.0 / 1e6 / c.sample_s);
+                last = now;
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Write an app trace's files under `dir`, as the replay reads them.
+fn fill_app_files(dir: &Path, t: &experiment::apptrace::AppTrace) -> Result<()> {
+    fs::create_dir_all(dir).map_err(|e| run_err(format!("{}: {e}", dir.display())))?;
+    for (i, tf) in t.files.iter().enumerate() {
+        workers::fill_file(
+            &workers::app_file(dir, i),
+            tf.size.max(4096),
+            0xa99 + i as u64,
+        )?;
+    }
+    Ok(())
+}
+
 #[allow(clippy::too_many_arguments)]
 fn run_repetition(
     o: &Options,
@@ -905,52 +1007,20 @@ fn run_repetition(
     let seed = experiment::splitmix64(c.seed ^ rep as u64);
     drop_caches()?;
     start_workload(&o.exe, &w, files, seed, rotational, &mut cleanup.workers)?;
-    let settle = if w.is_none() {
-        0.0
-    } else {
-        o.settle_s.unwrap_or(SETTLE_S)
-    };
-    sleep(settle)?;
-    // A worker that died (a read error, a full disk) is a failed run.
-    for ch in cleanup.workers.iter_mut() {
-        if let Ok(Some(st)) = ch.try_wait() {
-            return Err(run_err(format!("a background worker exited early ({st})")));
-        }
-    }
-    let mut out = RunResult::default();
-    match c.benchmark {
-        Benchmark::Startup => {
-            let pause = o.pause_s.unwrap_or(PAUSE_BEFORE_START_S);
-            for _ in 0..c.iterations {
-                sleep(pause)?;
-                drop_caches()?;
-                match time_start(&o.exe, app, app_dir, workdir, c.timeout_s)? {
-                    Some(took) => {
-                        out.values.push(took);
-                        if took < SHORT_START_S {
-                            sleep(SHORT_START_S)?;
-                        }
-                    }
-                    None => {
-                        out.values.push(c.timeout_s);
-                        out.timeouts += 1;
-                        break;
-                    }
-                }
-            }
-        }
-        Benchmark::Throughput => {
-            let samples = (c.duration_s / c.sample_s).floor().max(1.0) as usize;
-            let mut last = sectors_done(&sb.stat);
-            for _ in 0..samples {
-                sleep(c.sample_s)?;
-                let now = sectors_done(&sb.stat);
-                out.values
-                    .push(now.saturating_sub(last) as f64 * 512.0 / 1e6 / c.sample_s);
-                last = now;
-            }
-        }
-    }
+    sleep(settle_s(o, !w.is_none()))?;
+    workers_alive(&mut cleanup.workers, "a background worker")?;
+    let out = measure(
+        o,
+        c,
+        &mut OnHost {
+            exe: &o.exe,
+            app,
+            app_dir,
+            workdir,
+            timeout_s: c.timeout_s,
+            stat: &sb.stat,
+        },
+    )?;
     cleanup.stop_workers();
     Ok(out)
 }
@@ -1036,15 +1106,7 @@ fn prepare_vm(
         )?;
     }
     if let App::Trace(_, t) = app {
-        let app_dir = mnt.join("app");
-        fs::create_dir_all(&app_dir).map_err(|e| run_err(format!("{}: {e}", app_dir.display())))?;
-        for (i, tf) in t.files.iter().enumerate() {
-            workers::fill_file(
-                &workers::app_file(&app_dir, i),
-                tf.size.max(4096),
-                0xa99 + i as u64,
-            )?;
-        }
+        fill_app_files(&mnt.join("app"), t)?;
     }
     if let Some(m) = cleanup.mounts.pop() {
         umount(&m)?;
@@ -1092,6 +1154,36 @@ fn keep_vm_logs(o: &Options, c: &Cell, dir: &Path) {
     }
     for f in ["console.log", "qemu.log", "hostd.log"] {
         let _ = fs::copy(dir.join(f), to.join(f));
+    }
+}
+
+/// The VM side of [`Measured`]: through the guest agent.
+struct InGuest<'a> {
+    guest: &'a mut vm::Guest,
+    app: &'a str,
+    timeout_s: f64,
+}
+
+impl Measured for InGuest<'_> {
+    fn cold_start(&mut self) -> Result<Option<f64>> {
+        use serde_json::json;
+        // The guest's caches first (its sync writes reach the host), then
+        // the host's.
+        self.guest.call(json!({"op": "drop_caches"}), None)?;
+        drop_caches()?;
+        let a = self.guest.call(
+            json!({"op": "start", "app": self.app, "timeout_s": self.timeout_s}),
+            Some(Duration::from_secs_f64(self.timeout_s + 60.0)),
+        )?;
+        Ok(a.get("secs").and_then(serde_json::Value::as_f64))
+    }
+    fn sectors(&mut self) -> Result<u64> {
+        Ok(self
+            .guest
+            .call(serde_json::json!({"op": "sectors"}), None)?
+            .get("sectors")
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or(0))
     }
 }
 
@@ -1179,61 +1271,17 @@ fn run_vm_cell(
                 None,
             )?;
         }
-        let settle = if host_w.is_none() && guest_w.is_none() {
-            0.0
-        } else {
-            o.settle_s.unwrap_or(SETTLE_S)
-        };
-        sleep(settle)?;
-        for ch in cleanup.workers.iter_mut() {
-            if let Ok(Some(st)) = ch.try_wait() {
-                return Err(run_err(format!("a background worker exited early ({st})")));
-            }
-        }
-        let mut out = RunResult::default();
-        match c.benchmark {
-            Benchmark::Startup => {
-                let pause = o.pause_s.unwrap_or(PAUSE_BEFORE_START_S);
-                for _ in 0..c.iterations {
-                    sleep(pause)?;
-                    // The guest's caches first (its sync writes reach the
-                    // host), then the host's.
-                    guest.call(json!({"op": "drop_caches"}), None)?;
-                    drop_caches()?;
-                    let a = guest.call(
-                        json!({"op": "start", "app": o.scenario.app, "timeout_s": c.timeout_s}),
-                        Some(Duration::from_secs_f64(c.timeout_s + 60.0)),
-                    )?;
-                    if let Some(took) = a.get("secs").and_then(serde_json::Value::as_f64) {
-                        out.values.push(took);
-                        if took < SHORT_START_S {
-                            sleep(SHORT_START_S)?;
-                        }
-                    } else {
-                        out.values.push(c.timeout_s);
-                        out.timeouts += 1;
-                        break;
-                    }
-                }
-            }
-            Benchmark::Throughput => {
-                let sectors = |g: &mut vm::Guest| -> Result<u64> {
-                    Ok(g.call(json!({"op": "sectors"}), None)?
-                        .get("sectors")
-                        .and_then(serde_json::Value::as_u64)
-                        .unwrap_or(0))
-                };
-                let samples = (c.duration_s / c.sample_s).floor().max(1.0) as usize;
-                let mut last = sectors(&mut guest)?;
-                for _ in 0..samples {
-                    sleep(c.sample_s)?;
-                    let now = sectors(&mut guest)?;
-                    out.values
-                        .push(now.saturating_sub(last) as f64 * 512.0 / 1e6 / c.sample_s);
-                    last = now;
-                }
-            }
-        }
+        sleep(settle_s(o, !(host_w.is_none() && guest_w.is_none())))?;
+        workers_alive(&mut cleanup.workers, "a background worker")?;
+        let mut out = measure(
+            o,
+            c,
+            &mut InGuest {
+                guest: &mut guest,
+                app: &o.scenario.app,
+                timeout_s: c.timeout_s,
+            },
+        )?;
         if !guest_w.is_none() {
             guest.call(json!({"op": "stop"}), None)?;
         }

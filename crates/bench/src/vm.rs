@@ -602,22 +602,9 @@ impl Guest {
     }
 }
 
-/// Stop QEMU: SIGTERM (it closes its files), then SIGKILL.
+/// Stop QEMU: SIGTERM (it closes its files), then SIGKILL after 5 s.
 pub fn kill_qemu(c: &mut Child) {
-    if let Ok(Some(_)) = c.try_wait() {
-        return;
-    }
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(c.id() as libc::pid_t, libc::SIGTERM) };
-    let t0 = Instant::now();
-    while t0.elapsed() < Duration::from_secs(5) {
-        if let Ok(Some(_)) = c.try_wait() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _ = c.kill();
-    let _ = c.wait();
+    crate::workers::terminate(c, Duration::from_secs(5));
 }
 
 impl Drop for Guest {
@@ -716,25 +703,13 @@ impl Hostd {
     }
 
     fn stop_inner(&mut self) -> Result<()> {
-        if let Ok(Some(_)) = self.child.try_wait() {
-            return Ok(());
+        use crate::workers::Stopped;
+        match crate::workers::terminate(&mut self.child, Duration::from_secs(10)) {
+            Stopped::Before => Ok(()),
+            Stopped::OnTerm(st) if st.success() => Ok(()),
+            Stopped::OnTerm(st) => Err(run_err(format!("tandem hostd exited with {st}"))),
+            Stopped::Killed => Err(run_err("tandem hostd did not stop on SIGTERM")),
         }
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
-        let t0 = Instant::now();
-        while t0.elapsed() < Duration::from_secs(10) {
-            if let Ok(Some(st)) = self.child.try_wait() {
-                return if st.success() {
-                    Ok(())
-                } else {
-                    Err(run_err(format!("tandem hostd exited with {st}")))
-                };
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        Err(run_err("tandem hostd did not stop on SIGTERM"))
     }
 }
 

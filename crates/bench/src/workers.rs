@@ -275,6 +275,38 @@ pub fn kill(child: &mut Child) {
     let _ = child.wait();
 }
 
+/// How [`terminate`] stopped a child.
+#[derive(Debug)]
+pub enum Stopped {
+    /// It had exited already.
+    Before,
+    /// It exited on SIGTERM, with this status.
+    OnTerm(std::process::ExitStatus),
+    /// It was still there after the grace time: SIGKILL.
+    Killed,
+}
+
+/// Stop a child that cleans up on SIGTERM (QEMU closes its files, hostd
+/// reverts its boosts, guestd says NO-HELP): SIGTERM, up to `grace` for it
+/// to exit, then SIGKILL. It is reaped either way.
+pub fn terminate(child: &mut Child, grace: Duration) -> Stopped {
+    if let Ok(Some(_)) = child.try_wait() {
+        return Stopped::Before;
+    }
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    let t0 = Instant::now();
+    while t0.elapsed() < grace {
+        if let Ok(Some(st)) = child.try_wait() {
+            return Stopped::OnTerm(st);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    Stopped::Killed
+}
+
 /// Where an app trace's file `i` lives under `dir`.
 pub fn app_file(dir: &Path, i: usize) -> PathBuf {
     dir.join(format!("f{i}"))
