@@ -23,6 +23,9 @@ use std::time::{Duration, Instant};
 use agent::sys;
 use policy::{HelpReason, Message, Resource};
 
+mod common;
+use common::{processes_with, Scratch};
+
 static SERIAL: Mutex<()> = Mutex::new(());
 
 const EXE: &str = env!("CARGO_BIN_EXE_tandem");
@@ -33,26 +36,6 @@ fn root() -> bool {
         return false;
     }
     true
-}
-
-/// A scratch directory under the target directory, removed on drop.
-struct Scratch(PathBuf);
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        Scratch(d)
-    }
-    fn p(&self, f: &str) -> PathBuf {
-        self.0.join(f)
-    }
-}
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// A child process, stopped (SIGTERM, then SIGKILL) on drop.
@@ -452,25 +435,6 @@ fn sigkill_of_hostd_is_reverted_at_the_next_start() {
     assert!(h2.stop());
     // Nothing of ours left running.
     assert!(processes_with(&[dir.0.to_str().unwrap()]).is_empty());
-}
-
-/// Processes whose command line contains all of `words` (not this test).
-fn processes_with(words: &[&str]) -> Vec<u32> {
-    let me = std::process::id();
-    let mut v = Vec::new();
-    for pid in sys::pids() {
-        if pid == me {
-            continue;
-        }
-        let Ok(c) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
-            continue;
-        };
-        let c = String::from_utf8_lossy(&c).replace('\0', " ");
-        if !c.is_empty() && words.iter().all(|w| c.contains(w)) {
-            v.push(pid);
-        }
-    }
-    v
 }
 
 // ---------------------------------------------------------------- end to end

@@ -4,10 +4,13 @@
 //!
 //! Needs root, /dev/fuse and loop devices (CI runs as root); skipped otherwise.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+mod common;
+use common::{processes_with, Scratch};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -37,51 +40,11 @@ fn can_run() -> bool {
     true
 }
 
-/// A scratch directory under the target directory, removed on drop.
-struct Scratch(PathBuf);
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        Scratch(d)
-    }
-}
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 fn tandem(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_tandem"))
         .args(args)
         .output()
         .expect("run tandem")
-}
-
-/// Processes whose command line contains all of `words` (not this test).
-fn processes_with(words: &[&str]) -> Vec<u32> {
-    let me = std::process::id();
-    let mut v = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        if pid == me {
-            continue;
-        }
-        let Ok(c) = std::fs::read(e.path().join("cmdline")) else {
-            continue;
-        };
-        let c = String::from_utf8_lossy(&c).replace('\0', " ");
-        // Zombies have an empty command line and are gone for our purpose.
-        if words.iter().all(|w| c.contains(w)) {
-            v.push(pid);
-        }
-    }
-    v
 }
 
 fn mounts() -> String {

@@ -8,10 +8,13 @@
 //! Needs root, /dev/fuse, loop devices, qemu-system-x86 and apt's access to
 //! Debian's packages (`.ci/run` installs what is missing).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+mod common;
+use common::{processes_with, Scratch};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -32,45 +35,6 @@ host_sched = ["bfq"]
 host_workload = ["none"]
 coordination = ["help-rt"]
 "#;
-
-/// A scratch directory under the target directory, removed on drop.
-struct Scratch(PathBuf);
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        Scratch(d)
-    }
-}
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// Processes whose command line contains all of `words` (not this test).
-fn processes_with(words: &[&str]) -> Vec<String> {
-    let me = std::process::id();
-    let mut v = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        if pid == me {
-            continue;
-        }
-        let Ok(c) = std::fs::read(e.path().join("cmdline")) else {
-            continue;
-        };
-        let c = String::from_utf8_lossy(&c).replace('\0', " ");
-        if words.iter().all(|w| c.contains(w)) {
-            v.push(format!("{pid} {c}"));
-        }
-    }
-    v
-}
 
 /// Loop devices bound to a file that has `word` in its path.
 fn loops_with(word: &str) -> Vec<String> {
@@ -229,13 +193,9 @@ fn ctrl_c_in_a_vm_cell_stops_qemu_and_hostd_and_leaves_nothing() {
     let t0 = Instant::now();
     loop {
         let mine = |words: &[&str]| {
-            processes_with(words).iter().any(|l| {
-                l.split_whitespace()
-                    .next()
-                    .and_then(|p| p.parse().ok())
-                    .and_then(ppid)
-                    == Some(pid)
-            })
+            processes_with(words)
+                .into_iter()
+                .any(|p| ppid(p) == Some(pid))
         };
         if mine(&["qemu-system"]) && mine(&["hostd", "run"]) {
             break;
