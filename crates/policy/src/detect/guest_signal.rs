@@ -38,6 +38,19 @@ pub struct GuestSignalConfig {
     /// short end keeps a false alarm cheap, and the guest asks again if the
     /// program keeps doing I/O after an idle time.
     pub exec_help_ns: Nanos,
+    /// How long after its last I/O (or wait for I/O) a newly executed
+    /// program still needs help. Default 1 s: four of guestd's 250 ms looks,
+    /// so that a start-up that outlasts `exec_help_ns` because the device is
+    /// slow (or the host starves the VM) is not abandoned halfway; a program
+    /// that goes quiet loses the help soon after.
+    pub exec_active_grace_ns: Nanos,
+    /// The longest help an exec gets while its program keeps doing I/O.
+    /// Default 10 s: BFQ ends a new queue's interactive weight raising after
+    /// `bfq_wr_duration()`, which scales with the device's peak rate; the
+    /// host's BFQ computed 10.5 s for the emulated 10 MB/s disk (its trace
+    /// logs `raising period dur 0/10500 msec`). A greedy program that starts
+    /// and never stops costs at most this, and the budget bounds the rest.
+    pub exec_help_max_ns: Nanos,
     /// I/O from a process idle at least this long counts as a resume. Default
     /// 2 s: BFQ's `bfq_wr_min_idle_time`, after which it raises a queue that
     /// becomes busy again as if it were new.
@@ -57,6 +70,8 @@ impl Default for GuestSignalConfig {
     fn default() -> Self {
         GuestSignalConfig {
             exec_help_ns: 3 * SEC,
+            exec_active_grace_ns: SEC,
+            exec_help_max_ns: 10 * SEC,
             io_resume_idle_ns: 2 * SEC,
             io_resume_help_ns: 3 * SEC,
             softrt: SoftRtRules::default(),
@@ -70,6 +85,8 @@ impl Default for GuestSignalConfig {
 struct ProcessIo {
     /// Last I/O, or the exec that made the process what it is.
     last_seen: Nanos,
+    /// When the process started its current program, if guestd saw it.
+    exec_at: Option<Nanos>,
     softrt: SoftRtClassifier,
 }
 
@@ -79,7 +96,10 @@ type NeedKey = (u8, Option<u32>);
 
 /// Turns guest events into an [`Urgency`].
 ///
-/// - an exec needs help for `exec_help_ns`;
+/// - an exec needs help for `exec_help_ns`, and longer while its program
+///   keeps doing or waiting on I/O (up to `exec_active_grace_ns` after the
+///   last sighting, at most `exec_help_max_ns` after the exec): a start-up
+///   lasts as long as its reads take;
 /// - I/O from a known process idle for `io_resume_idle_ns` needs help for
 ///   `io_resume_help_ns` (a process first seen doing I/O does not count: the
 ///   exec covers new programs, and a daemon that starts late would otherwise
@@ -113,6 +133,7 @@ impl GuestSignalDetector {
                     pid,
                     ProcessIo {
                         last_seen: now,
+                        exec_at: Some(now),
                         softrt: SoftRtClassifier::default(),
                     },
                 );
@@ -138,6 +159,7 @@ impl GuestSignalDetector {
                     p.last_seen = p.last_seen.max(now);
                     p.softrt = SoftRtClassifier::default();
                 }
+                self.extend_exec(now, pid);
             }
             GuestEvent::Explicit { duration_ns, pid } => {
                 self.need(HelpReason::Explicit, pid, now.saturating_add(duration_ns));
@@ -197,6 +219,7 @@ impl GuestSignalDetector {
             None => {
                 let mut p = ProcessIo {
                     last_seen: now,
+                    exec_at: None,
                     softrt: SoftRtClassifier::default(),
                 };
                 p.softrt.io(&cfg.softrt, now, bytes);
@@ -205,6 +228,27 @@ impl GuestSignalDetector {
         }
         for (reason, until) in needs {
             self.need(reason, Some(pid), until);
+        }
+        self.extend_exec(now, pid);
+    }
+
+    /// A program still starting (its exec's need is live) that does or waits
+    /// on I/O at `now` keeps needing help a while longer, up to the cap.
+    fn extend_exec(&mut self, now: Nanos, pid: u32) {
+        let Some(exec_at) = self.processes.get(&pid).and_then(|p| p.exec_at) else {
+            return;
+        };
+        let key = (reason_rank(HelpReason::Exec), Some(pid));
+        let Some(&(until, _)) = self.needs.get(&key) else {
+            return; // over: a later burst of I/O is a resume, not a start
+        };
+        if until <= now {
+            return;
+        }
+        let cap = exec_at.saturating_add(self.cfg.exec_help_max_ns);
+        let wanted = now.saturating_add(self.cfg.exec_active_grace_ns).min(cap);
+        if wanted > until {
+            self.need(HelpReason::Exec, Some(pid), wanted);
         }
     }
 
@@ -260,6 +304,60 @@ mod tests {
         assert_eq!(d.poll(SEC + 100), help(HelpReason::Exec, 2 * SEC));
         assert_eq!(d.poll(3 * SEC + 100), Urgency::NoHelp);
         assert_eq!(d.next_deadline(), None);
+    }
+
+    #[test]
+    fn a_start_that_keeps_reading_keeps_its_help_up_to_the_cap() {
+        let mut d = det();
+        d.observe(0, GuestEvent::Exec { pid: 7 });
+        // The program reads or waits on its reads every 250 ms for 20 s, as
+        // a start-up does on a starved disk.
+        for k in 1..=80u64 {
+            let t = k * SEC / 4;
+            let ev = if k % 3 == 0 {
+                GuestEvent::IoWait { pid: 7 }
+            } else {
+                GuestEvent::IoActivity {
+                    pid: 7,
+                    bytes: 4096,
+                }
+            };
+            d.observe(t, ev);
+            let u = d.poll(t);
+            if t < 10 * SEC {
+                match u {
+                    Urgency::Help { reason, .. } => assert_eq!(reason, HelpReason::Exec, "at {t}"),
+                    Urgency::NoHelp => panic!("help dropped at {t} while the start is running"),
+                }
+            } else {
+                // Past the cap: a greedy program gets no more than 10 s.
+                assert_eq!(u, Urgency::NoHelp, "at {t}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_program_that_goes_quiet_keeps_only_the_exec_minimum_or_the_grace() {
+        let mut d = det();
+        d.observe(0, GuestEvent::Exec { pid: 7 });
+        let io = GuestEvent::IoActivity {
+            pid: 7,
+            bytes: 4096,
+        };
+        // Reads at 1 s: the minimum (3 s) still rules.
+        d.observe(SEC, io);
+        assert_eq!(d.poll(SEC), help(HelpReason::Exec, 2 * SEC));
+        // Reads at 2.5 s: help until 3.5 s (1 s grace), then over.
+        d.observe(5 * SEC / 2, io);
+        assert_eq!(d.poll(3 * SEC), help(HelpReason::Exec, SEC / 2));
+        assert_eq!(d.poll(7 * SEC / 2), Urgency::NoHelp);
+        // I/O after the need ended does not revive the exec's help.
+        d.observe(4 * SEC, io);
+        assert_eq!(d.poll(4 * SEC), Urgency::NoHelp);
+        // Nor does the I/O of a process that never exec'd under guestd.
+        d.observe(5 * SEC, GuestEvent::IoActivity { pid: 9, bytes: 1 });
+        d.observe(5 * SEC + 1, GuestEvent::IoWait { pid: 9 });
+        assert_eq!(d.poll(5 * SEC + 1), Urgency::NoHelp);
     }
 
     #[test]
