@@ -24,7 +24,9 @@ use std::time::Duration;
 use policy::{Arbiter, BoostChange, Message, PolicyConfig, MS, PROTOCOL_VERSION};
 use serde::Deserialize;
 
-use crate::actuator::{Actuator, CgroupWeightActuator, IoprioActuator, Journal, VmTarget};
+use crate::actuator::{
+    Actuator, CgroupMoveActuator, CgroupWeightActuator, IoprioActuator, Journal, VmTarget,
+};
 use crate::transport::{write_message, FrameReader, ReadError, Stream};
 use crate::{err, now_ns, sys, Result};
 
@@ -83,6 +85,12 @@ pub struct HostdConfig {
     /// BFQ weight for a boosted VM's cgroup (VMs with `cgroup` set).
     #[serde(default = "default_weight")]
     pub cgroup_weight: u32,
+    /// A cgroup v1 blkio group (usually the hierarchy's root) that a boosted
+    /// VM's I/O threads move into until the boost ends, so that BFQ applies
+    /// the ioprio boost at once (see `actuator::CgroupMoveActuator`). The VMs
+    /// then live in groups of their own when not boosted.
+    #[serde(default)]
+    pub boost_cgroup: Option<PathBuf>,
     /// Messages per second a channel may send before hostd coalesces them.
     #[serde(default = "default_rate")]
     pub rate_limit: f64,
@@ -618,6 +626,11 @@ impl Hostd {
             "ioprio-be0" => actuators.push(Box::new(IoprioActuator::be0())),
             _ => {}
         }
+        // After the ioprio change: both take effect at the thread's next
+        // request, the move re-queueing the queue with its new class.
+        if let Some(dir) = &cfg.boost_cgroup {
+            actuators.push(Box::new(CgroupMoveActuator::new(dir)?));
+        }
         if cfg.vms.iter().any(|v| v.cgroup.is_some()) {
             actuators.push(Box::new(CgroupWeightActuator {
                 weight: cfg.cgroup_weight,
@@ -1000,9 +1013,14 @@ impl Hostd {
         drop(tx);
         if r.is_ok() {
             log(&format!(
-                "serving {} VM(s); control {}",
+                "serving {} VM(s); control {}; actuators: {}",
                 self.targets.len(),
-                self.cfg.control.display()
+                self.cfg.control.display(),
+                self.actuators
+                    .iter()
+                    .map(|a| a.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ));
             self.event_loop(&rx);
         }

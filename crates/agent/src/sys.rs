@@ -3,6 +3,7 @@
 //! connector (netlink) for execs and exits, and signals.
 
 use std::io;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// `IOPRIO_WHO_PROCESS` (include/uapi/linux/ioprio.h): `who` is a thread id.
@@ -301,6 +302,43 @@ pub fn parse_proc_events(mut b: &[u8]) -> Vec<ProcEvent> {
     out
 }
 
+/// Where the cgroup v1 hierarchy with `controller` is mounted.
+pub fn cgroup_v1_mount(controller: &str) -> Option<PathBuf> {
+    let mounts = std::fs::read_to_string("/proc/mounts").ok()?;
+    parse_cgroup_v1_mount(&mounts, controller)
+}
+
+fn parse_cgroup_v1_mount(mounts: &str, controller: &str) -> Option<PathBuf> {
+    mounts.lines().find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f.len() >= 4 && f[2] == "cgroup" && f[3].split(',').any(|o| o == controller))
+            .then(|| PathBuf::from(f[1]))
+    })
+}
+
+/// Thread `tid`'s group in the cgroup v1 hierarchy with `controller`, as a
+/// path from the hierarchy's root (`/` for the root).
+pub fn thread_cgroup(tid: u32, controller: &str) -> Option<String> {
+    let t = std::fs::read_to_string(format!("/proc/{tid}/cgroup")).ok()?;
+    parse_thread_cgroup(&t, controller)
+}
+
+fn parse_thread_cgroup(text: &str, controller: &str) -> Option<String> {
+    text.lines().find_map(|l| {
+        let mut f = l.splitn(3, ':');
+        let (_, ctrls, path) = (f.next()?, f.next()?, f.next()?);
+        ctrls
+            .split(',')
+            .any(|c| c == controller)
+            .then(|| path.to_string())
+    })
+}
+
+/// Moves one thread into a cgroup v1 group (its `tasks` file).
+pub fn move_thread(group: &Path, tid: u32) -> io::Result<()> {
+    std::fs::write(group.join("tasks"), tid.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -331,5 +369,23 @@ mod tests {
         m[52..56].copy_from_slice(&7u32.to_ne_bytes());
         m[56..60].copy_from_slice(&7u32.to_ne_bytes());
         assert_eq!(parse_proc_events(&m), vec![ProcEvent::Exec { pid: 7 }]);
+    }
+
+    #[test]
+    fn cgroup_v1_mounts_and_thread_groups_are_parsed() {
+        let mounts = "cgroup /sys/fs/cgroup/cpu cgroup rw,relatime,cpu 0 0\n\
+                      cgroup /sys/fs/cgroup/blkio cgroup rw,relatime,blkio 0 0\n\
+                      cgroup2 /sys/fs/cgroup/unified cgroup2 rw,relatime 0 0\n";
+        assert_eq!(
+            parse_cgroup_v1_mount(mounts, "blkio"),
+            Some(PathBuf::from("/sys/fs/cgroup/blkio"))
+        );
+        assert_eq!(parse_cgroup_v1_mount(mounts, "io"), None);
+        let cg = "12:pids:/\n7:blkio,net_cls:/machine/vm1\n0::/user.slice\n";
+        assert_eq!(
+            parse_thread_cgroup(cg, "blkio").as_deref(),
+            Some("/machine/vm1")
+        );
+        assert_eq!(parse_thread_cgroup(cg, "memory"), None);
     }
 }

@@ -1227,10 +1227,20 @@ fn run_vm_cell(
         dir: &dir,
     })?;
     guest.call(json!({"op": "sched", "name": gsched}), None)?;
+    let mut group = None;
     let hostd = match c.coordination.as_str() {
         "off" => None,
         "help-rt" => {
-            let h = vm::Hostd::start(&o.exe, &guest, "ioprio-rt")?;
+            // The VM in a blkio group of its own, from which hostd moves its
+            // I/O threads to the root while boosting (vm::VmGroup); without
+            // a cgroup v1 blkio hierarchy, the RT class alone.
+            group = vm::VmGroup::create(vm::VM_NAME, guest.pid())?;
+            let h = vm::Hostd::start(
+                &o.exe,
+                &guest,
+                "ioprio-rt",
+                group.as_ref().map(|g| g.root.as_path()),
+            )?;
             guest.call(json!({"op": "guestd", "lease_ms": 1000}), None)?;
             Some(h)
         }
@@ -1305,6 +1315,7 @@ fn run_vm_cell(
         h.stop()?;
     }
     guest.shutdown()?;
+    drop(group);
     keep_vm_logs(o, c, &dir);
     Ok(runs)
 }

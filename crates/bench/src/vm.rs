@@ -613,6 +613,49 @@ impl Drop for Guest {
     }
 }
 
+/// The VM's own group in the cgroup v1 blkio hierarchy, as libvirt gives each
+/// VM one. hostd's `--boost-cgroup` then moves the VM's I/O threads from it to
+/// the hierarchy's root while the VM is boosted: BFQ re-queues a queue that
+/// changes group, and so applies the RT class at once instead of at the
+/// queue's next turn, which a starved VM may wait seconds for.
+pub struct VmGroup {
+    pub dir: PathBuf,
+    /// The hierarchy's root, where the boosted threads go.
+    pub root: PathBuf,
+}
+
+impl VmGroup {
+    /// Creates the group and moves process `pid` (all its threads) into it.
+    /// `None` when the host has no cgroup v1 blkio hierarchy.
+    pub fn create(name: &str, pid: u32) -> Result<Option<VmGroup>> {
+        let Some(root) = agent::sys::cgroup_v1_mount("blkio") else {
+            return Ok(None);
+        };
+        let dir = root.join(format!("tandem-bench-{}-{name}", std::process::id()));
+        std::fs::create_dir(&dir).map_err(|e| run_err(format!("{}: {e}", dir.display())))?;
+        let g = VmGroup { dir, root };
+        std::fs::write(g.dir.join("cgroup.procs"), pid.to_string())
+            .map_err(|e| run_err(format!("{}/cgroup.procs: {e}", g.dir.display())))?;
+        Ok(Some(g))
+    }
+}
+
+impl Drop for VmGroup {
+    /// Empties the group (QEMU has normally exited already) and removes it.
+    fn drop(&mut self) {
+        for _ in 0..100 {
+            let procs = std::fs::read_to_string(self.dir.join("cgroup.procs")).unwrap_or_default();
+            for p in procs.split_whitespace() {
+                let _ = std::fs::write(self.root.join("cgroup.procs"), p);
+            }
+            if std::fs::remove_dir(&self.dir).is_ok() || !self.dir.exists() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
 /// `tandem hostd` for one guest, in help-rt mode: RT ioprio on the QEMU
 /// process's threads while the guest asks for help.
 pub struct Hostd {
@@ -621,7 +664,13 @@ pub struct Hostd {
 }
 
 impl Hostd {
-    pub fn start(exe: &Path, guest: &Guest, ioprio: &str) -> Result<Hostd> {
+    /// `boost_cgroup`: hostd's `--boost-cgroup` (see [`VmGroup`]).
+    pub fn start(
+        exe: &Path,
+        guest: &Guest,
+        ioprio: &str,
+        boost_cgroup: Option<&Path>,
+    ) -> Result<Hostd> {
         let dir = &guest.dir;
         let control = dir.join("hostd.sock");
         let log = std::fs::File::create(dir.join("hostd.log"))
@@ -639,10 +688,11 @@ impl Hostd {
             .arg(dir.join("hostd.state"))
             .arg("--control")
             .arg(&control)
-            .args(["--ioprio", ioprio])
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(log2);
+            .args(["--ioprio", ioprio]);
+        if let Some(d) = boost_cgroup {
+            cmd.arg("--boost-cgroup").arg(d);
+        }
+        cmd.stdin(Stdio::null()).stdout(log).stderr(log2);
         // SAFETY: prctl in the child before exec. SIGTERM, not SIGKILL, so
         // hostd still reverts its boosts if the run dies.
         unsafe {

@@ -44,6 +44,11 @@ pub struct HostdRunArgs {
     /// ioprio actuator: ioprio-rt, ioprio-be0 or none.
     #[arg(long)]
     ioprio: Option<String>,
+    /// Move a boosted VM's I/O threads into this cgroup v1 blkio group (e.g.
+    /// the hierarchy's root) until the boost ends, so that BFQ applies the
+    /// ioprio boost at once; the VM lives in a group of its own otherwise.
+    #[arg(long, value_name = "DIR")]
+    boost_cgroup: Option<PathBuf>,
     /// Messages per second per channel before coalescing.
     #[arg(long)]
     rate_limit: Option<f64>,
@@ -183,6 +188,9 @@ fn hostd_config(a: HostdRunArgs) -> Result<agent::hostd::HostdConfig, Failure> {
     }
     if let Some(v) = a.ioprio {
         c.ioprio = v;
+    }
+    if a.boost_cgroup.is_some() {
+        c.boost_cgroup = a.boost_cgroup;
     }
     if let Some(v) = a.rate_limit {
         c.rate_limit = v;

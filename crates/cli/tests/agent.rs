@@ -714,6 +714,113 @@ fn cgroup_bfq_weight_is_boosted_and_restored() {
     });
 }
 
+/// `--boost-cgroup`: a boosted VM's threads leave their own blkio group for
+/// the hierarchy's root, with the RT class, and go back at NO-HELP, and after
+/// a SIGKILL of hostd, at its next start.
+#[test]
+fn boost_cgroup_moves_the_threads_to_the_root_group_and_back() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !root() {
+        return;
+    }
+    let root_dir = PathBuf::from("/sys/fs/cgroup/blkio");
+    let dir = Scratch::new("agent-cgmove");
+    let cg = root_dir.join(format!("tandem-test-move-{}", std::process::id()));
+    struct Cg(PathBuf);
+    impl Drop for Cg {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir(&self.0);
+        }
+    }
+    std::fs::create_dir(&cg).unwrap();
+    let _cg = Cg(cg.clone());
+    let rel = format!("/{}", cg.file_name().unwrap().to_string_lossy());
+    {
+        let vm = Proc::spawn(Command::new("python3").args([
+            "-c",
+            "import threading, time\n\
+             for _ in range(2): threading.Thread(target=time.sleep, args=(600,), daemon=True).start()\n\
+             time.sleep(600)",
+        ]));
+        wait_until("the threads", 10.0, || {
+            sys::threads(vm.pid()).map(|t| t.len()).unwrap_or(0) == 3
+        });
+        std::fs::write(cg.join("cgroup.procs"), vm.pid().to_string()).unwrap();
+        let groups = || -> Vec<String> {
+            sys::threads(vm.pid())
+                .unwrap()
+                .into_iter()
+                .map(|t| sys::thread_cgroup(t, "blkio").unwrap())
+                .collect()
+        };
+        assert_eq!(groups(), vec![rel.clone(); 3]);
+        let mut c = Command::new(EXE);
+        c.args(["hostd", "run", "--boost-cgroup"])
+            .arg(&root_dir)
+            .arg("--vm")
+            .arg(format!(
+                "name=a,socket={},pid={}",
+                dir.p("a.sock").display(),
+                vm.pid()
+            ))
+            .arg("--control")
+            .arg(dir.p("control.sock"))
+            .arg("--state-file")
+            .arg(dir.p("hostd.state"));
+        let mut h = Proc::spawn(&mut c);
+        wait_until("hostd", 10.0, || {
+            UnixStream::connect(dir.p("control.sock")).is_ok()
+        });
+        assert!(
+            status(&dir).contains("blkio-cgroup-move"),
+            "{}",
+            status(&dir)
+        );
+        let mut g = Guest::connect(&dir, "a");
+        g.help(3000);
+        wait_until("the move to the root group", 5.0, || {
+            groups() == vec!["/".to_string(); 3]
+        });
+        assert!(thread_prios(vm.pid()).iter().all(|&(_, p)| p == rt4()));
+        g.no_help();
+        wait_until("the move back", 5.0, || groups() == vec![rel.clone(); 3]);
+        // SIGKILL while boosted: the next start moves the threads back.
+        g.help(3000);
+        wait_until("the move to the root group", 5.0, || {
+            groups() == vec!["/".to_string(); 3]
+        });
+        h.signal(libc::SIGKILL);
+        let _ = h.0.wait();
+        drop(g);
+        let mut h2 = Proc::spawn(&mut c);
+        wait_until("the move back at start", 10.0, || {
+            groups() == vec![rel.clone(); 3]
+        });
+        assert!(h2.stop());
+    }
+    wait_until("an empty cgroup", 5.0, || {
+        std::fs::read_to_string(cg.join("cgroup.procs"))
+            .map(|s| s.trim().is_empty())
+            .unwrap_or(true)
+    });
+    // A directory that is not a blkio group is refused at start.
+    let out = Command::new(EXE)
+        .args(["hostd", "run", "--boost-cgroup", "/tmp", "--vm"])
+        .arg(format!("name=a,socket={},pid=1", dir.p("b.sock").display()))
+        .arg("--control")
+        .arg(dir.p("control2.sock"))
+        .arg("--state-file")
+        .arg(dir.p("hostd2.state"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        e.contains("not a group of the cgroup v1 blkio hierarchy"),
+        "{e}"
+    );
+}
+
 #[test]
 fn guestd_hints_and_reconnects_after_hostd_restarts() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());

@@ -118,6 +118,17 @@ fn a_vm_cell_runs_in_a_real_guest_and_leaves_nothing_behind() {
         run0["counters"]
     );
     assert!(boosted > 0.0, "boosted {boosted}");
+    // With a cgroup v1 blkio hierarchy (this host has one), hostd moves the
+    // boosted VM's I/O threads out of the VM's own group.
+    let logs = out.join("vm-logs");
+    let hostd_log = std::fs::read_dir(&logs)
+        .unwrap()
+        .filter_map(|e| std::fs::read_to_string(e.unwrap().path().join("hostd.log")).ok())
+        .collect::<String>();
+    assert!(
+        hostd_log.contains("actuators: ioprio, blkio-cgroup-move"),
+        "{hostd_log}"
+    );
 
     nothing_left();
 }
@@ -159,6 +170,15 @@ fn nothing_left() {
         loops_with("vm1.img")
     );
     assert!(!Path::new("/run/tandem").exists(), "/run/tandem left");
+    let groups: Vec<String> = std::fs::read_dir("/sys/fs/cgroup/blkio")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("tandem-bench-"))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(groups.is_empty(), "blkio groups left: {groups:?}");
 }
 
 /// The parent pid of a process.
