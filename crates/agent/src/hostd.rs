@@ -6,7 +6,10 @@
 //! A VM's channel is a unix socket: hostd listens on it (QEMU's chardev as a
 //! client, `server=off`, or a guest daemon on the unix transport connects to
 //! it), or with `connect = true` hostd connects to QEMU's chardev server
-//! socket and reconnects when it goes away.
+//! socket and reconnects when it goes away. Or it is a vsock connection: one
+//! listener on `vsock_port` serves every VM declared with `cid`, and the
+//! peer CID of each accepted connection ([`VsockRoutes`]) says whose it is.
+//! Either way a connection goes to the same per-VM code (`serve_channel`).
 //!
 //! Every boost is undone on NO-HELP, on lease expiry (the arbiter's), when
 //! the channel closes, when the VM's process exits, on SIGINT/SIGTERM/SIGHUP,
@@ -27,7 +30,10 @@ use serde::Deserialize;
 use crate::actuator::{
     Actuator, CgroupMoveActuator, CgroupWeightActuator, IoprioActuator, Journal, VmTarget,
 };
-use crate::transport::{write_message, FrameReader, ReadError, Stream};
+use crate::transport::{
+    write_message, FrameReader, ReadError, SocketStream, Stream, VsockListener, VMADDR_CID_ANY,
+    VMADDR_CID_HOST, VMADDR_PORT_ANY,
+};
 use crate::{err, now_ns, sys, Result};
 
 pub const DEFAULT_STATE_FILE: &str = "/run/tandem/hostd.state";
@@ -38,11 +44,18 @@ pub const DEFAULT_CONTROL: &str = "/run/tandem/hostd.sock";
 #[serde(deny_unknown_fields)]
 pub struct VmConfig {
     pub name: String,
-    /// The channel's unix socket.
-    pub socket: PathBuf,
+    /// The channel's unix socket (this or `cid`).
+    #[serde(default)]
+    pub socket: Option<PathBuf>,
+    /// The guest's vsock CID (QEMU's `vhost-vsock-pci,guest-cid=N`): its
+    /// connections to hostd's `vsock_port` are this VM's channel (this or
+    /// `socket`).
+    #[serde(default)]
+    pub cid: Option<u32>,
     /// The QEMU process.
     pub pid: u32,
     /// Connect to the socket (QEMU's chardev is the server) instead of listening.
+    /// Unix sockets only.
     #[serde(default)]
     pub connect: bool,
     /// The VM's own cgroup directory, for the cgroup weight actuator.
@@ -76,6 +89,10 @@ pub struct HostdConfig {
     /// Prometheus metrics: `unix:PATH` or `HOST:PORT` (a local address).
     #[serde(default)]
     pub metrics: Option<String>,
+    /// Listen for guests on this vsock port (any CID); VMs with `cid` are
+    /// served there.
+    #[serde(default)]
+    pub vsock_port: Option<u32>,
     /// `ioprio-rt` (default), `ioprio-be0` or `none`.
     #[serde(default = "default_actuator")]
     pub ioprio: String,
@@ -151,21 +168,81 @@ impl HostdConfig {
     pub fn validate(&self) -> Result<()> {
         if self.vms.is_empty() {
             return Err(err(
-                "no VM: give --vm name=N,socket=PATH,pid=PID or a [[vm]] in --config",
+                "no VM: give --vm name=N,socket=PATH,pid=PID (or cid=N with --vsock-port) or a [[vm]] in --config",
             ));
         }
         for (i, v) in self.vms.iter().enumerate() {
             if v.name.is_empty() || v.name.len() > policy::protocol::MAX_VM_NAME_BYTES {
                 return Err(err(format!("VM {i}: name must be 1 to 64 bytes")));
             }
-            if self.vms[..i]
-                .iter()
-                .any(|o| o.name == v.name || o.socket == v.socket)
-            {
-                return Err(err(format!("VM {}: duplicate name or socket", v.name)));
+            if self.vms[..i].iter().any(|o| o.name == v.name) {
+                return Err(err(format!("VM {}: duplicate name", v.name)));
             }
             if v.weight == 0 {
                 return Err(err(format!("VM {}: weight must be at least 1", v.name)));
+            }
+            match (&v.socket, v.cid) {
+                (None, None) => {
+                    return Err(err(format!(
+                        "VM {}: no channel: give socket=PATH (unix socket, virtio-serial) or cid=N (vsock)",
+                        v.name
+                    )))
+                }
+                (Some(_), Some(_)) => {
+                    return Err(err(format!(
+                        "VM {}: socket= and cid= both given: a VM has one channel, a unix socket or vsock",
+                        v.name
+                    )))
+                }
+                (Some(p), None) => {
+                    if let Some(o) = self.vms[..i].iter().find(|o| o.socket.as_ref() == Some(p)) {
+                        return Err(err(format!(
+                            "VM {}: socket {} is VM {}'s too",
+                            v.name,
+                            p.display(),
+                            o.name
+                        )));
+                    }
+                }
+                (None, Some(cid)) => {
+                    if cid <= VMADDR_CID_HOST || cid == VMADDR_CID_ANY {
+                        return Err(err(format!(
+                            "VM {}: cid={cid} is not a guest's CID (0, 1, 2 and {VMADDR_CID_ANY} are reserved); give QEMU's vhost-vsock-pci,guest-cid=N (3 or more)",
+                            v.name
+                        )));
+                    }
+                    if v.connect {
+                        return Err(err(format!(
+                            "VM {}: connect= is for socket=; with cid= the guest connects to hostd's vsock port",
+                            v.name
+                        )));
+                    }
+                    if let Some(o) = self.vms[..i].iter().find(|o| o.cid == Some(cid)) {
+                        return Err(err(format!(
+                            "VM {}: cid={cid} is VM {}'s too; each guest has its own CID",
+                            v.name, o.name
+                        )));
+                    }
+                    if self.vsock_port.is_none() {
+                        return Err(err(format!(
+                            "VM {}: cid={cid} needs hostd's vsock listener: give --vsock-port PORT (vsock_port = PORT in the config)",
+                            v.name
+                        )));
+                    }
+                }
+            }
+        }
+        if let Some(port) = self.vsock_port {
+            if port == 0 || port == VMADDR_PORT_ANY {
+                return Err(err(format!(
+                    "vsock_port {port}: 1 to {}",
+                    VMADDR_PORT_ANY - 1
+                )));
+            }
+            if self.vms.iter().all(|v| v.cid.is_none()) {
+                return Err(err(format!(
+                    "vsock_port {port}: no VM has cid=N, so no guest could be served there"
+                )));
             }
         }
         if !["ioprio-rt", "ioprio-be0", "none"].contains(&self.ioprio.as_str()) {
@@ -197,11 +274,11 @@ impl HostdConfig {
     }
 }
 
-/// Parses `name=N,socket=PATH,pid=PID[,cgroup=DIR][,connect=1][,weight=W]`.
+/// Parses `name=N,socket=PATH|cid=CID,pid=PID[,cgroup=DIR][,qmp=PATH][,connect=1][,weight=W]`.
 pub fn parse_vm_arg(s: &str) -> Result<VmConfig> {
     let (mut name, mut socket, mut pid, mut cgroup, mut connect, mut weight) =
         (None, None, None, None, false, 1);
-    let mut qmp = None;
+    let (mut qmp, mut cid) = (None, None);
     for kv in s.split(',') {
         let (k, v) = kv
             .split_once('=')
@@ -209,6 +286,11 @@ pub fn parse_vm_arg(s: &str) -> Result<VmConfig> {
         match k {
             "name" => name = Some(v.to_string()),
             "socket" => socket = Some(PathBuf::from(v)),
+            "cid" => {
+                cid = Some(v.parse().map_err(|_| {
+                    err(format!("--vm: cid={v:?} is not a vsock CID (a number)"))
+                })?)
+            }
             "pid" => {
                 pid = Some(
                     v.parse()
@@ -225,14 +307,20 @@ pub fn parse_vm_arg(s: &str) -> Result<VmConfig> {
             }
             _ => {
                 return Err(err(format!(
-                    "--vm: unknown key {k:?}; accepted: name, socket, pid, cgroup, qmp, connect, weight"
+                    "--vm: unknown key {k:?}; accepted: name, socket, cid, pid, cgroup, qmp, connect, weight"
                 )))
             }
         }
     }
+    if socket.is_none() && cid.is_none() {
+        return Err(err(format!(
+            "--vm {s:?}: socket=PATH or cid=N (vsock) is missing"
+        )));
+    }
     Ok(VmConfig {
         name: name.ok_or_else(|| err(format!("--vm {s:?}: name= is missing")))?,
-        socket: socket.ok_or_else(|| err(format!("--vm {s:?}: socket= is missing")))?,
+        socket,
+        cid,
         pid: pid.ok_or_else(|| err(format!("--vm {s:?}: pid= is missing")))?,
         connect,
         cgroup,
@@ -265,6 +353,10 @@ enum Event {
     Control {
         req: String,
         reply: Sender<String>,
+    },
+    /// The vsock listener closed a connection from a CID that is no VM's.
+    VsockRefused {
+        cid: u32,
     },
 }
 
@@ -495,23 +587,28 @@ fn bind_unix(path: &Path) -> Result<UnixListener> {
     UnixListener::bind(path).map_err(|e| err(format!("{}: {e}", path.display())))
 }
 
+/// Serves VM `vm`'s unix socket, if it has one (a VM with `cid` is served
+/// by the vsock listener). Returns the socket file it created, if any.
 fn start_channel(
     vm: usize,
     cfg: &VmConfig,
     tx: Sender<Event>,
     rate: f64,
     burst: f64,
-) -> Result<()> {
+) -> Result<Option<PathBuf>> {
+    let Some(path) = cfg.socket.clone() else {
+        return Ok(None);
+    };
     if cfg.connect {
-        let path = cfg.socket.clone();
         thread::spawn(move || loop {
             if let Ok(s) = UnixStream::connect(&path) {
                 serve_channel(vm, next_conn(), Stream::Unix(s), tx.clone(), rate, burst);
             }
             thread::sleep(Duration::from_millis(500));
         });
+        Ok(None)
     } else {
-        let l = bind_unix(&cfg.socket)?;
+        let l = bind_unix(&path)?;
         thread::spawn(move || {
             for s in l.incoming().flatten() {
                 let tx = tx.clone();
@@ -520,7 +617,105 @@ fn start_channel(
                 });
             }
         });
+        Ok(Some(path))
     }
+}
+
+/// Which VM an accepted vsock connection belongs to: the one declared with
+/// the peer's CID. The host kernel reports that CID at accept, and a guest
+/// cannot choose it (QEMU's `vhost-vsock-pci,guest-cid=N` sets it).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct VsockRoutes {
+    by_cid: BTreeMap<u32, usize>,
+}
+
+impl VsockRoutes {
+    /// The VMs declared with `cid`, by their index in `vms` (a validated
+    /// configuration has no CID twice; the first would win).
+    pub fn new(vms: &[VmConfig]) -> VsockRoutes {
+        let mut by_cid = BTreeMap::new();
+        for (i, v) in vms.iter().enumerate() {
+            if let Some(cid) = v.cid {
+                by_cid.entry(cid).or_insert(i);
+            }
+        }
+        VsockRoutes { by_cid }
+    }
+
+    /// The VM whose guest has CID `peer_cid`; `None`: close the connection.
+    pub fn route(&self, peer_cid: u32) -> Option<usize> {
+        self.by_cid.get(&peer_cid).copied()
+    }
+
+    /// (CID, VM index), by CID.
+    pub fn iter(&self) -> impl Iterator<Item = (u32, usize)> + '_ {
+        self.by_cid.iter().map(|(c, v)| (*c, *v))
+    }
+}
+
+/// Hands a connection accepted on the vsock port to its VM's channel code,
+/// in a thread of its own exactly as a connection on a VM's unix socket, or
+/// closes it and reports the unknown CID. Returns the VM.
+fn dispatch_vsock(
+    routes: &VsockRoutes,
+    peer_cid: u32,
+    s: SocketStream,
+    tx: &Sender<Event>,
+    rate: f64,
+    burst: f64,
+) -> Option<usize> {
+    match routes.route(peer_cid) {
+        Some(vm) => {
+            let tx = tx.clone();
+            thread::spawn(move || {
+                serve_channel(vm, next_conn(), Stream::Socket(s), tx, rate, burst)
+            });
+            Some(vm)
+        }
+        None => {
+            let _ = s.shutdown();
+            drop(s);
+            let _ = tx.send(Event::VsockRefused { cid: peer_cid });
+            None
+        }
+    }
+}
+
+/// Binds the vsock port on any CID and serves it.
+fn start_vsock(
+    port: u32,
+    routes: VsockRoutes,
+    tx: Sender<Event>,
+    rate: f64,
+    burst: f64,
+) -> Result<()> {
+    let l = VsockListener::bind(port).map_err(|e| {
+        let hint = match e.raw_os_error() {
+            Some(libc::EAFNOSUPPORT) => {
+                " (this kernel has no vsock: modprobe vhost_vsock on a host)"
+            }
+            Some(libc::EADDRINUSE) => " (in use by another process: another hostd?)",
+            _ => "",
+        };
+        err(format!("vsock port {port}: {e}{hint}"))
+    })?;
+    thread::spawn(move || loop {
+        match l.accept() {
+            Ok((s, cid, _)) => {
+                dispatch_vsock(&routes, cid, s, &tx, rate, burst);
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::Interrupted | std::io::ErrorKind::ConnectionAborted
+                ) => {}
+            Err(e) => {
+                // Out of descriptors, most likely: try again later.
+                log(&format!("vsock port {port}: accept: {e}"));
+                thread::sleep(Duration::from_millis(100));
+            }
+        }
+    });
     Ok(())
 }
 
@@ -614,6 +809,10 @@ pub struct Hostd {
     rt: Vec<VmRuntime>,
     actuators: Vec<Box<dyn Actuator>>,
     journal: Journal,
+    /// Connections to the vsock port from CIDs that are no VM's.
+    vsock_refused: u64,
+    /// Those CIDs (each is logged once).
+    vsock_refused_cids: std::collections::BTreeSet<u32>,
 }
 
 impl Hostd {
@@ -667,6 +866,8 @@ impl Hostd {
             rt,
             actuators,
             journal,
+            vsock_refused: 0,
+            vsock_refused_cids: Default::default(),
         })
     }
 
@@ -829,6 +1030,14 @@ impl Hostd {
                 self.rt[vm].limited += limited;
                 self.rt[vm].malformed += malformed;
             }
+            Event::VsockRefused { cid } => {
+                self.vsock_refused += 1;
+                if self.vsock_refused_cids.insert(cid) {
+                    log(&format!(
+                        "vsock: closed a connection from CID {cid}: no VM has cid={cid} (later ones from it are only counted)"
+                    ));
+                }
+            }
             Event::Control { req, reply } => {
                 let text = match req.as_str() {
                     "status" => self.status_text(now),
@@ -854,6 +1063,17 @@ impl Hostd {
                 .collect::<Vec<_>>()
                 .join(", ")
         );
+        if let Some(port) = self.cfg.vsock_port {
+            let vms: Vec<String> = VsockRoutes::new(&self.cfg.vms)
+                .iter()
+                .map(|(cid, i)| format!("cid {cid} = {}", self.targets[i].name))
+                .collect();
+            s += &format!(
+                "vsock port {port} (any CID): listening; {}; {} connection(s) from other CIDs closed\n",
+                vms.join(", "),
+                self.vsock_refused
+            );
+        }
         s += "VM               PID      STATE      CHANNEL    BOOSTED  FOR_S   BOOSTS  BOOSTED_S  HELPS  MSGS   LIMITED  MALFORMED  THREADS\n";
         for (i, t) in self.targets.iter().enumerate() {
             let r = &self.rt[i];
@@ -978,6 +1198,12 @@ impl Hostd {
             "counter",
             per(&|i| self.rt[i].actuator_errors as f64),
         );
+        if self.cfg.vsock_port.is_some() {
+            s += &format!(
+                "# HELP tandem_hostd_vsock_refused_total Connections to the vsock port from CIDs that are no VM's, closed\n# TYPE tandem_hostd_vsock_refused_total counter\ntandem_hostd_vsock_refused_total {}\n",
+                self.vsock_refused
+            );
+        }
         s
     }
 
@@ -996,10 +1222,20 @@ impl Hostd {
         let mut created: Vec<PathBuf> = Vec::new();
         let r = (|| -> Result<()> {
             for (i, v) in self.cfg.vms.iter().enumerate() {
-                start_channel(i, v, tx.clone(), self.cfg.rate_limit, self.cfg.rate_burst)?;
-                if !v.connect {
-                    created.push(v.socket.clone());
+                if let Some(p) =
+                    start_channel(i, v, tx.clone(), self.cfg.rate_limit, self.cfg.rate_burst)?
+                {
+                    created.push(p);
                 }
+            }
+            if let Some(port) = self.cfg.vsock_port {
+                start_vsock(
+                    port,
+                    VsockRoutes::new(&self.cfg.vms),
+                    tx.clone(),
+                    self.cfg.rate_limit,
+                    self.cfg.rate_burst,
+                )?;
             }
             start_control(&self.cfg.control, tx.clone())?;
             created.push(self.cfg.control.clone());
@@ -1012,8 +1248,12 @@ impl Hostd {
         })();
         drop(tx);
         if r.is_ok() {
+            let vsock = match self.cfg.vsock_port {
+                Some(p) => format!("; vsock port {p}"),
+                None => String::new(),
+            };
             log(&format!(
-                "serving {} VM(s); control {}; actuators: {}",
+                "serving {} VM(s); control {}{vsock}; actuators: {}",
                 self.targets.len(),
                 self.cfg.control.display(),
                 self.actuators
@@ -1088,7 +1328,8 @@ pub fn query(control: &Path, req: &str) -> Result<String> {
 pub fn boosted_from_status(status: &str) -> BTreeMap<String, bool> {
     status
         .lines()
-        .skip(2)
+        .skip_while(|l| !l.starts_with("VM "))
+        .skip(1)
         .filter(|l| !l.starts_with(' '))
         .filter_map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
@@ -1116,6 +1357,236 @@ mod tests {
         c.validate().unwrap();
         assert!(HostdConfig::from_toml("bogus = 1").is_err());
         assert!(HostdConfig::default().validate().is_err());
+    }
+
+    fn vm(name: &str, socket: Option<&str>, cid: Option<u32>) -> VmConfig {
+        VmConfig {
+            name: name.into(),
+            socket: socket.map(PathBuf::from),
+            cid,
+            pid: 1,
+            connect: false,
+            cgroup: None,
+            qmp: None,
+            weight: 1,
+        }
+    }
+
+    fn config(vms: Vec<VmConfig>, vsock_port: Option<u32>) -> HostdConfig {
+        HostdConfig {
+            vms,
+            vsock_port,
+            ..HostdConfig::default()
+        }
+    }
+
+    fn config_error(c: &HostdConfig) -> String {
+        c.validate().expect_err("an invalid configuration").0
+    }
+
+    #[test]
+    fn vsock_vms_in_arguments_and_config() {
+        let v = parse_vm_arg("name=a,cid=7,pid=12").unwrap();
+        assert_eq!((v.cid, v.socket), (Some(7), None));
+        assert!(parse_vm_arg("name=a,cid=x,pid=1")
+            .unwrap_err()
+            .0
+            .contains("cid=\"x\""));
+        assert!(parse_vm_arg("name=a,pid=1")
+            .unwrap_err()
+            .0
+            .contains("socket=PATH or cid=N"));
+        let c = HostdConfig::from_toml(
+            "vsock_port = 5000\n[[vm]]\nname = \"a\"\ncid = 3\npid = 5\n[[vm]]\nname = \"b\"\nsocket = \"/tmp/b\"\npid = 6\n",
+        )
+        .unwrap();
+        assert_eq!(c.vsock_port, Some(5000));
+        assert_eq!(c.vms[0].cid, Some(3));
+        c.validate().unwrap();
+    }
+
+    #[test]
+    fn vsock_configuration_errors_are_clear() {
+        let ok = config(vec![vm("a", None, Some(5))], Some(5000));
+        ok.validate().unwrap();
+        let e = config_error(&config(vec![vm("a", None, Some(5))], None));
+        assert!(
+            e.contains("cid=5 needs hostd's vsock listener") && e.contains("--vsock-port"),
+            "{e}"
+        );
+        let e = config_error(&config(
+            vec![vm("a", None, Some(5)), vm("b", None, Some(5))],
+            Some(5000),
+        ));
+        assert!(e.contains("VM b: cid=5 is VM a's too"), "{e}");
+        let e = config_error(&config(vec![vm("a", Some("/tmp/a"), Some(5))], Some(5000)));
+        assert!(e.contains("socket= and cid= both given"), "{e}");
+        let e = config_error(&config(vec![vm("a", None, None)], None));
+        assert!(e.contains("VM a: no channel"), "{e}");
+        for cid in [0, 1, 2, u32::MAX] {
+            let e = config_error(&config(vec![vm("a", None, Some(cid))], Some(5000)));
+            assert!(
+                e.contains(&format!("cid={cid} is not a guest's CID")),
+                "{e}"
+            );
+        }
+        let mut c = config(vec![vm("a", None, Some(5))], Some(5000));
+        c.vms[0].connect = true;
+        assert!(config_error(&c).contains("connect= is for socket="));
+        for port in [0, u32::MAX] {
+            let e = config_error(&config(vec![vm("a", None, Some(5))], Some(port)));
+            assert!(e.contains(&format!("vsock_port {port}: 1 to")), "{e}");
+        }
+        let e = config_error(&config(vec![vm("a", Some("/tmp/a"), None)], Some(5000)));
+        assert!(e.contains("no VM has cid=N"), "{e}");
+        let e = config_error(&config(
+            vec![vm("a", Some("/tmp/a"), None), vm("b", Some("/tmp/a"), None)],
+            None,
+        ));
+        assert!(e.contains("socket /tmp/a is VM a's too"), "{e}");
+    }
+
+    #[test]
+    fn vsock_connections_are_routed_by_peer_cid() {
+        let vms = vec![
+            vm("unix", Some("/tmp/u"), None),
+            vm("five", None, Some(5)),
+            vm("seven", None, Some(7)),
+        ];
+        let r = VsockRoutes::new(&vms);
+        assert_eq!(r.route(5), Some(1));
+        assert_eq!(r.route(7), Some(2));
+        for unknown in [0, 1, 2, 3, 6, 8, u32::MAX] {
+            assert_eq!(r.route(unknown), None, "CID {unknown}");
+        }
+        assert_eq!(r.iter().collect::<Vec<_>>(), [(5, 1), (7, 2)]);
+        assert_eq!(VsockRoutes::new(&vms[..1]), VsockRoutes::default());
+    }
+
+    /// A connected socket pair standing for an accepted vsock connection
+    /// (this machine cannot connect over vsock: no loopback transport) and
+    /// the guest's end.
+    fn pair() -> (SocketStream, UnixStream) {
+        let (a, b) = UnixStream::pair().unwrap();
+        b.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        (SocketStream::from(std::os::fd::OwnedFd::from(a)), b)
+    }
+
+    fn hello(name: &str) -> Message {
+        Message::Hello {
+            version: PROTOCOL_VERSION,
+            vm_name: name.into(),
+        }
+    }
+
+    #[test]
+    fn an_accepted_vsock_connection_is_served_as_its_vms_channel() {
+        let routes =
+            VsockRoutes::new(&[vm("unix", Some("/tmp/u"), None), vm("seven", None, Some(7))]);
+        let (tx, rx) = mpsc::channel();
+        let (host, mut guest) = pair();
+        assert_eq!(dispatch_vsock(&routes, 7, host, &tx, 200.0, 50.0), Some(1));
+        let conn = match rx.recv_timeout(Duration::from_secs(5)).unwrap() {
+            Event::Opened { vm: 1, conn, .. } => conn,
+            _ => panic!("expected VM 1's channel to open"),
+        };
+        write_message(&mut guest, &hello("seven")).unwrap();
+        let mut r = FrameReader::new(guest.try_clone().unwrap());
+        assert_eq!(
+            r.read_message().unwrap(),
+            Message::HelloAck {
+                version: PROTOCOL_VERSION
+            }
+        );
+        let help = Message::Help {
+            resource: policy::Resource::Io,
+            reason: policy::HelpReason::Exec,
+            duration_hint_ms: 500,
+        };
+        write_message(&mut guest, &help).unwrap();
+        match rx.recv_timeout(Duration::from_secs(5)).unwrap() {
+            Event::Msg {
+                vm: 1,
+                conn: c,
+                msg,
+            } => {
+                assert_eq!((c, msg), (conn, help));
+            }
+            _ => panic!("expected the Help on VM 1's channel"),
+        }
+        // The guest goes away (both of its descriptors).
+        drop((r, guest));
+        assert!(matches!(
+            rx.recv_timeout(Duration::from_secs(5)).unwrap(),
+            Event::Closed { vm: 1, conn: c } if c == conn
+        ));
+
+        // A CID that is no VM's: closed at once, reported.
+        let (host, mut guest) = pair();
+        assert_eq!(dispatch_vsock(&routes, 9, host, &tx, 200.0, 50.0), None);
+        assert!(matches!(
+            rx.recv_timeout(Duration::from_secs(5)).unwrap(),
+            Event::VsockRefused { cid: 9 }
+        ));
+        let mut buf = [0u8; 8];
+        assert_eq!(guest.read(&mut buf).unwrap(), 0, "closed");
+    }
+
+    #[test]
+    fn a_new_vsock_connection_replaces_the_old_and_unknown_cids_are_counted() {
+        let dir = std::env::temp_dir().join(format!("tandem-hostd-vsock-{}", std::process::id()));
+        let mut c = config(vec![vm("a", None, Some(5))], Some(5000));
+        c.vms[0].pid = std::process::id();
+        c.ioprio = "none".into();
+        c.state_file = dir.join("state");
+        c.control = dir.join("control");
+        let mut h = Hostd::new(c).unwrap();
+        let (s1, mut g1) = pair();
+        let (s2, g2) = pair();
+        h.handle(
+            Event::Opened {
+                vm: 0,
+                conn: 1,
+                stream: Stream::Socket(s1),
+            },
+            now_ns(),
+        );
+        h.handle(
+            Event::Opened {
+                vm: 0,
+                conn: 2,
+                stream: Stream::Socket(s2),
+            },
+            now_ns(),
+        );
+        let mut buf = [0u8; 8];
+        assert_eq!(
+            g1.read(&mut buf).unwrap(),
+            0,
+            "the old channel is shut down"
+        );
+        // The old channel's reader ends: the new one stays.
+        h.handle(Event::Closed { vm: 0, conn: 1 }, now_ns());
+        assert_eq!(h.rt[0].conn.as_ref().map(|c| c.0), Some(2));
+        h.handle(Event::VsockRefused { cid: 9 }, now_ns());
+        h.handle(Event::VsockRefused { cid: 9 }, now_ns());
+        let st = h.status_text(now_ns());
+        assert!(
+            st.contains("vsock port 5000 (any CID): listening; cid 5 = a; 2 connection(s) from other CIDs closed"),
+            "{st}"
+        );
+        assert!(
+            st.lines()
+                .any(|l| l.starts_with("a ") && l.contains("connected")),
+            "{st}"
+        );
+        assert_eq!(boosted_from_status(&st).get("a"), Some(&false), "{st}");
+        assert_eq!(boosted_from_status(&st).len(), 1, "{st}");
+        assert!(h
+            .metrics_text(now_ns())
+            .contains("\ntandem_hostd_vsock_refused_total 2\n"));
+        drop(g2);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

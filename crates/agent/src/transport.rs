@@ -4,13 +4,15 @@
 //! - `unix:PATH`: a plain unix stream socket (tests, containers, and the host
 //!   side of a virtio-serial port: QEMU's chardev socket);
 //! - `virtio:NAME`: in the guest, the virtio-serial port `/dev/virtio-ports/NAME`;
-//! - `vsock:CID:PORT`: an `AF_VSOCK` stream (host CID 2), where the kernel has it.
+//! - `vsock:CID:PORT`: an `AF_VSOCK` stream (host CID 2), where the kernel has it;
+//!   hostd listens on one port for all guests ([`VsockListener`]) and tells
+//!   them apart by the peer CID the kernel reports at accept.
 //!
 //! Frames are [`policy::protocol`]'s; this module only moves bytes.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -71,7 +73,7 @@ impl Endpoint {
                 .write(true)
                 .open(format!("/dev/virtio-ports/{n}"))
                 .map(Stream::File),
-            Endpoint::Vsock { cid, port } => vsock_connect(*cid, *port).map(Stream::File),
+            Endpoint::Vsock { cid, port } => vsock_connect(*cid, *port).map(Stream::Socket),
         }
     }
 }
@@ -86,35 +88,212 @@ impl std::fmt::Display for Endpoint {
     }
 }
 
-fn vsock_connect(cid: u32, port: u32) -> io::Result<File> {
-    // SAFETY: plain socket(2) / connect(2) on a zeroed sockaddr_vm we fill in;
-    // the descriptor is owned by the File on success and closed on failure.
-    unsafe {
-        let fd = libc::socket(libc::AF_VSOCK, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+/// A `sockaddr_vm` for `cid` and `port`.
+fn sockaddr_vm(cid: u32, port: u32) -> libc::sockaddr_vm {
+    // SAFETY: sockaddr_vm is plain data; all-zero is a valid value.
+    let mut sa: libc::sockaddr_vm = unsafe { std::mem::zeroed() };
+    sa.svm_family = libc::AF_VSOCK as libc::sa_family_t;
+    sa.svm_cid = cid;
+    sa.svm_port = port;
+    sa
+}
+
+fn vsock_socket() -> io::Result<OwnedFd> {
+    // SAFETY: socket(2) with constant arguments; the descriptor is owned at once.
+    let fd = unsafe { libc::socket(libc::AF_VSOCK, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd is a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn vsock_connect(cid: u32, port: u32) -> io::Result<SocketStream> {
+    let fd = vsock_socket()?;
+    let sa = sockaddr_vm(cid, port);
+    // SAFETY: connect(2) on our socket with a sockaddr_vm of the size given.
+    let r = unsafe {
+        libc::connect(
+            fd.as_raw_fd(),
+            &sa as *const libc::sockaddr_vm as *const libc::sockaddr,
+            std::mem::size_of::<libc::sockaddr_vm>() as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(SocketStream(fd))
+}
+
+/// `VMADDR_CID_ANY`: a listener bound to it accepts from every guest.
+pub const VMADDR_CID_ANY: u32 = u32::MAX;
+/// `VMADDR_PORT_ANY`: not a port one can ask for.
+pub const VMADDR_PORT_ANY: u32 = u32::MAX;
+/// CIDs that are not guests': the hypervisor (0), local loopback (1), the host (2).
+pub const VMADDR_CID_HOST: u32 = 2;
+
+/// hostd's listening `AF_VSOCK` socket: one port, any CID.
+#[derive(Debug)]
+pub struct VsockListener {
+    fd: OwnedFd,
+    port: u32,
+}
+
+impl VsockListener {
+    /// Bind `port` on `VMADDR_CID_ANY` and listen.
+    pub fn bind(port: u32) -> io::Result<VsockListener> {
+        let fd = vsock_socket()?;
+        let sa = sockaddr_vm(VMADDR_CID_ANY, port);
+        // SAFETY: bind(2) and listen(2) on our socket with a sockaddr_vm of
+        // the size given.
+        unsafe {
+            if libc::bind(
+                fd.as_raw_fd(),
+                &sa as *const libc::sockaddr_vm as *const libc::sockaddr,
+                std::mem::size_of::<libc::sockaddr_vm>() as libc::socklen_t,
+            ) < 0
+                || libc::listen(fd.as_raw_fd(), 16) < 0
+            {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        Ok(VsockListener { fd, port })
+    }
+
+    pub fn port(&self) -> u32 {
+        self.port
+    }
+
+    /// The next connection and its peer's CID and port, as the kernel gives
+    /// them (a guest cannot choose its CID: the VMM sets it).
+    pub fn accept(&self) -> io::Result<(SocketStream, u32, u32)> {
+        // SAFETY: sockaddr_vm is plain data.
+        let mut sa: libc::sockaddr_vm = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libc::sockaddr_vm>() as libc::socklen_t;
+        // SAFETY: accept4(2) on our socket, writing at most `len` bytes to `sa`.
+        let fd = unsafe {
+            libc::accept4(
+                self.fd.as_raw_fd(),
+                &mut sa as *mut libc::sockaddr_vm as *mut libc::sockaddr,
+                &mut len,
+                libc::SOCK_CLOEXEC,
+            )
+        };
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
-        let owned = OwnedFd::from_raw_fd(fd);
-        let mut sa: libc::sockaddr_vm = std::mem::zeroed();
-        sa.svm_family = libc::AF_VSOCK as libc::sa_family_t;
-        sa.svm_cid = cid;
-        sa.svm_port = port;
-        let r = libc::connect(
-            fd,
-            &sa as *const libc::sockaddr_vm as *const libc::sockaddr,
-            std::mem::size_of::<libc::sockaddr_vm>() as libc::socklen_t,
-        );
-        if r < 0 {
-            return Err(io::Error::last_os_error());
+        // SAFETY: fd is a new descriptor that nothing else owns.
+        let s = SocketStream(unsafe { OwnedFd::from_raw_fd(fd) });
+        if sa.svm_family != libc::AF_VSOCK as libc::sa_family_t {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("accept gave address family {}", sa.svm_family),
+            ));
         }
-        Ok(File::from(owned))
+        Ok((s, sa.svm_cid, sa.svm_port))
     }
 }
 
-/// One open channel: a socket or a character device, both byte streams.
+/// A connected stream socket of any family, by its descriptor: a vsock
+/// connection (std has no type for them). Read timeouts and shutdown work
+/// as on a `UnixStream`.
+#[derive(Debug)]
+pub struct SocketStream(OwnedFd);
+
+impl SocketStream {
+    pub fn try_clone(&self) -> io::Result<SocketStream> {
+        self.0.try_clone().map(SocketStream)
+    }
+
+    pub fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        let tv = match t {
+            Some(d) if d.is_zero() => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "a zero read timeout",
+                ))
+            }
+            Some(d) => libc::timeval {
+                tv_sec: d.as_secs().min(libc::time_t::MAX as u64) as libc::time_t,
+                tv_usec: d.subsec_micros() as libc::suseconds_t,
+            },
+            None => libc::timeval {
+                tv_sec: 0,
+                tv_usec: 0,
+            },
+        };
+        // SAFETY: setsockopt(2) on our socket with a timeval of the size given.
+        let r = unsafe {
+            libc::setsockopt(
+                self.0.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVTIMEO,
+                &tv as *const libc::timeval as *const libc::c_void,
+                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+            )
+        };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    pub fn shutdown(&self) -> io::Result<()> {
+        // SAFETY: shutdown(2) on our socket.
+        if unsafe { libc::shutdown(self.0.as_raw_fd(), libc::SHUT_RDWR) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
+impl From<OwnedFd> for SocketStream {
+    /// `fd` must be a connected stream socket.
+    fn from(fd: OwnedFd) -> SocketStream {
+        SocketStream(fd)
+    }
+}
+
+impl Read for SocketStream {
+    fn read(&mut self, b: &mut [u8]) -> io::Result<usize> {
+        // SAFETY: read(2) into a buffer of the length given.
+        let n = unsafe { libc::read(self.0.as_raw_fd(), b.as_mut_ptr().cast(), b.len()) };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(n as usize)
+    }
+}
+
+impl Write for SocketStream {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        // MSG_NOSIGNAL: a peer that went away is an error, not SIGPIPE.
+        // SAFETY: send(2) from a buffer of the length given.
+        let n = unsafe {
+            libc::send(
+                self.0.as_raw_fd(),
+                b.as_ptr().cast(),
+                b.len(),
+                libc::MSG_NOSIGNAL,
+            )
+        };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(n as usize)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// One open channel: a socket or a character device, all byte streams.
 #[derive(Debug)]
 pub enum Stream {
     Unix(UnixStream),
+    /// A vsock connection.
+    Socket(SocketStream),
+    /// A virtio-serial port in the guest.
     File(File),
 }
 
@@ -122,21 +301,34 @@ impl Stream {
     pub fn try_clone(&self) -> io::Result<Stream> {
         match self {
             Stream::Unix(s) => s.try_clone().map(Stream::Unix),
+            Stream::Socket(s) => s.try_clone().map(Stream::Socket),
             Stream::File(f) => f.try_clone().map(Stream::File),
         }
     }
 
     /// A read timeout, where the stream supports one (sockets).
     pub fn set_read_timeout(&self, t: Option<Duration>) {
-        if let Stream::Unix(s) = self {
-            let _ = s.set_read_timeout(t);
+        match self {
+            Stream::Unix(s) => {
+                let _ = s.set_read_timeout(t);
+            }
+            Stream::Socket(s) => {
+                let _ = s.set_read_timeout(t);
+            }
+            Stream::File(_) => {}
         }
     }
 
     /// Close both directions (sockets); wakes a reader blocked on it.
     pub fn shutdown(&self) {
-        if let Stream::Unix(s) = self {
-            let _ = s.shutdown(std::net::Shutdown::Both);
+        match self {
+            Stream::Unix(s) => {
+                let _ = s.shutdown(std::net::Shutdown::Both);
+            }
+            Stream::Socket(s) => {
+                let _ = s.shutdown();
+            }
+            Stream::File(_) => {}
         }
     }
 }
@@ -145,6 +337,7 @@ impl Read for Stream {
     fn read(&mut self, b: &mut [u8]) -> io::Result<usize> {
         match self {
             Stream::Unix(s) => s.read(b),
+            Stream::Socket(s) => s.read(b),
             Stream::File(f) => f.read(b),
         }
     }
@@ -154,12 +347,14 @@ impl Write for Stream {
     fn write(&mut self, b: &[u8]) -> io::Result<usize> {
         match self {
             Stream::Unix(s) => s.write(b),
+            Stream::Socket(s) => s.write(b),
             Stream::File(f) => f.write(b),
         }
     }
     fn flush(&mut self) -> io::Result<()> {
         match self {
             Stream::Unix(s) => s.flush(),
+            Stream::Socket(s) => s.flush(),
             Stream::File(f) => f.flush(),
         }
     }
@@ -317,6 +512,57 @@ mod tests {
             resource: Resource::Io,
         };
         assert_eq!(no.encode(), [3, 0, 1, 5, 0]);
+    }
+
+    /// SocketStream's own code (timeouts, shutdown, clones) on a unix
+    /// socket pair: the same calls a vsock connection gets.
+    #[test]
+    fn socket_stream_times_out_shuts_down_and_clones() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let a = SocketStream::from(OwnedFd::from(a));
+        let mut b = b;
+        a.set_read_timeout(Some(Duration::from_millis(30))).unwrap();
+        assert!(a.set_read_timeout(Some(Duration::ZERO)).is_err());
+        let mut r = FrameReader::new(Stream::Socket(a.try_clone().unwrap()));
+        let t = std::time::Instant::now();
+        assert!(matches!(r.read_message(), Err(ReadError::Timeout)));
+        assert!(t.elapsed() >= Duration::from_millis(25));
+        let hello = Message::Hello {
+            version: 1,
+            vm_name: "vm1".into(),
+        };
+        write_message(&mut b, &hello).unwrap();
+        assert_eq!(r.read_message().unwrap(), hello);
+        let mut w = Stream::Socket(a.try_clone().unwrap());
+        write_message(&mut w, &Message::HelloAck { version: 1 }).unwrap();
+        assert_eq!(
+            FrameReader::new(&mut b).read_message().unwrap(),
+            Message::HelloAck { version: 1 }
+        );
+        // Shutdown wakes the other end, and a write afterwards is an error
+        // (EPIPE), not SIGPIPE.
+        Stream::Socket(a.try_clone().unwrap()).shutdown();
+        let mut buf = [0u8; 4];
+        assert_eq!(b.read(&mut buf).unwrap(), 0);
+        assert!(w.write(b"x").is_err());
+        a.set_read_timeout(None).unwrap();
+        assert!(matches!(
+            r.read_message(),
+            Err(ReadError::Eof { partial: 0 })
+        ));
+    }
+
+    /// This machine's kernel has AF_VSOCK (hostd's listener binds on any
+    /// CID); a second listener on the same port is refused.
+    #[test]
+    fn vsock_listener_binds_on_any_cid() {
+        let port = 40_000 + std::process::id() % 20_000;
+        let l = VsockListener::bind(port).expect("AF_VSOCK bind on VMADDR_CID_ANY");
+        assert_eq!(l.port(), port);
+        let e = VsockListener::bind(port).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::AddrInUse, "{e}");
+        drop(l);
+        VsockListener::bind(port).expect("the port is free again");
     }
 
     #[test]

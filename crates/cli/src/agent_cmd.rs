@@ -29,9 +29,13 @@ pub struct HostdRunArgs {
     /// Configuration file (TOML; see docs/protocol.md and the README).
     #[arg(long)]
     config: Option<PathBuf>,
-    /// A VM: name=N,socket=PATH,pid=PID[,cgroup=DIR][,qmp=PATH][,connect=1][,weight=W] (repeatable).
+    /// A VM: name=N,socket=PATH,pid=PID[,cgroup=DIR][,qmp=PATH][,connect=1][,weight=W] (repeatable);
+    /// cid=CID instead of socket=PATH: the guest's vsock CID (QEMU's guest-cid), served on --vsock-port.
     #[arg(long = "vm", value_name = "SPEC")]
     vms: Vec<String>,
+    /// Listen for guests on this vsock port (any CID); each connection goes to the VM with the peer's cid=.
+    #[arg(long, value_name = "PORT")]
+    vsock_port: Option<u32>,
     /// State file with the original values of boosted knobs.
     #[arg(long)]
     state_file: Option<PathBuf>,
@@ -185,6 +189,9 @@ fn hostd_config(a: HostdRunArgs) -> Result<agent::hostd::HostdConfig, Failure> {
     }
     if a.metrics.is_some() {
         c.metrics = a.metrics;
+    }
+    if a.vsock_port.is_some() {
+        c.vsock_port = a.vsock_port;
     }
     if let Some(v) = a.ioprio {
         c.ioprio = v;

@@ -48,6 +48,10 @@ pub struct ImageArgs {
     /// Kernel package, or a metapackage depending on one.
     #[arg(long, value_name = "P", default_value = vmimage::DEFAULT_KERNEL_PACKAGE)]
     kernel_package: String,
+    /// The tandem binary to put in the guest as /bin/tandem (default: this one), e.g. a
+    /// static one from `cargo static`: an x86-64 ELF executable.
+    #[arg(long, value_name = "PATH")]
+    tandem_exe: Option<PathBuf>,
     /// No progress lines.
     #[arg(long)]
     quiet: bool,
@@ -99,9 +103,15 @@ fn image(a: ImageArgs) -> Result<(), Failure> {
             )
         }
     };
-    // The guest runs this very binary as its agent.
-    let tandem_exe = std::env::current_exe()
-        .map_err(|e| Failure::Run(format!("finding the tandem executable: {e}")))?;
+    // The guest runs this very binary as its agent, or the one given.
+    let tandem_exe = match a.tandem_exe {
+        Some(p) => {
+            vmimage::exe::check(&p).map_err(|e| Failure::Usage(format!("--tandem-exe: {e}")))?;
+            p
+        }
+        None => std::env::current_exe()
+            .map_err(|e| Failure::Run(format!("finding the tandem executable: {e}")))?,
+    };
     let o = vmimage::ImageOptions {
         out: a.out,
         tandem_exe,

@@ -10,6 +10,8 @@
 //!   version; a flood from one guest while another VM is served; a guest that
 //!   never sends NO-HELP; a guest that disconnects mid-boost; SIGKILL of
 //!   hostd while a boost holds.
+//! - vsock: hostd's listener binds and shows in `status` (no guest can
+//!   connect on this machine).
 //!
 //! Needs root (and /dev/fuse and loop devices for the end-to-end test); skipped otherwise.
 
@@ -435,6 +437,121 @@ fn sigkill_of_hostd_is_reverted_at_the_next_start() {
     assert!(h2.stop());
     // Nothing of ours left running.
     assert!(processes_with(&[dir.0.to_str().unwrap()]).is_empty());
+}
+
+/// hostd's vsock listener on this machine: it binds (VMADDR_CID_ANY) and
+/// listens, `status` and the metrics show it, the port stays taken while
+/// hostd runs (a second hostd is refused with a clear error) and is free
+/// after it stops; the configuration errors are usage errors (exit code 2).
+/// No guest connects: this machine has no vsock loopback transport and no
+/// /dev/vhost-vsock; routing by peer CID is tested in `agent::hostd`.
+#[test]
+fn hostd_listens_on_vsock_and_status_shows_it() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // Usage errors come before anything else (no root needed for them).
+    let usage = |args: &[&str], want: &str| {
+        let o = Command::new(EXE)
+            .args(["hostd", "run"])
+            .args(args)
+            .output()
+            .unwrap();
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {e}");
+        assert!(e.contains(want), "{args:?}: {e}");
+    };
+    usage(
+        &["--vm", "name=g1,cid=5,pid=1"],
+        "cid=5 needs hostd's vsock listener: give --vsock-port PORT",
+    );
+    usage(
+        &[
+            "--vsock-port",
+            "5000",
+            "--vm",
+            "name=g1,cid=5,pid=1",
+            "--vm",
+            "name=g2,cid=5,pid=1",
+        ],
+        "VM g2: cid=5 is VM g1's too",
+    );
+    usage(
+        &["--vsock-port", "5000", "--vm", "name=g1,cid=2,pid=1"],
+        "cid=2 is not a guest's CID",
+    );
+    usage(
+        &[
+            "--vsock-port",
+            "5000",
+            "--vm",
+            "name=g1,socket=/tmp/x,cid=5,pid=1",
+        ],
+        "socket= and cid= both given",
+    );
+    usage(
+        &["--vsock-port", "5000", "--vm", "name=u,socket=/tmp/x,pid=1"],
+        "no VM has cid=N",
+    );
+    usage(
+        &["--vm", "name=g1,pid=1"],
+        "socket=PATH or cid=N (vsock) is missing",
+    );
+
+    assert!(
+        devemu::is_root(),
+        "hostd runs as root (this test starts one)"
+    );
+    let dir = Scratch::new("agent-vsock");
+    let vm = sleeper();
+    let port = 50_000 + std::process::id() % 10_000;
+    let port_s = port.to_string();
+    let guest = format!("name=g1,cid=5,pid={}", vm.pid());
+    let mut h = hostd(
+        &dir,
+        &[("u1", vm.pid())],
+        &["--vm", &guest, "--vsock-port", &port_s],
+    );
+    let o = Command::new(EXE)
+        .args(["hostd", "status", "--control"])
+        .arg(dir.p("control.sock"))
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let st = String::from_utf8_lossy(&o.stdout).to_string();
+    eprintln!("{st}");
+    assert!(
+        st.contains(&format!(
+            "vsock port {port} (any CID): listening; cid 5 = g1; 0 connection(s) from other CIDs closed"
+        )),
+        "{st}"
+    );
+    let boosted = agent::hostd::boosted_from_status(&st);
+    assert_eq!(boosted.keys().collect::<Vec<_>>(), ["g1", "u1"], "{st}");
+    let m = agent::hostd::query(&dir.p("control.sock"), "metrics").unwrap();
+    assert!(m.contains("\ntandem_hostd_vsock_refused_total 0\n"), "{m}");
+    // hostd holds the port.
+    let e = agent::transport::VsockListener::bind(port).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::AddrInUse, "{e}");
+    // A second hostd on the same port says why it cannot start.
+    let o = Command::new(EXE)
+        .args(["hostd", "run", "--vm", &guest, "--vsock-port", &port_s])
+        .arg("--control")
+        .arg(dir.p("control2.sock"))
+        .arg("--state-file")
+        .arg(dir.p("hostd2.state"))
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{e}");
+    assert!(
+        e.contains(&format!("vsock port {port}")) && e.contains("another hostd?"),
+        "{e}"
+    );
+    assert!(
+        !dir.p("control2.sock").exists(),
+        "the second hostd cleaned up"
+    );
+    assert!(h.stop(), "hostd exited with an error");
+    agent::transport::VsockListener::bind(port).expect("the port is free after hostd stops");
 }
 
 // ---------------------------------------------------------------- end to end

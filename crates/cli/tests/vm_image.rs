@@ -1,14 +1,17 @@
 //! `tandem vm image`: two builds from one .deb cache give byte-identical
 //! images, and the image boots under QEMU (TCG, no KVM needed) to the guest's
 //! ready line with BFQ available on the data disk, the benchmark port named
-//! and the data disk mounted.
+//! and the data disk mounted. A statically linked tandem (`cargo static`,
+//! built here by a nested cargo) has no dynamic loader, makes an image
+//! without shared libraries (`--tandem-exe`) and boots the same way.
 //!
 //! Needs apt (it fetches linux-image-amd64 and busybox-static with apt-get
 //! download), objcopy, mkfs.ext4 and qemu-system-x86_64; `.ci/run` installs
 //! the last three when missing.
 
 use std::io::Read;
-use std::path::Path;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -32,9 +35,9 @@ fn tandem(args: &[&str]) -> Output {
         .expect("run tandem")
 }
 
-fn build(out: &Path, cache: &Path) {
+fn build(out: &Path, cache: &Path, extra: &[&str]) {
     let started = Instant::now();
-    let o = tandem(&[
+    let mut args = vec![
         "vm",
         "image",
         "--out",
@@ -44,7 +47,9 @@ fn build(out: &Path, cache: &Path) {
         "--data-mib",
         "64",
         "--quiet",
-    ]);
+    ];
+    args.extend_from_slice(extra);
+    let o = tandem(&args);
     assert!(
         o.status.success(),
         "tandem vm image: {}",
@@ -69,8 +74,8 @@ fn two_builds_are_identical_and_the_guest_boots_to_ready() {
     let s = Scratch::new("vm-image");
     let cache = s.0.join("cache");
     let (a, b) = (s.0.join("a"), s.0.join("b"));
-    build(&a, &cache);
-    build(&b, &cache);
+    build(&a, &cache, &[]);
+    build(&b, &cache, &[]);
     for f in ["vmlinuz", "initramfs.img", "manifest.json", "data.img"] {
         let (x, y) = (
             std::fs::read(a.join(f)).unwrap(),
@@ -128,6 +133,30 @@ fn two_builds_are_identical_and_the_guest_boots_to_ready() {
     );
 
     // Boot it.
+    let (ready, console) = boot_to_ready(&s, &img);
+    assert_eq!(ready.kernel, manifest.kernel_version);
+    assert!(
+        ready.has_scheduler("bfq"),
+        "bfq among vda's schedulers: {:?}",
+        ready.vda_schedulers
+    );
+    assert!(
+        ready.ports.iter().any(|p| p == vmimage::BENCH_PORT),
+        "ports: {:?}",
+        ready.ports
+    );
+    assert!(ready.data, "data disk mounted");
+    assert!(
+        console.contains("tandem-guest-exe: tandem "),
+        "tandem runs in the guest:\n{console}"
+    );
+    assert!(!console.contains("insmod"), "no module failed:\n{console}");
+}
+
+/// Boots `img` under QEMU (TCG) with `tandem.smoke=1`, a virtio-blk data disk
+/// and the benchmark's virtio-serial port; waits for the guest to power off
+/// (at most 120 s) and returns its ready line and console.
+fn boot_to_ready(s: &Scratch, img: &vmimage::Image) -> (vmimage::Ready, String) {
     let log = s.0.join("console.log");
     let sock = s.0.join("bench.sock");
     let started = Instant::now();
@@ -201,23 +230,128 @@ fn two_builds_are_identical_and_the_guest_boots_to_ready() {
         started.elapsed().as_secs_f64(),
         console.trim()
     );
+    (ready, console)
+}
+
+/// ELF program header type of the dynamic loader's path.
+const PT_INTERP: u32 = 3;
+const PT_LOAD: u32 = 1;
+
+/// The program header types of a 64-bit little-endian ELF file.
+fn program_headers(elf: &[u8]) -> Vec<u32> {
+    assert!(
+        elf.len() >= 64 && &elf[..4] == b"\x7fELF" && elf[4] == 2 && elf[5] == 1,
+        "not a 64-bit little-endian ELF file"
+    );
+    let u16_at = |o: usize| u16::from_le_bytes([elf[o], elf[o + 1]]) as usize;
+    let phoff = u64::from_le_bytes(elf[32..40].try_into().unwrap()) as usize;
+    let (phentsize, phnum) = (u16_at(54), u16_at(56));
+    (0..phnum)
+        .map(|i| {
+            let o = phoff + i * phentsize;
+            u32::from_le_bytes(elf[o..o + 4].try_into().unwrap())
+        })
+        .collect()
+}
+
+/// `cargo static` (the alias in .cargo/config.toml), built by a nested cargo
+/// into a target directory kept between test runs (about 70 s the first
+/// time on 2 cores, seconds afterwards).
+fn build_static_tandem() -> PathBuf {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let target_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("static-tandem");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let started = Instant::now();
+    let o = Command::new(cargo)
+        .current_dir(&workspace)
+        .args(["static", "--target-dir"])
+        .arg(&target_dir)
+        // These would replace the alias's target rustflags (README).
+        .env_remove("RUSTFLAGS")
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .env_remove("CARGO_BUILD_RUSTFLAGS")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run cargo");
+    assert!(
+        o.status.success(),
+        "cargo static: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    eprintln!("cargo static: {:.1} s", started.elapsed().as_secs_f64());
+    target_dir.join("x86_64-unknown-linux-gnu/release/tandem")
+}
+
+#[test]
+fn a_static_tandem_makes_an_image_without_libraries_and_boots() {
+    let exe = build_static_tandem();
+    let elf = std::fs::read(&exe).unwrap();
+    let headers = program_headers(&elf);
+    assert!(headers.contains(&PT_LOAD), "{headers:?}");
+    assert!(
+        !headers.contains(&PT_INTERP),
+        "{}: asks for a dynamic loader (PT_INTERP): not static",
+        exe.display()
+    );
+    // The check tells the two apart: the test's own build is dynamic.
+    let dynamic = std::fs::read(env!("CARGO_BIN_EXE_tandem")).unwrap();
+    assert!(program_headers(&dynamic).contains(&PT_INTERP));
+    let v = Command::new(&exe).arg("--version").output().unwrap();
+    assert!(v.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&v.stdout),
+        String::from_utf8_lossy(&tandem(&["--version"]).stdout)
+    );
+
+    let s = Scratch::new("vm-image-static");
+    let out = s.0.join("img");
+    build(
+        &out,
+        &s.0.join("cache"),
+        &["--tandem-exe", exe.to_str().unwrap()],
+    );
+    let img = vmimage::open(&out).unwrap();
+    let manifest = vmimage::read_manifest(&out).unwrap();
+    assert!(
+        manifest.tandem.libraries.is_empty(),
+        "{:?}",
+        manifest.tandem.libraries
+    );
+    let entries = vmimage::read_initramfs(&img.initramfs).unwrap();
+    let libs: Vec<&str> = entries
+        .iter()
+        .map(|e| e.name.as_str())
+        .filter(|n| {
+            let base = n.rsplit('/').next().unwrap();
+            base.ends_with(".so") || base.contains(".so.") || base.starts_with("ld-linux")
+        })
+        .collect();
+    assert!(
+        libs.is_empty(),
+        "shared libraries in the initramfs: {libs:?}"
+    );
+    assert!(
+        !entries
+            .iter()
+            .any(|e| e.name.starts_with("lib64") || e.name.starts_with("lib/x86_64-linux-gnu")),
+        "no library directories"
+    );
+    let guest_tandem = entries.iter().find(|e| e.name == "bin/tandem").unwrap();
+    assert!(!program_headers(&guest_tandem.data).contains(&PT_INTERP));
+    eprintln!(
+        "static tandem: {} bytes as built, {} in the guest; initramfs.img {} bytes",
+        elf.len(),
+        guest_tandem.data.len(),
+        std::fs::metadata(&img.initramfs).unwrap().len()
+    );
+
+    let (ready, console) = boot_to_ready(&s, &img);
     assert_eq!(ready.kernel, manifest.kernel_version);
-    assert!(
-        ready.has_scheduler("bfq"),
-        "bfq among vda's schedulers: {:?}",
-        ready.vda_schedulers
-    );
-    assert!(
-        ready.ports.iter().any(|p| p == vmimage::BENCH_PORT),
-        "ports: {:?}",
-        ready.ports
-    );
     assert!(ready.data, "data disk mounted");
     assert!(
         console.contains("tandem-guest-exe: tandem "),
-        "tandem runs in the guest:\n{console}"
+        "the static tandem runs in the guest:\n{console}"
     );
-    assert!(!console.contains("insmod"), "no module failed:\n{console}");
 }
 
 #[test]
@@ -262,4 +396,29 @@ fn usage_errors_exit_with_code_2() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("tandem-no-such-package"));
     let o = tandem(&["vm", "image"]);
     assert_eq!(o.status.code(), Some(2), "--out is required");
+    // --tandem-exe: an x86-64 ELF executable that exists.
+    let out = s.p("out-exe");
+    let script = s.p("script");
+    std::fs::write(&script, "#!/bin/sh\n").unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    for (exe, why) in [
+        (s.p("none"), "no such file"),
+        (s.0.clone(), "not a regular file"),
+        (script, "not an ELF file"),
+        (PathBuf::from("/etc/passwd"), "not executable"),
+    ] {
+        let o = tandem(&[
+            "vm",
+            "image",
+            "--out",
+            out.to_str().unwrap(),
+            "--tandem-exe",
+            exe.to_str().unwrap(),
+            "--quiet",
+        ]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{}: {err}", exe.display());
+        assert!(err.contains("--tandem-exe") && err.contains(why), "{err}");
+    }
+    assert!(!out.exists(), "nothing made on bad input");
 }

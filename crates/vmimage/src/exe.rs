@@ -3,6 +3,8 @@
 //! libraries it needs, at the paths the host's loader found them, so that it
 //! runs in a guest that has no other userland than busybox.
 
+use std::io::Read;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -15,6 +17,66 @@ pub struct GuestExe {
     /// (absolute path, contents), the dynamic loader included; empty for a
     /// static binary.
     pub libraries: Vec<(PathBuf, Vec<u8>)>,
+}
+
+/// `EM_X86_64`: the guest's kernel is Debian's amd64 one.
+const EM_X86_64: u16 = 62;
+
+/// Refuses (as a usage error) what cannot be the guest's `/bin/tandem`: a
+/// missing path, a directory, a file without execute permission, or one
+/// that is not a 64-bit little-endian x86-64 ELF executable (type `EXEC`,
+/// or `DYN` for position-independent and static-pie executables).
+pub fn check(exe: &Path) -> Result<()> {
+    let usage = |why: &str| Error::Usage(format!("tandem executable {}: {why}", exe.display()));
+    let meta = std::fs::metadata(exe).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            usage("no such file")
+        } else {
+            usage(&e.to_string())
+        }
+    })?;
+    if !meta.is_file() {
+        return Err(usage("not a regular file"));
+    }
+    if meta.permissions().mode() & 0o111 == 0 {
+        return Err(usage("not executable (no x permission)"));
+    }
+    let mut head = [0u8; 20];
+    let n = std::fs::File::open(exe)
+        .and_then(|mut f| {
+            let mut n = 0;
+            while n < head.len() {
+                match f.read(&mut head[n..])? {
+                    0 => break,
+                    k => n += k,
+                }
+            }
+            Ok(n)
+        })
+        .map_err(|e| usage(&e.to_string()))?;
+    check_elf_header(&head[..n]).map_err(|why| usage(&why))
+}
+
+/// The checks of [`check`] on the first bytes of the file.
+fn check_elf_header(h: &[u8]) -> std::result::Result<(), String> {
+    if h.len() < 20 || &h[..4] != b"\x7fELF" {
+        return Err("not an ELF file".into());
+    }
+    if h[4] != 2 || h[5] != 1 {
+        return Err("not a 64-bit little-endian ELF file".into());
+    }
+    let e_type = u16::from_le_bytes([h[16], h[17]]);
+    let e_machine = u16::from_le_bytes([h[18], h[19]]);
+    if e_machine != EM_X86_64 {
+        return Err(format!(
+            "ELF for machine {e_machine}, not x86-64 (the guest is amd64)"
+        ));
+    }
+    // ET_EXEC, or ET_DYN: PIE and static-pie executables.
+    if e_type != 2 && e_type != 3 {
+        return Err(format!("ELF type {e_type} is not an executable"));
+    }
+    Ok(())
 }
 
 /// Strip `exe`'s debug info and collect its libraries.
@@ -109,6 +171,40 @@ mod tests {
                 "/lib64/ld-linux-x86-64.so.2"
             ]
         );
+    }
+
+    #[test]
+    fn only_x86_64_elf_executables_are_accepted() {
+        let d = TempDir::new("tandem-vmimage-exe").unwrap();
+        let me = std::env::current_exe().unwrap();
+        check(&me).unwrap();
+        let write = |name: &str, bytes: &[u8], mode: u32| {
+            let p = d.path().join(name);
+            std::fs::write(&p, bytes).unwrap();
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+            p
+        };
+        let msg = |p: &Path| match check(p) {
+            Err(Error::Usage(m)) => m,
+            other => panic!("{}: {other:?}", p.display()),
+        };
+        assert!(msg(&d.path().join("none")).contains("no such file"));
+        assert!(msg(d.path()).contains("not a regular file"));
+        let script = write("script", b"#!/bin/sh\necho tandem\n", 0o755);
+        assert!(msg(&script).contains("not an ELF file"));
+        let elf = std::fs::read(&me).unwrap();
+        let noexec = write("noexec", &elf[..4096], 0o644);
+        assert!(msg(&noexec).contains("not executable"));
+        let mut h = elf[..64].to_vec();
+        h[18] = 183; // EM_AARCH64
+        assert!(msg(&write("arm", &h, 0o755)).contains("not x86-64"));
+        let mut h = elf[..64].to_vec();
+        h[16] = 1; // ET_REL: an object file
+        assert!(msg(&write("obj", &h, 0o755)).contains("not an executable"));
+        let mut h = elf[..64].to_vec();
+        h[4] = 1; // ELFCLASS32
+        assert!(msg(&write("elf32", &h, 0o755)).contains("64-bit"));
+        assert!(msg(&write("short", &elf[..10], 0o755)).contains("not an ELF file"));
     }
 
     #[test]

@@ -188,12 +188,7 @@ fn run_err(m: impl Into<String>) -> Error {
 /// Build the image described by `o` (see the crate documentation).
 pub fn build(o: &ImageOptions) -> Result<Image> {
     // Bad input is refused before anything is fetched.
-    if !o.tandem_exe.is_file() {
-        return Err(Error::Usage(format!(
-            "tandem executable {}: no such file",
-            o.tandem_exe.display()
-        )));
-    }
+    exe::check(&o.tandem_exe)?;
     packages::check_name(&o.kernel_package)?;
     if let Some(b) = o.data_disk_bytes {
         disk::check_size(b)?;
@@ -601,8 +596,8 @@ mod tests {
     #[test]
     fn bad_options_are_usage_errors() {
         let d = util::TempDir::new("tandem-vmimage-opt").unwrap();
-        let exe = d.path().join("exe");
-        std::fs::write(&exe, b"x").unwrap();
+        // An x86-64 ELF executable: the test binary.
+        let exe = std::env::current_exe().unwrap();
         let mut o = ImageOptions::new(d.path().join("out"), d.path().join("none"));
         assert!(matches!(build(&o), Err(Error::Usage(m)) if m.contains("no such file")));
         o.tandem_exe = exe;
