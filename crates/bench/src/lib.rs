@@ -99,6 +99,10 @@ pub struct VmOptions {
     pub mem_mib: u32,
     /// Force an accelerator (`kvm` or `tcg`) instead of probing.
     pub accel: Option<String>,
+    /// Put QEMU in a blkio group of its own in every cell (see
+    /// [`vm::VmGroup`]), as libvirt does; `help-rt` then moves the boosted
+    /// I/O threads to the root group. Otherwise QEMU stays in the root group.
+    pub own_group: bool,
     /// Keep each VM cell's logs (guest console, QEMU, hostd) under this
     /// directory's `vm-logs/` (the run's output directory).
     pub logs: Option<PathBuf>,
@@ -111,6 +115,7 @@ impl Default for VmOptions {
             disk: vm::DiskOptions::default(),
             mem_mib: 1024,
             accel: None,
+            own_group: true,
             logs: None,
         }
     }
@@ -1122,6 +1127,13 @@ fn prepare_vm(
     info.insert("cache".into(), o.vm.disk.cache.clone().into());
     info.insert("mem_mib".into(), o.vm.mem_mib.into());
     info.insert("vcpus".into(), 1.into());
+    // Where QEMU's threads are in the blkio hierarchy: "own" (a group of
+    // its own, boosted threads moved to the root) or "root".
+    let own = o.vm.own_group && agent::sys::cgroup_v1_mount("blkio").is_some();
+    info.insert(
+        "blkio_group".into(),
+        if own { "own" } else { "root" }.into(),
+    );
     info.insert("disk_bytes".into(), disk_bytes.into());
     let qv = Command::new(vm::qemu_binary())
         .arg("--version")
@@ -1227,14 +1239,18 @@ fn run_vm_cell(
         dir: &dir,
     })?;
     guest.call(json!({"op": "sched", "name": gsched}), None)?;
-    let mut group = None;
+    // The VM in a blkio group of its own in every mode, so that `off` and
+    // `help-rt` differ only by tandem; hostd moves the boosted I/O threads to
+    // the root group (vm::VmGroup). Without a cgroup v1 blkio hierarchy, QEMU
+    // stays in the root group and help-rt is the RT class alone.
+    let group = if o.vm.own_group {
+        vm::VmGroup::create(vm::VM_NAME, guest.pid())?
+    } else {
+        None
+    };
     let hostd = match c.coordination.as_str() {
         "off" => None,
         "help-rt" => {
-            // The VM in a blkio group of its own, from which hostd moves its
-            // I/O threads to the root while boosting (vm::VmGroup); without
-            // a cgroup v1 blkio hierarchy, the RT class alone.
-            group = vm::VmGroup::create(vm::VM_NAME, guest.pid())?;
             let h = vm::Hostd::start(
                 &o.exe,
                 &guest,

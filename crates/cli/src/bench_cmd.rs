@@ -78,6 +78,11 @@ pub struct BenchRunArgs {
     /// VM cells: kvm or tcg instead of probing whether /dev/kvm runs a guest.
     #[arg(long)]
     vm_accel: Option<String>,
+    /// VM cells: `own` puts QEMU in a cgroup v1 blkio group of its own (as libvirt
+    /// does), from which tandem hostd moves its I/O threads to the root while
+    /// boosting; `root` leaves QEMU in the root group (RT class alone).
+    #[arg(long, value_name = "own|root", default_value = "own")]
+    vm_group: String,
     /// A host scheduler tunable set for every cell, e.g. low_latency=0 (repeatable).
     #[arg(long = "host-tunable", value_name = "KEY=VALUE")]
     host_tunables: Vec<String>,
@@ -225,6 +230,15 @@ pub fn run(cmd: BenchCommand) -> Result<(), Failure> {
                     },
                     mem_mib: a.vm_mem_mib,
                     accel: a.vm_accel,
+                    own_group: match a.vm_group.as_str() {
+                        "own" => true,
+                        "root" => false,
+                        other => {
+                            return Err(Failure::Usage(format!(
+                                "--vm-group {other:?}: own or root"
+                            )))
+                        }
+                    },
                     logs: Some(a.out.clone()),
                 },
             };

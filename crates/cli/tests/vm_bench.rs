@@ -92,6 +92,7 @@ fn a_vm_cell_runs_in_a_real_guest_and_leaves_nothing_behind() {
     assert_eq!(meta["runner"], "real");
     let accel = meta["extra"]["vm"]["accel"].as_str().unwrap_or("");
     assert!(accel == "kvm" || accel == "tcg", "accel {accel:?}");
+    assert_eq!(meta["extra"]["vm"]["blkio_group"], "own");
     assert!(meta["extra"]["vm"]["guest_kernel"]
         .as_str()
         .is_some_and(|k| k.ends_with("-amd64")));
