@@ -51,9 +51,10 @@ pub struct GuestCore {
 }
 
 impl GuestCore {
-    pub fn new(lease_ns: Nanos) -> Self {
+    /// `sample_ns`: how often the daemon samples each process's I/O.
+    pub fn new(lease_ns: Nanos, sample_ns: Nanos) -> Self {
         GuestCore {
-            detector: GuestSignalDetector::new(GuestSignalConfig::default()),
+            detector: GuestSignalDetector::new(GuestSignalConfig::for_sampling(sample_ns)),
             client: HelpClient::new(lease_ns),
             lease_ns,
         }
@@ -294,7 +295,7 @@ pub fn run(o: GuestdOptions) -> Result<()> {
     spawn_sampler(tx.clone(), Duration::from_millis(o.sample_ms.max(10)));
     spawn_hint_socket(&o.hint_socket, tx.clone())?;
     log(&format!("connecting to {} as {:?}", o.endpoint, o.name));
-    let mut core = GuestCore::new(o.lease_ms.max(1) * MS);
+    let mut core = GuestCore::new(o.lease_ms.max(1) * MS, o.sample_ms.max(10) * MS);
     let mut chan: Option<Channel> = None;
     let mut next_id = 1u64;
     let mut retry_at = 0u64;
@@ -398,7 +399,7 @@ mod tests {
 
     #[test]
     fn exec_to_help_and_back() {
-        let mut c = GuestCore::new(1000 * MS);
+        let mut c = GuestCore::new(1000 * MS, 250 * MS);
         let m = c.event(0, GuestEvent::Exec { pid: 5 });
         assert!(matches!(m, Some(Message::Help { .. })));
         // The exec's need ends after 3 s: NO-HELP then.

@@ -52,8 +52,10 @@ pub struct VmConfig {
     /// `socket`).
     #[serde(default)]
     pub cid: Option<u32>,
-    /// The QEMU process.
-    pub pid: u32,
+    /// The QEMU process (this or `qmp`: without it, hostd asks the QMP
+    /// socket's peer credentials at start).
+    #[serde(default)]
+    pub pid: Option<u32>,
     /// Connect to the socket (QEMU's chardev is the server) instead of listening.
     /// Unix sockets only.
     #[serde(default)]
@@ -180,6 +182,12 @@ impl HostdConfig {
             }
             if v.weight == 0 {
                 return Err(err(format!("VM {}: weight must be at least 1", v.name)));
+            }
+            if v.pid.is_none() && v.qmp.is_none() {
+                return Err(err(format!(
+                    "VM {}: no QEMU process: give pid=PID or qmp=PATH (QEMU's QMP socket, whose peer is QEMU)",
+                    v.name
+                )));
             }
             match (&v.socket, v.cid) {
                 (None, None) => {
@@ -321,7 +329,7 @@ pub fn parse_vm_arg(s: &str) -> Result<VmConfig> {
         name: name.ok_or_else(|| err(format!("--vm {s:?}: name= is missing")))?,
         socket,
         cid,
-        pid: pid.ok_or_else(|| err(format!("--vm {s:?}: pid= is missing")))?,
+        pid,
         connect,
         cgroup,
         qmp,
@@ -839,17 +847,31 @@ impl Hostd {
         let mut rt = Vec::new();
         for (i, v) in cfg.vms.iter().enumerate() {
             arbiter.add_vm(i as u32, v.weight);
+            // QEMU's pid as given, or as the kernel tells the QMP socket's
+            // peer (SO_PEERCRED): the process that listens on it.
+            let pid = match (v.pid, &v.qmp) {
+                (Some(p), _) => Some(p),
+                (None, Some(q)) => match crate::qmp::peer_pid(q) {
+                    Ok(p) => Some(p),
+                    Err(e) => {
+                        log(&format!("VM {}: {e}", v.name));
+                        None
+                    }
+                },
+                (None, None) => None,
+            };
             targets.push(VmTarget {
                 name: v.name.clone(),
-                pid: v.pid,
+                pid: pid.unwrap_or(0),
                 cgroup: v.cgroup.clone(),
                 vcpu_tids: Vec::new(),
             });
-            let start = sys::start_time(&v.pid.to_string());
+            let start = pid.and_then(|p| sys::start_time(&p.to_string()));
             if start.is_none() {
                 log(&format!(
-                    "VM {}: no process {} (it will not be served until hostd restarts)",
-                    v.name, v.pid
+                    "VM {}: no QEMU process {} (it will not be served until hostd restarts)",
+                    v.name,
+                    pid.map(|p| p.to_string()).unwrap_or_else(|| "found".into())
                 ));
             }
             rt.push(VmRuntime {
@@ -1345,7 +1367,14 @@ mod tests {
     #[test]
     fn vm_args_and_config() {
         let v = parse_vm_arg("name=a,socket=/tmp/a.sock,pid=12").unwrap();
-        assert_eq!(v.pid, 12);
+        assert_eq!(v.pid, Some(12));
+        // QEMU's pid may come from its QMP socket instead; one of them is needed.
+        let q = parse_vm_arg("name=a,socket=/tmp/a.sock,qmp=/tmp/q.sock").unwrap();
+        assert_eq!(q.pid, None);
+        assert!(config(vec![q.clone()], None).validate().is_ok());
+        let none = VmConfig { qmp: None, ..q };
+        let e = config(vec![none], None).validate().unwrap_err().0;
+        assert!(e.contains("give pid=PID or qmp=PATH"), "{e}");
         assert!(parse_vm_arg("name=a,pid=1").is_err());
         assert!(parse_vm_arg("name=a,socket=/x,pid=x").is_err());
         assert!(parse_vm_arg("name=a,socket=/x,pid=1,colour=red").is_err());
@@ -1364,7 +1393,7 @@ mod tests {
             name: name.into(),
             socket: socket.map(PathBuf::from),
             cid,
-            pid: 1,
+            pid: Some(1),
             connect: false,
             cgroup: None,
             qmp: None,
@@ -1536,7 +1565,7 @@ mod tests {
     fn a_new_vsock_connection_replaces_the_old_and_unknown_cids_are_counted() {
         let dir = std::env::temp_dir().join(format!("tandem-hostd-vsock-{}", std::process::id()));
         let mut c = config(vec![vm("a", None, Some(5))], Some(5000));
-        c.vms[0].pid = std::process::id();
+        c.vms[0].pid = Some(std::process::id());
         c.ioprio = "none".into();
         c.state_file = dir.join("state");
         c.control = dir.join("control");

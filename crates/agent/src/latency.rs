@@ -136,7 +136,7 @@ pub fn bench_latency(o: &LatencyOptions) -> Result<String> {
             std::hint::spin_loop();
         }
     };
-    let mut core = GuestCore::new(1000 * MS);
+    let mut core = GuestCore::new(1000 * MS, 250 * MS);
     let mut lat = Vec::with_capacity(o.hints);
     let mut missed = 0;
     for i in 0..o.hints {

@@ -26,6 +26,38 @@ pub struct QemuThreads {
     pub vcpus: Vec<(u32, u32)>,
 }
 
+/// The process listening on QMP socket `path` (QEMU), from the kernel's
+/// record of the peer (`SO_PEERCRED`): hostd needs no `pid=` for a VM
+/// declared with `qmp=`.
+pub fn peer_pid(path: &Path) -> Result<u32> {
+    use std::os::fd::AsRawFd;
+    let s = UnixStream::connect(path).map_err(|e| err(format!("QMP {}: {e}", path.display())))?;
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `cred`.
+    let rc = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            &mut cred as *mut libc::ucred as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    if rc != 0 || cred.pid <= 0 {
+        return Err(err(format!(
+            "QMP {}: no peer process ({})",
+            path.display(),
+            std::io::Error::last_os_error()
+        )));
+    }
+    Ok(cred.pid as u32)
+}
+
 /// How long a QMP exchange may take: QEMU answers these queries at once
 /// unless its main loop is stuck.
 const QMP_TIMEOUT: Duration = Duration::from_secs(5);
@@ -121,6 +153,32 @@ pub fn query_threads(socket: &Path) -> Result<QemuThreads> {
 
 #[cfg(test)]
 mod tests {
+    /// The QMP socket's peer is the process listening on it.
+    #[test]
+    fn peer_pid_is_the_listening_process() {
+        let dir = std::env::temp_dir().join(format!("tandem-qmp-peer-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("qmp.sock");
+        let mut child = std::process::Command::new("python3")
+            .arg("-c")
+            .arg(format!(
+                "import socket, time\ns = socket.socket(socket.AF_UNIX)\ns.bind({:?})\ns.listen(1)\ntime.sleep(30)",
+                path.to_str().unwrap()
+            ))
+            .spawn()
+            .unwrap();
+        let t0 = Instant::now();
+        while !path.exists() && t0.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let got = peer_pid(&path);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(got.unwrap(), child.id());
+        assert!(peer_pid(&dir.join("missing.sock")).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     use super::*;
     use std::os::unix::net::UnixListener;
 

@@ -29,7 +29,7 @@ pub struct HostdRunArgs {
     /// Configuration file (TOML; see docs/protocol.md and the README).
     #[arg(long)]
     config: Option<PathBuf>,
-    /// A VM: name=N,socket=PATH,pid=PID[,cgroup=DIR][,qmp=PATH][,connect=1][,weight=W] (repeatable);
+    /// A VM: name=N,(socket=PATH or cid=N),(pid=PID and/or qmp=PATH)[,cgroup=DIR][,connect=1][,weight=W] (repeatable);
     /// cid=CID instead of socket=PATH: the guest's vsock CID (QEMU's guest-cid), served on --vsock-port.
     #[arg(long = "vm", value_name = "SPEC")]
     vms: Vec<String>,
