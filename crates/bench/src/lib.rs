@@ -1318,6 +1318,7 @@ fn run_vm_cell(
                 ("boosted_seconds_total", "vm1_boosted_s"),
                 ("boosts_total", "vm1_boosts"),
                 ("helps_total", "vm1_helps"),
+                ("budget_denials_total", "vm1_budget_denials"),
             ] {
                 if let Some(a) = after.get(k) {
                     let b = before.get(k).copied().unwrap_or(0.0);
