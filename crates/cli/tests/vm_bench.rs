@@ -119,6 +119,13 @@ fn a_vm_cell_runs_in_a_real_guest_and_leaves_nothing_behind() {
         run0["counters"]
     );
     assert!(boosted > 0.0, "boosted {boosted}");
+    // A short cell stays within its budget; the counter is there to show it.
+    assert_eq!(
+        run0["counters"]["vm1_budget_denials"].as_f64(),
+        Some(0.0),
+        "counters {}",
+        run0["counters"]
+    );
     // With a cgroup v1 blkio hierarchy (this host has one), hostd moves the
     // boosted VM's I/O threads out of the VM's own group.
     let logs = out.join("vm-logs");
