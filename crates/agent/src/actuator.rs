@@ -39,6 +39,22 @@ pub struct VmTarget {
     pub vcpu_tids: Vec<u32>,
 }
 
+impl VmTarget {
+    /// The threads the I/O actuators act on, with their start times: every
+    /// thread of the QEMU process but the vCPU threads, as `/proc` lists
+    /// them now (pool workers come and go); threads gone meanwhile are left
+    /// out.
+    pub fn io_threads(&self) -> Result<Vec<(u32, u64)>> {
+        let tids = sys::threads(self.pid)
+            .map_err(|e| err(format!("VM {}: /proc/{}/task: {e}", self.name, self.pid)))?;
+        Ok(tids
+            .into_iter()
+            .filter(|tid| !self.vcpu_tids.contains(tid))
+            .filter_map(|tid| sys::thread_start_time(tid).map(|start| (tid, start)))
+            .collect())
+    }
+}
+
 /// One changed knob and its original value.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -288,16 +304,8 @@ impl Actuator for IoprioActuator {
     }
 
     fn boost(&mut self, vm: &VmTarget, j: &mut Journal) -> Result<usize> {
-        let tids = sys::threads(vm.pid)
-            .map_err(|e| err(format!("VM {}: /proc/{}/task: {e}", vm.name, vm.pid)))?;
         let mut changed = 0;
-        for tid in tids {
-            if vm.vcpu_tids.contains(&tid) {
-                continue;
-            }
-            let Some(start) = sys::thread_start_time(tid) else {
-                continue; // gone meanwhile
-            };
+        for (tid, start) in vm.io_threads()? {
             if j.has_ioprio(tid, start) {
                 continue;
             }
@@ -432,16 +440,8 @@ impl Actuator for CgroupMoveActuator {
     }
 
     fn boost(&mut self, vm: &VmTarget, j: &mut Journal) -> Result<usize> {
-        let tids = sys::threads(vm.pid)
-            .map_err(|e| err(format!("VM {}: /proc/{}/task: {e}", vm.name, vm.pid)))?;
         let mut changed = 0;
-        for tid in tids {
-            if vm.vcpu_tids.contains(&tid) {
-                continue;
-            }
-            let Some(start) = sys::thread_start_time(tid) else {
-                continue;
-            };
+        for (tid, start) in vm.io_threads()? {
             if j.has_thread_cgroup(tid, start) {
                 continue;
             }
