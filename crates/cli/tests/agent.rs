@@ -95,6 +95,49 @@ fn sleeper() -> Proc {
     Proc::spawn(Command::new("sleep").arg("600"))
 }
 
+/// A stand-in for QEMU with three threads (main, and two that could be an
+/// iothread and a vCPU), returned once all three exist.
+fn three_threads() -> Proc {
+    let vm = Proc::spawn(Command::new("python3").args([
+        "-c",
+        "import threading, time\n\
+         for _ in range(2): threading.Thread(target=time.sleep, args=(600,), daemon=True).start()\n\
+         time.sleep(600)",
+    ]));
+    wait_until("the threads", 10.0, || {
+        sys::threads(vm.pid()).map(|t| t.len()).unwrap_or(0) == 3
+    });
+    vm
+}
+
+/// A child group of the cgroup v1 blkio hierarchy, removed when dropped
+/// (once its processes are gone).
+struct TestCgroup(PathBuf);
+
+impl TestCgroup {
+    fn new(name: &str) -> TestCgroup {
+        let cg = PathBuf::from(BLKIO_ROOT).join(format!("{name}-{}", std::process::id()));
+        std::fs::create_dir(&cg).unwrap();
+        TestCgroup(cg)
+    }
+
+    fn wait_empty(&self) {
+        wait_until("an empty cgroup", 5.0, || {
+            std::fs::read_to_string(self.0.join("cgroup.procs"))
+                .map(|s| s.trim().is_empty())
+                .unwrap_or(true)
+        });
+    }
+}
+
+impl Drop for TestCgroup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+const BLKIO_ROOT: &str = "/sys/fs/cgroup/blkio";
+
 fn hostd(dir: &Scratch, vms: &[(&str, u32)], extra: &[&str]) -> Proc {
     let mut c = Command::new(EXE);
     c.args(["hostd", "run"]);
@@ -770,21 +813,13 @@ fn cgroup_bfq_weight_is_boosted_and_restored() {
         return;
     }
     // A child cgroup of the v1 blkio hierarchy (the root has no weight file).
-    let root_dir = PathBuf::from("/sys/fs/cgroup/blkio");
-    if !root_dir.join("blkio.bfq.io_serviced").exists() {
+    if !Path::new(BLKIO_ROOT).join("blkio.bfq.io_serviced").exists() {
         eprintln!("skipped: no cgroup v1 blkio hierarchy with BFQ");
         return;
     }
     let dir = Scratch::new("agent-cgroup");
-    let cg = root_dir.join(format!("tandem-test-{}", std::process::id()));
-    struct Cg(PathBuf);
-    impl Drop for Cg {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir(&self.0);
-        }
-    }
-    std::fs::create_dir(&cg).unwrap();
-    let _cg = Cg(cg.clone());
+    let group = TestCgroup::new("tandem-test");
+    let cg = group.0.clone();
     let file = agent::actuator::bfq_weight_file(&cg).expect("a BFQ weight file in the cgroup");
     let orig = agent::actuator::read_weight(&file).unwrap();
     {
@@ -824,11 +859,7 @@ fn cgroup_bfq_weight_is_boosted_and_restored() {
         assert!(h2.stop());
     }
     // The sleeper is gone; the cgroup can go.
-    wait_until("an empty cgroup", 5.0, || {
-        std::fs::read_to_string(cg.join("cgroup.procs"))
-            .map(|s| s.trim().is_empty())
-            .unwrap_or(true)
-    });
+    group.wait_empty();
 }
 
 /// `--boost-cgroup`: a boosted VM's threads leave their own blkio group for
@@ -840,28 +871,12 @@ fn boost_cgroup_moves_the_threads_to_the_root_group_and_back() {
     if !root() {
         return;
     }
-    let root_dir = PathBuf::from("/sys/fs/cgroup/blkio");
     let dir = Scratch::new("agent-cgmove");
-    let cg = root_dir.join(format!("tandem-test-move-{}", std::process::id()));
-    struct Cg(PathBuf);
-    impl Drop for Cg {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir(&self.0);
-        }
-    }
-    std::fs::create_dir(&cg).unwrap();
-    let _cg = Cg(cg.clone());
+    let group = TestCgroup::new("tandem-test-move");
+    let cg = group.0.clone();
     let rel = format!("/{}", cg.file_name().unwrap().to_string_lossy());
     {
-        let vm = Proc::spawn(Command::new("python3").args([
-            "-c",
-            "import threading, time\n\
-             for _ in range(2): threading.Thread(target=time.sleep, args=(600,), daemon=True).start()\n\
-             time.sleep(600)",
-        ]));
-        wait_until("the threads", 10.0, || {
-            sys::threads(vm.pid()).map(|t| t.len()).unwrap_or(0) == 3
-        });
+        let vm = three_threads();
         std::fs::write(cg.join("cgroup.procs"), vm.pid().to_string()).unwrap();
         let groups = || -> Vec<String> {
             sys::threads(vm.pid())
@@ -871,23 +886,8 @@ fn boost_cgroup_moves_the_threads_to_the_root_group_and_back() {
                 .collect()
         };
         assert_eq!(groups(), vec![rel.clone(); 3]);
-        let mut c = Command::new(EXE);
-        c.args(["hostd", "run", "--boost-cgroup"])
-            .arg(&root_dir)
-            .arg("--vm")
-            .arg(format!(
-                "name=a,socket={},pid={}",
-                dir.p("a.sock").display(),
-                vm.pid()
-            ))
-            .arg("--control")
-            .arg(dir.p("control.sock"))
-            .arg("--state-file")
-            .arg(dir.p("hostd.state"));
-        let mut h = Proc::spawn(&mut c);
-        wait_until("hostd", 10.0, || {
-            UnixStream::connect(dir.p("control.sock")).is_ok()
-        });
+        let boost_cgroup = ["--boost-cgroup", BLKIO_ROOT];
+        let mut h = hostd(&dir, &[("a", vm.pid())], &boost_cgroup);
         assert!(
             status(&dir).contains("blkio-cgroup-move"),
             "{}",
@@ -909,17 +909,13 @@ fn boost_cgroup_moves_the_threads_to_the_root_group_and_back() {
         h.signal(libc::SIGKILL);
         let _ = h.0.wait();
         drop(g);
-        let mut h2 = Proc::spawn(&mut c);
+        let mut h2 = hostd(&dir, &[("a", vm.pid())], &boost_cgroup);
         wait_until("the move back at start", 10.0, || {
             groups() == vec![rel.clone(); 3]
         });
         assert!(h2.stop());
     }
-    wait_until("an empty cgroup", 5.0, || {
-        std::fs::read_to_string(cg.join("cgroup.procs"))
-            .map(|s| s.trim().is_empty())
-            .unwrap_or(true)
-    });
+    group.wait_empty();
     // A directory that is not a blkio group is refused at start.
     let out = Command::new(EXE)
         .args(["hostd", "run", "--boost-cgroup", "/tmp", "--vm"])
@@ -1013,15 +1009,7 @@ fn qmp_names_the_vcpu_threads_and_the_boost_leaves_them_alone() {
     }
     use std::io::BufRead;
     let dir = Scratch::new("agent-qmp");
-    let vm = Proc::spawn(Command::new("python3").args([
-        "-c",
-        "import threading, time\n\
-         for _ in range(2): threading.Thread(target=time.sleep, args=(600,), daemon=True).start()\n\
-         time.sleep(600)",
-    ]));
-    wait_until("the threads", 10.0, || {
-        sys::threads(vm.pid()).map(|t| t.len()).unwrap_or(0) == 3
-    });
+    let vm = three_threads();
     let mut tids = sys::threads(vm.pid()).unwrap();
     tids.sort();
     let (iothread, vcpu) = (tids[1], tids[2]);
