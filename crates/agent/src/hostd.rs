@@ -28,7 +28,8 @@ use policy::{Arbiter, BoostChange, Message, PolicyConfig, MS, PROTOCOL_VERSION};
 use serde::Deserialize;
 
 use crate::actuator::{
-    Actuator, CgroupMoveActuator, CgroupWeightActuator, IoprioActuator, Journal, VmTarget,
+    Actuator, BfqStrictActuator, CgroupMoveActuator, CgroupWeightActuator, IoprioActuator, Journal,
+    VmTarget,
 };
 use crate::transport::{
     write_message, FrameReader, ReadError, SocketStream, Stream, VsockListener, VMADDR_CID_ANY,
@@ -110,6 +111,10 @@ pub struct HostdConfig {
     /// then live in groups of their own when not boosted.
     #[serde(default)]
     pub boost_cgroup: Option<PathBuf>,
+    /// While a VM is boosted, set BFQ's `strict_guarantees` on the host disks
+    /// under its images (see `actuator::BfqStrictActuator`).
+    #[serde(default)]
+    pub bfq_strict: bool,
     /// Messages per second a channel may send before hostd coalesces them.
     #[serde(default = "default_rate")]
     pub rate_limit: f64,
@@ -122,6 +127,12 @@ pub struct HostdConfig {
     /// The host's lease on a HELP, ms (policy's `max_lease_ns`).
     #[serde(default = "default_lease")]
     pub max_lease_ms: u64,
+    /// Log every change of a VM's demand and boost (HELP after a quiet
+    /// spell, NO-HELP, boost, unboost and why), with the time since hostd
+    /// started and the VM's use of its budget: the timeline that explains a
+    /// slow start-up.
+    #[serde(default)]
+    pub log_boosts: bool,
 }
 
 fn default_state() -> PathBuf {
@@ -381,6 +392,8 @@ struct VmRuntime {
     connections: u64,
     actuator_errors: u64,
     last_error: Option<String>,
+    /// Budget denials already in the boost log.
+    denials_logged: u64,
     /// QMP named the vCPU threads.
     qmp_done: bool,
     /// The boost (count) at which QMP was last asked: at most once per
@@ -821,6 +834,8 @@ pub struct Hostd {
     vsock_refused: u64,
     /// Those CIDs (each is logged once).
     vsock_refused_cids: std::collections::BTreeSet<u32>,
+    /// When hostd started, for the times in the boost log.
+    started_ns: u64,
 }
 
 impl Hostd {
@@ -837,6 +852,9 @@ impl Hostd {
         // request, the move re-queueing the queue with its new class.
         if let Some(dir) = &cfg.boost_cgroup {
             actuators.push(Box::new(CgroupMoveActuator::new(dir)?));
+        }
+        if cfg.bfq_strict {
+            actuators.push(Box::new(BfqStrictActuator));
         }
         if cfg.vms.iter().any(|v| v.cgroup.is_some()) {
             actuators.push(Box::new(CgroupWeightActuator {
@@ -890,7 +908,26 @@ impl Hostd {
             journal,
             vsock_refused: 0,
             vsock_refused_cids: Default::default(),
+            started_ns: now_ns(),
         })
+    }
+
+    /// One line of the boost log (`log_boosts`): seconds since start, the
+    /// VM, what happened, and its use of the budget window.
+    fn log_boost(&self, i: usize, now: u64, what: &str) {
+        if !self.cfg.log_boosts {
+            return;
+        }
+        let cfg = self.arbiter.config();
+        let used = self.arbiter.budget_used(i as u32, now).unwrap_or(0);
+        log(&format!(
+            "{:.3} VM {}: {what} (budget: {:.1} of {:.1} s used in the last {:.0} s)",
+            now.saturating_sub(self.started_ns) as f64 / 1e9,
+            self.targets[i].name,
+            used as f64 / 1e9,
+            cfg.budget_ns() as f64 / 1e9,
+            cfg.budget_window_ns as f64 / 1e9,
+        ));
     }
 
     fn apply(&mut self, changes: Vec<BoostChange>, now: u64) {
@@ -898,6 +935,7 @@ impl Hostd {
             match c {
                 BoostChange::Boost(vm) => {
                     let i = vm as usize;
+                    self.log_boost(i, now, "boost");
                     self.rt[i].boosts += 1;
                     self.rt[i].boosted_since = Some(now);
                     self.boost(i);
@@ -916,8 +954,19 @@ impl Hostd {
                             ));
                         }
                     }
-                    let _ = why;
+                    self.log_boost(i, now, &format!("unboost: {why:?}"));
                 }
+            }
+        }
+        for i in 0..self.rt.len() {
+            let denials = self
+                .arbiter
+                .stats(i as u32)
+                .unwrap_or_default()
+                .budget_denials;
+            if denials > self.rt[i].denials_logged {
+                self.rt[i].denials_logged = denials;
+                self.log_boost(i, now, "held back by the budget");
             }
         }
     }
@@ -1020,13 +1069,22 @@ impl Hostd {
                     Message::Help {
                         resource: policy::Resource::Io,
                         duration_hint_ms,
-                        ..
-                    } => self
-                        .arbiter
-                        .help(vm as u32, now, duration_hint_ms as u64 * MS),
+                        reason,
+                    } => {
+                        if !self.arbiter.wants_help(vm as u32) {
+                            self.log_boost(vm, now, &format!("HELP ({reason:?})"));
+                        }
+                        self.arbiter
+                            .help(vm as u32, now, duration_hint_ms as u64 * MS)
+                    }
                     Message::NoHelp {
                         resource: policy::Resource::Io,
-                    } => self.arbiter.no_help(vm as u32, now),
+                    } => {
+                        if self.arbiter.wants_help(vm as u32) {
+                            self.log_boost(vm, now, "NO-HELP");
+                        }
+                        self.arbiter.no_help(vm as u32, now)
+                    }
                     // CPU help: no CPU actuator yet.
                     _ => {}
                 }

@@ -339,9 +339,92 @@ pub fn move_thread(group: &Path, tid: u32) -> io::Result<()> {
     std::fs::write(group.join("tasks"), tid.to_string())
 }
 
+/// The block devices (`major:minor`) under the files a process reads: for
+/// each descriptor above stderr opened for reading, the device of the file
+/// system holding a regular file, or the device a block device node names.
+/// For QEMU these are its disk images (its logs and consoles are opened
+/// write-only, its sockets are neither files nor devices).
+pub fn devices_read_by(pid: u32) -> io::Result<Vec<(u32, u32)>> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let mut devs = Vec::new();
+    for e in std::fs::read_dir(format!("/proc/{pid}/fd"))?.flatten() {
+        let Some(fd) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        if fd <= 2 {
+            continue;
+        }
+        let info = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}")).unwrap_or_default();
+        let readable = fdinfo_flags(&info)
+            .is_some_and(|f| f & libc::O_ACCMODE as u32 != libc::O_WRONLY as u32);
+        if !readable {
+            continue;
+        }
+        let Ok(m) = std::fs::metadata(e.path()) else {
+            continue;
+        };
+        let dev = if m.file_type().is_block_device() {
+            m.rdev()
+        } else if m.is_file() {
+            m.dev()
+        } else {
+            continue;
+        };
+        let d = (libc::major(dev), libc::minor(dev));
+        if !devs.contains(&d) {
+            devs.push(d);
+        }
+    }
+    Ok(devs)
+}
+
+/// The `flags:` line of a `/proc/PID/fdinfo/FD` (octal).
+fn fdinfo_flags(text: &str) -> Option<u32> {
+    text.lines()
+        .find_map(|l| l.strip_prefix("flags:"))
+        .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
+}
+
+/// The BFQ tunables directory (`queue/iosched`) of the disk holding block
+/// device `major:minor` (a partition's whole disk), if that disk's I/O
+/// scheduler is BFQ. Stacked devices (device-mapper, md) are not followed.
+pub fn bfq_iosched_dir(major: u32, minor: u32) -> Option<PathBuf> {
+    let mut dir = std::fs::canonicalize(format!("/sys/dev/block/{major}:{minor}")).ok()?;
+    if dir.join("partition").exists() {
+        dir = dir.parent()?.to_path_buf();
+    }
+    let sched = std::fs::read_to_string(dir.join("queue/scheduler")).ok()?;
+    sched
+        .contains("[bfq]")
+        .then(|| dir.join("queue/iosched"))
+        .filter(|d| d.is_dir())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fdinfo_flags_are_octal_and_write_only_files_are_recognised() {
+        let ro = "pos:\t0\nflags:\t0100000\nmnt_id:\t25\n";
+        let wo = "pos:\t0\nflags:\t02102001\nmnt_id:\t25\n";
+        assert_eq!(fdinfo_flags(ro), Some(0o100000));
+        assert_eq!(
+            fdinfo_flags(wo).unwrap() & libc::O_ACCMODE as u32,
+            libc::O_WRONLY as u32
+        );
+        assert_eq!(fdinfo_flags("pos: 0\n"), None);
+        // This process reads its own executable through a descriptor: its
+        // file system's device is listed (when it is a block device).
+        let f = std::fs::File::open(std::env::current_exe().unwrap()).unwrap();
+        use std::os::unix::fs::MetadataExt;
+        let dev = f.metadata().unwrap().dev();
+        let listed = devices_read_by(std::process::id()).unwrap();
+        assert!(
+            listed.contains(&(libc::major(dev), libc::minor(dev))),
+            "{listed:?}"
+        );
+    }
 
     #[test]
     fn ioprio_values() {

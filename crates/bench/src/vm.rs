@@ -656,8 +656,11 @@ impl Drop for VmGroup {
     }
 }
 
-/// `tandem hostd` for one guest, in help-rt mode: RT ioprio on the QEMU
-/// process's threads while the guest asks for help.
+/// `tandem hostd` for one guest, in help-rt mode: while the guest asks for
+/// help, RT ioprio on the QEMU process's threads, those threads moved to the
+/// blkio root group (`boost_cgroup`), and BFQ's `strict_guarantees` on the
+/// host disk under the guest's image, so that BFQ keeps the disk for the
+/// guest's next read (`agent::actuator::BfqStrictActuator`).
 pub struct Hostd {
     child: Child,
     pub control: PathBuf,
@@ -688,7 +691,11 @@ impl Hostd {
             .arg(dir.join("hostd.state"))
             .arg("--control")
             .arg(&control)
-            .args(["--ioprio", ioprio]);
+            .args(["--ioprio", ioprio])
+            .arg("--bfq-strict")
+            // hostd.log, kept in OUT/vm-logs, then tells when each boost
+            // began and ended and what the budget allowed.
+            .arg("--log-boosts");
         if let Some(d) = boost_cgroup {
             cmd.arg("--boost-cgroup").arg(d);
         }

@@ -53,6 +53,11 @@ pub struct HostdRunArgs {
     /// ioprio boost at once; the VM lives in a group of its own otherwise.
     #[arg(long, value_name = "DIR")]
     boost_cgroup: Option<PathBuf>,
+    /// While a VM is boosted, set BFQ's strict_guarantees on the host disks
+    /// under its images: BFQ then keeps the disk for the VM's next read
+    /// instead of letting other requests in between.
+    #[arg(long)]
+    bfq_strict: bool,
     /// Messages per second per channel before coalescing.
     #[arg(long)]
     rate_limit: Option<f64>,
@@ -65,6 +70,10 @@ pub struct HostdRunArgs {
     /// The host's lease on a HELP (ms).
     #[arg(long)]
     lease_ms: Option<u64>,
+    /// Log each HELP after a quiet spell, NO-HELP, boost and unboost, with
+    /// the time and the VM's use of its budget.
+    #[arg(long)]
+    log_boosts: bool,
 }
 
 #[derive(Args)]
@@ -210,6 +219,12 @@ fn hostd_config(a: HostdRunArgs) -> Result<agent::hostd::HostdConfig, Failure> {
     }
     if let Some(v) = a.lease_ms {
         c.max_lease_ms = v;
+    }
+    if a.bfq_strict {
+        c.bfq_strict = true;
+    }
+    if a.log_boosts {
+        c.log_boosts = true;
     }
     c.validate().map_err(|e| Failure::Usage(e.0))?;
     Ok(c)

@@ -1075,3 +1075,100 @@ fn qmp_names_the_vcpu_threads_and_the_boost_leaves_them_alone() {
     wait_until("the unboost", 5.0, || thread_prios(vm.pid()) == orig);
     assert!(h.stop());
 }
+
+/// A loop device over a sparse file, detached when dropped.
+struct LoopDev(String);
+
+impl LoopDev {
+    fn new(dir: &Scratch) -> LoopDev {
+        let f = dir.p("loop.img");
+        std::fs::File::create(&f)
+            .unwrap()
+            .set_len(64 << 20)
+            .unwrap();
+        let o = Command::new("losetup")
+            .args(["--find", "--show"])
+            .arg(&f)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        LoopDev(String::from_utf8_lossy(&o.stdout).trim().to_string())
+    }
+
+    fn iosched(&self, file: &str) -> PathBuf {
+        PathBuf::from(format!(
+            "/sys/block/{}/queue/{file}",
+            self.0.trim_start_matches("/dev/")
+        ))
+    }
+}
+
+impl Drop for LoopDev {
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").args(["-d", &self.0]).status();
+    }
+}
+
+/// `--bfq-strict`: while the VM is boosted, BFQ's strict_guarantees is 1 on
+/// the disk the VM reads (here a loop device QEMU's stand-in holds open), and
+/// its old value comes back at unboost and after a SIGKILL of hostd. A
+/// device the VM only writes to (a log) is left alone.
+#[test]
+fn bfq_strict_is_set_on_the_vm_disk_while_boosted() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !root() {
+        return;
+    }
+    let dir = Scratch::new("agent-strict");
+    let disk = LoopDev::new(&dir);
+    let log_disk = LoopDev::new(&dir);
+    for d in [&disk, &log_disk] {
+        std::fs::write(d.iosched("scheduler"), "bfq").unwrap();
+    }
+    let strict = |d: &LoopDev| {
+        std::fs::read_to_string(d.iosched("iosched/strict_guarantees"))
+            .unwrap()
+            .trim()
+            .to_string()
+    };
+    assert_eq!(strict(&disk), "0");
+    let vm = Proc::spawn(Command::new("python3").args([
+        "-c",
+        "import sys, time\n\
+         r = open(sys.argv[1], 'rb')\n\
+         w = open(sys.argv[2], 'wb', buffering=0)\n\
+         time.sleep(600)",
+        &disk.0,
+        &log_disk.0,
+    ]));
+    wait_until("the stand-in's descriptors", 10.0, || {
+        std::fs::read_dir(format!("/proc/{}/fd", vm.pid()))
+            .map(|d| d.count() >= 5)
+            .unwrap_or(false)
+    });
+    let flag = ["--bfq-strict"];
+    let mut h = hostd(&dir, &[("a", vm.pid())], &flag);
+    assert!(status(&dir).contains("bfq-strict"), "{}", status(&dir));
+    let mut g = Guest::connect(&dir, "a");
+    g.help(3000);
+    wait_until("strict_guarantees while boosted", 5.0, || {
+        strict(&disk) == "1"
+    });
+    assert_eq!(strict(&log_disk), "0", "a disk the VM only writes to");
+    g.no_help();
+    wait_until("strict_guarantees restored", 5.0, || strict(&disk) == "0");
+    // SIGKILL while boosted: the next hostd restores the value at start.
+    g.help(3000);
+    wait_until("strict_guarantees while boosted", 5.0, || {
+        strict(&disk) == "1"
+    });
+    h.signal(libc::SIGKILL);
+    let _ = h.0.wait();
+    drop(g);
+    let mut h2 = hostd(&dir, &[("a", vm.pid())], &flag);
+    wait_until("strict_guarantees restored at start", 10.0, || {
+        strict(&disk) == "0"
+    });
+    assert!(h2.stop());
+    drop(vm);
+}

@@ -411,6 +411,15 @@ impl Arbiter {
         self.vms.get(&vm).is_some_and(|s| s.lease.is_live())
     }
 
+    /// `vm`'s boosted time inside the budget window ending at `now` (at or
+    /// after the last update); `None` for an unknown VM.
+    pub fn budget_used(&self, vm: VmId, now: Nanos) -> Option<Nanos> {
+        let now = now.max(self.now);
+        self.vms
+            .get(&vm)
+            .map(|s| s.ledger.used(now, self.cfg.budget_window_ns))
+    }
+
     /// What happened to `vm` so far; `None` for an unknown VM.
     pub fn stats(&self, vm: VmId) -> Option<VmStats> {
         self.vms.get(&vm).map(|s| s.stats)
