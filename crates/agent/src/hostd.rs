@@ -127,6 +127,13 @@ pub struct HostdConfig {
     /// The host's lease on a HELP, ms (policy's `max_lease_ns`).
     #[serde(default = "default_lease")]
     pub max_lease_ms: u64,
+    /// Share of `budget_window_s` a VM may spend boosted (policy's
+    /// `budget_fraction`; default 0.5).
+    #[serde(default = "default_budget_fraction")]
+    pub budget_fraction: f64,
+    /// The sliding window over which budgets are counted, seconds (default 60).
+    #[serde(default = "default_budget_window_s")]
+    pub budget_window_s: f64,
     /// Log every change of a VM's demand and boost (HELP after a quiet
     /// spell, NO-HELP, boost, unboost and why), with the time since hostd
     /// started and the VM's use of its budget: the timeline that explains a
@@ -162,6 +169,12 @@ fn default_rescan() -> u64 {
     // Design choice: QEMU's pool starts workers on demand; a new worker
     // waits at most this long for the boost.
     200
+}
+fn default_budget_fraction() -> f64 {
+    PolicyConfig::default().budget_fraction
+}
+fn default_budget_window_s() -> f64 {
+    PolicyConfig::default().budget_window_ns as f64 / 1e9
 }
 fn default_lease() -> u64 {
     PolicyConfig::default().max_lease_ns / MS
@@ -284,8 +297,16 @@ impl HostdConfig {
     }
 
     pub fn policy(&self) -> Result<PolicyConfig> {
+        if !(self.budget_window_s.is_finite() && self.budget_window_s > 0.0) {
+            return Err(err(format!(
+                "budget_window_s is {}; it must be a positive number of seconds",
+                self.budget_window_s
+            )));
+        }
         let p = PolicyConfig {
             max_lease_ns: self.max_lease_ms * MS,
+            budget_fraction: self.budget_fraction,
+            budget_window_ns: (self.budget_window_s * 1e9).round() as u64,
             ..PolicyConfig::default()
         };
         p.validate().map_err(|e| err(format!("policy: {e}")))?;
@@ -1443,6 +1464,19 @@ mod tests {
         assert_eq!(c.vms.len(), 1);
         c.validate().unwrap();
         assert!(HostdConfig::from_toml("bogus = 1").is_err());
+        // The budget knobs reach the policy, and bad ones are refused.
+        let mut b = c.clone();
+        b.budget_fraction = 0.75;
+        b.budget_window_s = 30.0;
+        let p = b.policy().unwrap();
+        assert_eq!(p.budget_window_ns, 30_000_000_000);
+        assert_eq!(p.budget_ns(), 22_500_000_000);
+        for (f, w) in [(0.0, 60.0), (1.5, 60.0), (0.5, 0.0), (0.5, f64::NAN)] {
+            b.budget_fraction = f;
+            b.budget_window_s = w;
+            let e = b.validate().unwrap_err().0;
+            assert!(e.contains("budget"), "{f} {w}: {e}");
+        }
         assert!(HostdConfig::default().validate().is_err());
     }
 

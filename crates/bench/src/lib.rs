@@ -103,6 +103,9 @@ pub struct VmOptions {
     /// [`vm::VmGroup`]), as libvirt does; `help-rt` then moves the boosted
     /// I/O threads to the root group. Otherwise QEMU stays in the root group.
     pub own_group: bool,
+    /// hostd's `--budget-fraction` for `help-rt` cells (`None`: hostd's
+    /// default, half of each 60 s window).
+    pub hostd_budget_fraction: Option<f64>,
     /// Keep each VM cell's logs (guest console, QEMU, hostd) under this
     /// directory's `vm-logs/` (the run's output directory).
     pub logs: Option<PathBuf>,
@@ -116,6 +119,7 @@ impl Default for VmOptions {
             mem_mib: 1024,
             accel: None,
             own_group: true,
+            hostd_budget_fraction: None,
             logs: None,
         }
     }
@@ -1134,6 +1138,12 @@ fn prepare_vm(
         "blkio_group".into(),
         if own { "own" } else { "root" }.into(),
     );
+    info.insert(
+        "hostd_budget_fraction".into(),
+        o.vm.hostd_budget_fraction
+            .unwrap_or(agent::hostd::HostdConfig::default().budget_fraction)
+            .into(),
+    );
     info.insert("disk_bytes".into(), disk_bytes.into());
     let qv = Command::new(vm::qemu_binary())
         .arg("--version")
@@ -1256,6 +1266,7 @@ fn run_vm_cell(
                 &guest,
                 "ioprio-rt",
                 group.as_ref().map(|g| g.root.as_path()),
+                o.vm.hostd_budget_fraction,
             )?;
             guest.call(json!({"op": "guestd", "lease_ms": 1000}), None)?;
             Some(h)

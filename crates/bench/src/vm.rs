@@ -667,12 +667,14 @@ pub struct Hostd {
 }
 
 impl Hostd {
-    /// `boost_cgroup`: hostd's `--boost-cgroup` (see [`VmGroup`]).
+    /// `boost_cgroup`: hostd's `--boost-cgroup` (see [`VmGroup`]);
+    /// `budget_fraction`: its `--budget-fraction` (`None`: its default).
     pub fn start(
         exe: &Path,
         guest: &Guest,
         ioprio: &str,
         boost_cgroup: Option<&Path>,
+        budget_fraction: Option<f64>,
     ) -> Result<Hostd> {
         let dir = &guest.dir;
         let control = dir.join("hostd.sock");
@@ -698,6 +700,9 @@ impl Hostd {
             .arg("--log-boosts");
         if let Some(d) = boost_cgroup {
             cmd.arg("--boost-cgroup").arg(d);
+        }
+        if let Some(f) = budget_fraction {
+            cmd.arg("--budget-fraction").arg(f.to_string());
         }
         cmd.stdin(Stdio::null()).stdout(log).stderr(log2);
         // SAFETY: prctl in the child before exec. SIGTERM, not SIGKILL, so

@@ -70,6 +70,12 @@ pub struct HostdRunArgs {
     /// The host's lease on a HELP (ms).
     #[arg(long)]
     lease_ms: Option<u64>,
+    /// Share of the budget window a VM may spend boosted, in (0, 1] (default 0.5).
+    #[arg(long, value_name = "F")]
+    budget_fraction: Option<f64>,
+    /// The sliding window over which budgets are counted, seconds (default 60).
+    #[arg(long, value_name = "S")]
+    budget_window_s: Option<f64>,
     /// Log each HELP after a quiet spell, NO-HELP, boost and unboost, with
     /// the time and the VM's use of its budget.
     #[arg(long)]
@@ -219,6 +225,12 @@ fn hostd_config(a: HostdRunArgs) -> Result<agent::hostd::HostdConfig, Failure> {
     }
     if let Some(v) = a.lease_ms {
         c.max_lease_ms = v;
+    }
+    if let Some(v) = a.budget_fraction {
+        c.budget_fraction = v;
+    }
+    if let Some(v) = a.budget_window_s {
+        c.budget_window_s = v;
     }
     if a.bfq_strict {
         c.bfq_strict = true;

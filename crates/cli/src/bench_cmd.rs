@@ -83,6 +83,10 @@ pub struct BenchRunArgs {
     /// boosting; `root` leaves QEMU in the root group (RT class alone).
     #[arg(long, value_name = "own|root", default_value = "own")]
     vm_group: String,
+    /// VM cells, help-rt: the share of each 60 s window tandem hostd lets the
+    /// VM spend boosted, in (0, 1] (default: hostd's, 0.5).
+    #[arg(long, value_name = "F")]
+    hostd_budget_fraction: Option<f64>,
     /// A host scheduler tunable set for every cell, e.g. low_latency=0 (repeatable).
     #[arg(long = "host-tunable", value_name = "KEY=VALUE")]
     host_tunables: Vec<String>,
@@ -238,6 +242,14 @@ pub fn run(cmd: BenchCommand) -> Result<(), Failure> {
                                 "--vm-group {other:?}: own or root"
                             )))
                         }
+                    },
+                    hostd_budget_fraction: match a.hostd_budget_fraction {
+                        Some(f) if !(f > 0.0 && f <= 1.0) => {
+                            return Err(Failure::Usage(format!(
+                                "--hostd-budget-fraction {f}: a share in (0, 1]"
+                            )))
+                        }
+                        f => f,
                     },
                     logs: Some(a.out.clone()),
                 },
