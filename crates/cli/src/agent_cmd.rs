@@ -9,7 +9,7 @@ use crate::Failure;
 #[derive(Subcommand)]
 pub enum HostdCommand {
     /// Run the host daemon (needs root): boosts a VM's QEMU threads while its guest asks for help.
-    Run(HostdRunArgs),
+    Run(Box<HostdRunArgs>),
     /// Show the VMs, their boosts and the budget used, from a running hostd.
     Status(ControlArgs),
     /// Print a running hostd's Prometheus metrics.
@@ -245,7 +245,7 @@ fn hostd_config(a: HostdRunArgs) -> Result<agent::hostd::HostdConfig, Failure> {
 pub fn run_hostd(cmd: HostdCommand) -> Result<(), Failure> {
     match cmd {
         HostdCommand::Run(a) => {
-            let c = hostd_config(a)?;
+            let c = hostd_config(*a)?;
             if !agent::is_root() {
                 return Err(Failure::Run(
                     "hostd needs root: it sets the I/O priority of QEMU's threads".into(),
