@@ -61,6 +61,14 @@ pub struct GuestSignalConfig {
     /// budget allowed a boost again. Counted in progress, it keeps asking
     /// and is boosted when the budget allows.
     pub exec_help_max_ns: Nanos,
+    /// An exec's help ends once its program has read this much since the
+    /// exec. Default 120000 sectors (58.6 MiB): BFQ's
+    /// `max_service_from_wr`, after which it ends a queue's weight raising
+    /// because, by its authors' measurements, an application start-up has
+    /// loaded by then and a queue still reading is a greedy process
+    /// ("once transferred 110K sectors, these processes have no right to be
+    /// weight-raised any longer").
+    pub exec_help_max_bytes: u64,
     /// No exec is helped longer than this after the exec, whatever its
     /// progress. Default 25 s: the longest interactive weight raising BFQ
     /// grants (`bfq_wr_duration()` clamps to 3-25 s).
@@ -87,6 +95,7 @@ impl Default for GuestSignalConfig {
             exec_active_grace_ns: SEC,
             exec_help_max_ns: 10 * SEC,
             exec_help_deadline_ns: 25 * SEC,
+            exec_help_max_bytes: 120_000 * 512,
             io_resume_idle_ns: 2 * SEC,
             io_resume_help_ns: 3 * SEC,
             softrt: SoftRtRules::default(),
@@ -127,6 +136,8 @@ struct ProcessIo {
     exec_at: Option<Nanos>,
     /// Since that exec, the time in which its I/O made progress.
     exec_io_ns: Nanos,
+    /// Since that exec, the bytes it read.
+    exec_bytes: u64,
     softrt: SoftRtClassifier,
 }
 
@@ -139,7 +150,8 @@ type NeedKey = (u8, Option<u32>);
 /// - an exec needs help for `exec_help_ns`, and longer while its program
 ///   keeps doing or waiting on I/O (up to `exec_active_grace_ns` after the
 ///   last sighting, until its I/O has made progress for `exec_help_max_ns`,
-///   at most `exec_help_deadline_ns` after the exec): a start-up
+///   at most `exec_help_deadline_ns` after the exec), and not once it has
+///   read `exec_help_max_bytes`: a start-up
 ///   lasts as long as its reads take;
 /// - I/O from a known process idle for `io_resume_idle_ns` needs help for
 ///   `io_resume_help_ns` (a process first seen doing I/O does not count: the
@@ -176,6 +188,7 @@ impl GuestSignalDetector {
                         last_seen: now,
                         exec_at: Some(now),
                         exec_io_ns: 0,
+                        exec_bytes: 0,
                         softrt: SoftRtClassifier::default(),
                     },
                 );
@@ -257,6 +270,7 @@ impl GuestSignalDetector {
                     p.exec_io_ns = p
                         .exec_io_ns
                         .saturating_add(since.min(cfg.exec_active_grace_ns));
+                    p.exec_bytes = p.exec_bytes.saturating_add(bytes);
                 }
                 p.last_seen = p.last_seen.max(now);
                 if let Some(period) = p.softrt.io(&cfg.softrt, now, bytes) {
@@ -271,6 +285,7 @@ impl GuestSignalDetector {
                     last_seen: now,
                     exec_at: None,
                     exec_io_ns: 0,
+                    exec_bytes: 0,
                     softrt: SoftRtClassifier::default(),
                 };
                 p.softrt.io(&cfg.softrt, now, bytes);
@@ -286,17 +301,23 @@ impl GuestSignalDetector {
     /// A program still starting (its exec's need is live) that does or waits
     /// on I/O at `now` keeps needing help a while longer, up to the cap.
     fn extend_exec(&mut self, now: Nanos, pid: u32) {
-        let Some((exec_at, io_ns)) = self
+        let Some((exec_at, io_ns, bytes)) = self
             .processes
             .get(&pid)
-            .and_then(|p| Some((p.exec_at?, p.exec_io_ns)))
+            .and_then(|p| Some((p.exec_at?, p.exec_io_ns, p.exec_bytes)))
         else {
             return;
         };
+        let key = (reason_rank(HelpReason::Exec), Some(pid));
+        if bytes >= self.cfg.exec_help_max_bytes {
+            // A start-up has loaded by now: a greedy reader, whose help
+            // ends at once, as BFQ ends its raising.
+            self.needs.remove(&key);
+            return;
+        }
         if io_ns >= self.cfg.exec_help_max_ns {
             return; // its share of progress is spent: a greedy reader
         }
-        let key = (reason_rank(HelpReason::Exec), Some(pid));
         let Some(&(until, _)) = self.needs.get(&key) else {
             return; // over: a later burst of I/O is a resume, not a start
         };
@@ -406,6 +427,32 @@ mod tests {
         };
         let end = help_ends(mixed).unwrap();
         assert!((14 * SEC..=16 * SEC).contains(&end), "{end}");
+    }
+
+    #[test]
+    fn a_program_that_reads_more_than_bfqs_raising_allows_loses_its_help_at_once() {
+        // A sequential reader served at 10 MB/s (2.5 MB a look) passes BFQ's
+        // 58.6 MiB (61.44 MB) at its 25th look (6.25 s), before its 10 s of
+        // progress.
+        let fast = |_| GuestEvent::IoActivity {
+            pid: 7,
+            bytes: 2_500_000,
+        };
+        assert_eq!(help_ends(fast), Some(6 * SEC + SEC / 4));
+        // xterm's recorded start-up reads 9.8 MB, far below the bound: over 4 s
+        // here, then quiet (another process's I/O goes on); the help ends 1 s
+        // after its last read.
+        let xterm = |k: u64| {
+            if k <= 16 {
+                GuestEvent::IoActivity {
+                    pid: 7,
+                    bytes: 9_800_000 / 16,
+                }
+            } else {
+                GuestEvent::IoActivity { pid: 8, bytes: 1 }
+            }
+        };
+        assert_eq!(help_ends(xterm), Some(5 * SEC));
     }
 
     #[test]
