@@ -117,22 +117,10 @@ impl Entry {
                 }
                 Ok(())
             }
-            Entry::CgroupWeight { file, orig, .. } => {
-                if !file.exists() {
-                    return Ok(());
-                }
-                std::fs::write(file, format!("{orig}\n"))
-                    .map_err(|e| err(format!("{}: {e}", file.display())))
-            }
-            Entry::BfqTunable { file, orig, .. } => {
-                // Gone with a scheduler change: the new BFQ starts from its
-                // defaults anyway.
-                if !file.exists() {
-                    return Ok(());
-                }
-                std::fs::write(file, format!("{orig}\n"))
-                    .map_err(|e| err(format!("{}: {e}", file.display())))
-            }
+            Entry::CgroupWeight { file, orig, .. } => restore_file(file, orig),
+            // A BFQ tunable gone with a scheduler change needs nothing: the
+            // new BFQ starts from its defaults anyway.
+            Entry::BfqTunable { file, orig, .. } => restore_file(file, orig),
             Entry::ThreadCgroup {
                 tid, start, orig, ..
             } => {
@@ -152,6 +140,15 @@ impl Entry {
             }
         }
     }
+}
+
+/// Writes `orig` back into the knob `file`, unless the file is gone (its
+/// cgroup or its scheduler was removed), which needs nothing.
+fn restore_file(file: &Path, orig: &impl std::fmt::Display) -> Result<()> {
+    if !file.exists() {
+        return Ok(());
+    }
+    std::fs::write(file, format!("{orig}\n")).map_err(|e| err(format!("{}: {e}", file.display())))
 }
 
 /// The original values of every knob hostd changed, mirrored in a state file.

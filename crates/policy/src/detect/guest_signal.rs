@@ -187,9 +187,7 @@ impl GuestSignalDetector {
                     ProcessIo {
                         last_seen: now,
                         exec_at: Some(now),
-                        exec_io_ns: 0,
-                        exec_bytes: 0,
-                        softrt: SoftRtClassifier::default(),
+                        ..ProcessIo::default()
                     },
                 );
                 let until = now.saturating_add(self.cfg.exec_help_ns);
@@ -283,10 +281,7 @@ impl GuestSignalDetector {
             None => {
                 let mut p = ProcessIo {
                     last_seen: now,
-                    exec_at: None,
-                    exec_io_ns: 0,
-                    exec_bytes: 0,
-                    softrt: SoftRtClassifier::default(),
+                    ..ProcessIo::default()
                 };
                 p.softrt.io(&cfg.softrt, now, bytes);
                 self.track(pid).insert(pid, p);
