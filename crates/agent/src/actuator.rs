@@ -12,9 +12,10 @@
 //!   v1 blkio group (the hierarchy's root, typically) while boosted, so that
 //!   BFQ re-queues their queues at once and the boost's I/O class applies
 //!   without waiting for the queue's next turn (see the type).
-//! - [`BfqStrictActuator`]: BFQ's `strict_guarantees` on the host disks
-//!   under the VM's images while boosted, so that BFQ waits for the VM's next
-//!   request instead of filling the disk with others' requests (see the type).
+//! - [`BfqIdlingActuator`]: BFQ's `strict_guarantees` and a longer
+//!   `slice_idle` on the host disks under the VM's images while boosted, so
+//!   that BFQ waits for the VM's next request instead of filling the disk
+//!   with others' requests (see the type).
 //! - CPU actuators (nice, scheduling policy, `cpu.weight`) will implement the
 //!   same [`Actuator`] trait.
 //!
@@ -489,45 +490,83 @@ impl Actuator for CgroupMoveActuator {
     }
 }
 
-/// Sets BFQ's `strict_guarantees` to 1 on the host disks holding the VM's
-/// images (the disks under the files QEMU reads, when their scheduler is
-/// BFQ) while the VM is boosted; [`Journal`] puts the old value back.
+/// Makes BFQ idle for the boosted VM on the host disks holding its images
+/// (the disks under the files QEMU reads, when their scheduler is BFQ):
+/// `strict_guarantees` 1 and `slice_idle` at least [`BOOST_SLICE_IDLE_US`]
+/// while the VM is boosted; [`Journal`] puts the old values back.
 ///
-/// Why: a boosted VM often issues one read at a time (a guest program
-/// starting reads its files, and the guest file system's metadata, in a
-/// chain), each shortly after the previous one completes. BFQ keeps the disk
-/// for the queue in service when it empties ("idling") only when idling is
-/// needed for service guarantees (`idling_needed_for_service_guarantees()`
-/// in `block/bfq-iosched.c`): a weight-raised queue among queues that are
-/// not raised, or an asymmetric scenario (different weights, classes or
-/// groups busy). Under load the host's own readers are weight-raised too:
-/// starved readers empty their queues between bursts and pass BFQ's soft
-/// real-time test. A host trace of a boosted start-up that took more than
-/// 10 s showed exactly that: every busy queue, QEMU's and the five host
-/// readers', raised with coefficient 3000; QEMU's queue expired as soon as
-/// its one request was dispatched (`expire (3 ...)`: no more requests, no
-/// idling); BFQ then dispatched a host reader's 256 KiB request, and QEMU's
-/// next read, queued 1-2 ms later, waited 55 ms behind it in the disk. The
-/// guest got 18 reads a second instead of the 75-90 of a boosted start that
-/// went well.
+/// A boosted VM often issues one read at a time (a guest program starting
+/// reads its files, and the guest file system's metadata, in a chain), each
+/// 1-2 ms after the previous one completes. Two host traces of boosted
+/// start-ups that took more than 10 s showed BFQ filling those 1-2 ms gaps
+/// with the host readers' 256 KiB requests, so that each guest read waited
+/// 30-55 ms behind one of them instead of 12 ms alone. Each knob closes one
+/// of the two ways that happened:
 ///
-/// With `strict_guarantees` BFQ always idles for the queue in service and
-/// lets the disk hold one request at a time, so QEMU's next read, which
-/// comes within BFQ's 8 ms idle window, is served before anyone else's.
+/// - `strict_guarantees`: BFQ keeps the disk for the queue in service when
+///   it empties ("idling") only when idling is needed for service guarantees
+///   (`idling_needed_for_service_guarantees()` in `block/bfq-iosched.c`): a
+///   weight-raised queue among queues that are not raised, or an asymmetric
+///   scenario. Under load the host's own readers are weight-raised too
+///   (starved readers empty their queues between bursts and pass BFQ's soft
+///   real-time test); with every busy queue raised ×3000, QEMU's and the five
+///   host readers', BFQ expired QEMU's queue as soon as its one request was
+///   dispatched (`expire (3 ...)`, no more requests) and served a host reader.
+///   With `strict_guarantees` BFQ always idles for the queue in service.
+/// - `slice_idle`: while it idles, BFQ still *injects* other queues' requests
+///   into the disk (`bfq_choose_bfqq_for_injection()`), without limit of
+///   origin and one at a time, when the queue in service does not have a
+///   short think time. The think time is short when its decayed mean is at
+///   most `slice_idle / 2`, each sample clamped to `2 * slice_idle`
+///   (`bfq_update_io_thinktime()`, `bfq_update_has_short_ttime()`). Samples
+///   are only taken when a request arrives for a queue that is not busy, and
+///   a queue BFQ idles for stays busy: under `strict_guarantees` the only
+///   samples are the gaps that outlasted the idle timer, all long, so QEMU's
+///   queue ends up with a "long" think time for good (the trace's `expire
+///   (2, ..., short_ttime 0)`) and every guest read has a host request
+///   injected ahead of it. At 8 ms, a think time can average at most 16 ms
+///   (the clamp); with `slice_idle` at 32 ms the threshold is 16 ms, so any
+///   past average counts as short, and BFQ injects only from other raised
+///   queues, within a limit it adapts to keep QEMU's service time under 1.5×
+///   its own (`bfq_update_inject_limit()`).
+///
+/// Measured on the emulated 1.8-inch disk (`tandem devemu`, BFQ, five
+/// buffered sequential readers), dependent 4-32 KiB O_DIRECT reads in RT
+/// class with a 1.5 ms think time took 31-34 ms each on average with
+/// `strict_guarantees` alone, 12.0 ms with both knobs, and 11.8 ms with no
+/// readers at all (`tools/bfq-idling-probe/bfq-idling-probe.py`).
+///
 /// The cost, paid only while a VM is boosted: no command queueing in the
-/// disk, and idling for every queue in service, which a loaded disk serving
-/// mostly one VM loses little to. The knob is the disk's, so it is set by
-/// the first VM boosted on that disk; if another VM's unboost reverts it
-/// while this one is still boosted, hostd's periodic boost call sets it
-/// again.
-pub struct BfqStrictActuator;
+/// disk, and up to 32 ms of idling each time a queue in service empties,
+/// which a loaded disk serving mostly one VM loses little to. The knobs are
+/// the disk's, so they are set by the first VM boosted on that disk; if
+/// another VM's unboost reverts them while this one is still boosted,
+/// hostd's periodic boost call sets them again.
+pub struct BfqIdlingActuator;
 
-/// The tunable [`BfqStrictActuator`] sets.
-const STRICT_GUARANTEES: &str = "strict_guarantees";
+/// BFQ's `slice_idle` while a VM is boosted: 4× the default 8 ms
+/// (`bfq_slice_idle` in `block/bfq-iosched.c`), so that the default's
+/// largest think-time average (2 × 8 ms) is at most half of it (see
+/// [`BfqIdlingActuator`]).
+pub const BOOST_SLICE_IDLE_US: u64 = 32_000;
 
-impl Actuator for BfqStrictActuator {
+/// What the boost needs of one BFQ tunable.
+enum TunableGoal {
+    /// This exact value.
+    Exactly(u64),
+    /// At least this value: a larger one the administrator chose stays.
+    AtLeast(u64),
+}
+
+/// The tunables [`BfqIdlingActuator`] sets, in `queue/iosched/`.
+const IDLING_TUNABLES: [(&str, TunableGoal); 2] = [
+    ("strict_guarantees", TunableGoal::Exactly(1)),
+    ("slice_idle_us", TunableGoal::AtLeast(BOOST_SLICE_IDLE_US)),
+];
+
+impl Actuator for BfqIdlingActuator {
     fn name(&self) -> &'static str {
-        "bfq-strict"
+        "bfq-idling"
     }
 
     fn boost(&mut self, vm: &VmTarget, j: &mut Journal) -> Result<usize> {
@@ -538,20 +577,28 @@ impl Actuator for BfqStrictActuator {
             let Some(dir) = sys::bfq_iosched_dir(major, minor) else {
                 continue;
             };
-            let file = dir.join(STRICT_GUARANTEES);
-            let orig = std::fs::read_to_string(&file)
-                .map_err(|e| err(format!("{}: {e}", file.display())))?;
-            let orig = orig.trim().to_string();
-            if orig == "1" {
-                continue;
+            for (name, goal) in &IDLING_TUNABLES {
+                let file = dir.join(name);
+                let orig = std::fs::read_to_string(&file)
+                    .map_err(|e| err(format!("{}: {e}", file.display())))?;
+                let orig = orig.trim().to_string();
+                let cur: u64 = orig
+                    .parse()
+                    .map_err(|_| err(format!("{}: not a number: {orig:?}", file.display())))?;
+                let want = match *goal {
+                    TunableGoal::Exactly(v) if cur != v => v,
+                    TunableGoal::AtLeast(v) if cur < v => v,
+                    _ => continue,
+                };
+                j.add(Entry::BfqTunable {
+                    vm: vm.name.clone(),
+                    file: file.clone(),
+                    orig,
+                })?;
+                std::fs::write(&file, format!("{want}\n"))
+                    .map_err(|e| err(format!("{}: {e}", file.display())))?;
+                changed += 1;
             }
-            j.add(Entry::BfqTunable {
-                vm: vm.name.clone(),
-                file: file.clone(),
-                orig,
-            })?;
-            std::fs::write(&file, "1\n").map_err(|e| err(format!("{}: {e}", file.display())))?;
-            changed += 1;
         }
         Ok(changed)
     }

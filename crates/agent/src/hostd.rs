@@ -28,7 +28,7 @@ use policy::{Arbiter, BoostChange, Message, PolicyConfig, MS, PROTOCOL_VERSION};
 use serde::Deserialize;
 
 use crate::actuator::{
-    Actuator, BfqStrictActuator, CgroupMoveActuator, CgroupWeightActuator, IoprioActuator, Journal,
+    Actuator, BfqIdlingActuator, CgroupMoveActuator, CgroupWeightActuator, IoprioActuator, Journal,
     VmTarget,
 };
 use crate::transport::{
@@ -111,10 +111,12 @@ pub struct HostdConfig {
     /// then live in groups of their own when not boosted.
     #[serde(default)]
     pub boost_cgroup: Option<PathBuf>,
-    /// While a VM is boosted, set BFQ's `strict_guarantees` on the host disks
-    /// under its images (see `actuator::BfqStrictActuator`).
-    #[serde(default)]
-    pub bfq_strict: bool,
+    /// While a VM is boosted, make BFQ idle for it on the host disks under
+    /// its images: `strict_guarantees`, and a 32 ms `slice_idle` (see
+    /// `actuator::BfqIdlingActuator`). `bfq_strict` is this field's name in
+    /// configurations written before the idle window was added.
+    #[serde(default, alias = "bfq_strict")]
+    pub bfq_idling: bool,
     /// Messages per second a channel may send before hostd coalesces them.
     #[serde(default = "default_rate")]
     pub rate_limit: f64,
@@ -874,8 +876,8 @@ impl Hostd {
         if let Some(dir) = &cfg.boost_cgroup {
             actuators.push(Box::new(CgroupMoveActuator::new(dir)?));
         }
-        if cfg.bfq_strict {
-            actuators.push(Box::new(BfqStrictActuator));
+        if cfg.bfq_idling {
+            actuators.push(Box::new(BfqIdlingActuator));
         }
         if cfg.vms.iter().any(|v| v.cgroup.is_some()) {
             actuators.push(Box::new(CgroupWeightActuator {

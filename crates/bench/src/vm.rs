@@ -658,9 +658,10 @@ impl Drop for VmGroup {
 
 /// `tandem hostd` for one guest, in help-rt mode: while the guest asks for
 /// help, RT ioprio on the QEMU process's threads, those threads moved to the
-/// blkio root group (`boost_cgroup`), and BFQ's `strict_guarantees` on the
-/// host disk under the guest's image, so that BFQ keeps the disk for the
-/// guest's next read (`agent::actuator::BfqStrictActuator`).
+/// blkio root group (`boost_cgroup`), and BFQ idling for it on the host disk
+/// under the guest's image (`strict_guarantees`, 32 ms `slice_idle`), so
+/// that BFQ keeps the disk for the guest's next read
+/// (`agent::actuator::BfqIdlingActuator`).
 pub struct Hostd {
     child: Child,
     pub control: PathBuf,
@@ -694,7 +695,7 @@ impl Hostd {
             .arg("--control")
             .arg(&control)
             .args(["--ioprio", ioprio])
-            .arg("--bfq-strict")
+            .arg("--bfq-idling")
             // hostd.log, kept in OUT/vm-logs, then tells when each boost
             // began and ended and what the budget allowed.
             .arg("--log-boosts");

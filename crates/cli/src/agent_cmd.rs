@@ -53,11 +53,12 @@ pub struct HostdRunArgs {
     /// ioprio boost at once; the VM lives in a group of its own otherwise.
     #[arg(long, value_name = "DIR")]
     boost_cgroup: Option<PathBuf>,
-    /// While a VM is boosted, set BFQ's strict_guarantees on the host disks
-    /// under its images: BFQ then keeps the disk for the VM's next read
-    /// instead of letting other requests in between.
-    #[arg(long)]
-    bfq_strict: bool,
+    /// While a VM is boosted, make BFQ idle for it on the host disks under
+    /// its images (strict_guarantees 1, slice_idle 32 ms or more): BFQ then
+    /// keeps the disk for the VM's next read instead of letting other
+    /// requests in between or injecting them.
+    #[arg(long, alias = "bfq-strict")]
+    bfq_idling: bool,
     /// Messages per second per channel before coalescing.
     #[arg(long)]
     rate_limit: Option<f64>,
@@ -232,8 +233,8 @@ fn hostd_config(a: HostdRunArgs) -> Result<agent::hostd::HostdConfig, Failure> {
     if let Some(v) = a.budget_window_s {
         c.budget_window_s = v;
     }
-    if a.bfq_strict {
-        c.bfq_strict = true;
+    if a.bfq_idling {
+        c.bfq_idling = true;
     }
     if a.log_boosts {
         c.log_boosts = true;

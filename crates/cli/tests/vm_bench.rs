@@ -134,7 +134,7 @@ fn a_vm_cell_runs_in_a_real_guest_and_leaves_nothing_behind() {
         .filter_map(|e| std::fs::read_to_string(e.unwrap().path().join("hostd.log")).ok())
         .collect::<String>();
     assert!(
-        hostd_log.contains("actuators: ioprio, blkio-cgroup-move, bfq-strict"),
+        hostd_log.contains("actuators: ioprio, blkio-cgroup-move, bfq-idling"),
         "{hostd_log}"
     );
 
