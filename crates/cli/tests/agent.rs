@@ -1157,10 +1157,18 @@ fn bfq_idling_is_set_on_the_vm_disk_while_boosted() {
     assert!(status(&dir).contains("bfq-idling"), "{}", status(&dir));
     let mut g = Guest::connect(&dir, "a");
     g.help(3000);
-    wait_until("idling knobs while boosted", 5.0, || knobs(&disk) == boosted);
-    assert_eq!(knobs(&log_disk), kernel_default, "a disk the VM only writes to");
+    wait_until("idling knobs while boosted", 5.0, || {
+        knobs(&disk) == boosted
+    });
+    assert_eq!(
+        knobs(&log_disk),
+        kernel_default,
+        "a disk the VM only writes to"
+    );
     g.no_help();
-    wait_until("idling knobs restored", 5.0, || knobs(&disk) == kernel_default);
+    wait_until("idling knobs restored", 5.0, || {
+        knobs(&disk) == kernel_default
+    });
     // An administrator's longer idle window is kept; strict_guarantees is
     // still set. SIGKILL while boosted: the next hostd restores at start.
     std::fs::write(disk.iosched("iosched/slice_idle_us"), "50000").unwrap();
@@ -1173,7 +1181,9 @@ fn bfq_idling_is_set_on_the_vm_disk_while_boosted() {
     let _ = h.0.wait();
     drop(g);
     let mut h2 = hostd(&dir, &[("a", vm.pid())], &flag);
-    wait_until("idling knobs restored at start", 10.0, || knobs(&disk) == admin);
+    wait_until("idling knobs restored at start", 10.0, || {
+        knobs(&disk) == admin
+    });
     assert!(h2.stop());
     drop(vm);
 }

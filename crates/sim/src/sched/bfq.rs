@@ -24,9 +24,15 @@
 //!   hierarchy: the root, and one level of child groups).
 //!
 //! Not modelled: queue merging for cooperating processes (stable merges),
-//! I/O injection while idling, and the waker/wakee detection. They matter
-//! for workloads with interleaved or synchronized processes, which the
-//! scenarios here do not have.
+//! I/O injection while idling, and the waker/wakee detection. Merging and
+//! waker detection matter for interleaved or synchronized processes, which
+//! the scenarios here do not have. Injection does matter on a real host
+//! under a VM: BFQ injects other queues' requests while idling for a queue
+//! whose think time it deems long, and a host trace showed it doubling a
+//! boosted guest's read latency. hostd's `--bfq-idling` (the real help-rt)
+//! sets `slice_idle` so that QEMU's queue counts as short-think-time, which
+//! leaves only adaptive injection from raised queues; the simulated help-rt
+//! stands for that configuration (see `agent::actuator::BfqIdlingActuator`).
 
 use super::{HostBoost, IoScheduler, MergeKind, SchedConfig, SchedCtx, MSEC, SEC};
 use crate::request::{CgroupId, IoContext, IoPrio, IoPrioClass, Pid, RqId};
