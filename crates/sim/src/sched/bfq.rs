@@ -30,9 +30,9 @@
 //! under a VM: BFQ injects other queues' requests while idling for a queue
 //! whose think time it deems long, and a host trace showed it doubling a
 //! boosted guest's read latency. hostd's `--bfq-idling` (the real help-rt)
-//! sets `slice_idle` so that QEMU's queue counts as short-think-time, which
-//! leaves only adaptive injection from raised queues; the simulated help-rt
-//! stands for that configuration (see `agent::actuator::BfqIdlingActuator`).
+//! raises `slice_idle` while boosted, which was measured to stop nearly all
+//! of it; the simulated help-rt stands for that configuration (see
+//! `agent::actuator::BfqIdlingActuator`).
 
 use super::{HostBoost, IoScheduler, MergeKind, SchedConfig, SchedCtx, MSEC, SEC};
 use crate::request::{CgroupId, IoContext, IoPrio, IoPrioClass, Pid, RqId};
