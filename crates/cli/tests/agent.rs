@@ -1092,7 +1092,11 @@ impl LoopDev {
             .output()
             .unwrap();
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        LoopDev(String::from_utf8_lossy(&o.stdout).trim().to_string())
+        let d = LoopDev(String::from_utf8_lossy(&o.stdout).trim().to_string());
+        // A loop device's queue outlives its attachment: start from the loop
+        // driver's default scheduler, whatever an earlier run left on it.
+        std::fs::write(d.iosched("scheduler"), "none").unwrap();
+        d
     }
 
     fn iosched(&self, file: &str) -> PathBuf {
@@ -1105,6 +1109,9 @@ impl LoopDev {
 
 impl Drop for LoopDev {
     fn drop(&mut self) {
+        // Back to the loop driver's default scheduler (and so BFQ's tunables
+        // gone with it): the free device keeps its queue after the detach.
+        let _ = std::fs::write(self.iosched("scheduler"), "none");
         let _ = Command::new("losetup").args(["-d", &self.0]).status();
     }
 }
