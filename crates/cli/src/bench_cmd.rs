@@ -243,13 +243,20 @@ pub fn run(cmd: BenchCommand) -> Result<(), Failure> {
                             )))
                         }
                     },
+                    // Checked here, before a guest boots, the way hostd
+                    // will check it (its policy, with its default window).
                     hostd_budget_fraction: match a.hostd_budget_fraction {
-                        Some(f) if !(f > 0.0 && f <= 1.0) => {
-                            return Err(Failure::Usage(format!(
-                                "--hostd-budget-fraction {f}: a share in (0, 1]"
-                            )))
+                        Some(f) => {
+                            let c = agent::hostd::HostdConfig {
+                                budget_fraction: f,
+                                ..Default::default()
+                            };
+                            c.policy().map_err(|e| {
+                                Failure::Usage(format!("--hostd-budget-fraction {f}: {e}"))
+                            })?;
+                            Some(f)
                         }
-                        f => f,
+                        None => None,
                     },
                     logs: Some(a.out.clone()),
                 },

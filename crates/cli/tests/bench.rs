@@ -306,6 +306,19 @@ fn refusals() {
     let r = tandem(&["bench", "run", bad.to_str().unwrap(), "--out", o]);
     assert_eq!(r.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&r.stderr).contains("elevator9"));
+    // A boost budget hostd would refuse, refused before any guest boots.
+    let r = tandem(&[
+        "bench",
+        "run",
+        "cloud2014-real",
+        "--out",
+        o,
+        "--hostd-budget-fraction",
+        "1.5",
+    ]);
+    assert_eq!(r.status.code(), Some(2));
+    let e = String::from_utf8_lossy(&r.stderr);
+    assert!(e.contains("budget_fraction is 1.5"), "{e}");
 }
 
 #[test]
