@@ -112,7 +112,7 @@ pub struct HostdConfig {
     #[serde(default)]
     pub boost_cgroup: Option<PathBuf>,
     /// While a VM is boosted, make BFQ idle for it on the host disks under
-    /// its images: `strict_guarantees`, and a 32 ms `slice_idle` (see
+    /// its images: `strict_guarantees`, and `slice_idle` at least 32 ms (see
     /// `actuator::BfqIdlingActuator`). `bfq_strict` is this field's name in
     /// configurations written before the idle window was added.
     #[serde(default, alias = "bfq_strict")]
