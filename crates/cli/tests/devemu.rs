@@ -41,6 +41,20 @@ fn up(model: &str, size: &str) -> String {
     dev
 }
 
+/// Tears an emulated device down when a test ends before its own `down`
+/// (a failed assertion): a panicking test must not leave a loop device, a
+/// FUSE mount and a daemon behind. After a successful `down` it finds
+/// nothing to do.
+struct DownOnDrop(String);
+
+impl Drop for DownOnDrop {
+    fn drop(&mut self) {
+        if devemu::control::find(&self.0).is_ok() {
+            let _ = tandem(&["devemu", "down", &self.0]);
+        }
+    }
+}
+
 fn loop_attached(dev: &str) -> bool {
     let name = dev.trim_start_matches("/dev/");
     Path::new(&format!("/sys/block/{name}/loop/backing_file")).exists()
@@ -72,6 +86,7 @@ fn up_data_timing_status_down() {
         return;
     }
     let dev = up("hdd-1.8in", "2G");
+    let _down = DownOnDrop(dev.clone());
     let inst = devemu::control::find(&dev).expect("recorded");
     assert!(loop_attached(&dev));
     assert!(fuse_mounted(&inst.mountpoint));
@@ -162,6 +177,7 @@ fn down_after_the_daemon_died() {
         return;
     }
     let dev = up("emmc", "64M");
+    let _down = DownOnDrop(dev.clone());
     let inst = devemu::control::find(&dev).unwrap();
     // SAFETY: killing the daemon we started.
     unsafe { libc::kill(inst.pid as i32, libc::SIGKILL) };
