@@ -481,7 +481,7 @@ fn bring_up(o: &UpOptions, inst: &mut Instance) -> Result<()> {
     }
     // Measure the kernel path's round trip while the daemon still answers at
     // once, then put the model in force with that overhead taken out.
-    let (c0, c1) = measure_overhead(&dev)?;
+    let (c0, c1) = measure_overhead(&dev, &o.model)?;
     inst.overhead_ns = c0;
     inst.overhead_ps_per_byte = c1;
     inst.save()?;
@@ -503,17 +503,24 @@ fn bring_up(o: &UpOptions, inst: &mut Instance) -> Result<()> {
     Ok(())
 }
 
-/// Low (20th percentile) O_DIRECT read latencies of 4 KiB and 128 KiB requests on `dev`:
-/// returns (fixed ns, ps per byte) of the round trip.
-fn measure_overhead(dev: &str) -> Result<(u64, u64)> {
+/// Median O_DIRECT read latencies of 4 KiB and 128 KiB requests on `dev`, while
+/// the daemon completes each one the model's mean time for such reads after it
+/// arrived (`crate::probe::calibration_delays`): returns (fixed ns, ps per
+/// byte) of the round trip beyond that delay.
+fn measure_overhead(dev: &str, model: &str) -> Result<(u64, u64)> {
+    use crate::probe::{calibration_delays, median_latency_ns, CALIBRATION_READS};
+    let delays = calibration_delays(model);
+    let [(small_bytes, small_n), (large_bytes, large_n)] = CALIBRATION_READS;
     // Other load on the machine only adds: keep the lowest of three rounds.
     let (mut small, mut large) = (u64::MAX, u64::MAX);
     for _ in 0..3 {
-        small = small.min(crate::probe::low_latency_ns(dev, 4096, 101)?);
-        large = large.min(crate::probe::low_latency_ns(dev, 128 * 1024, 41)?);
+        small = small.min(median_latency_ns(dev, small_bytes as usize, small_n)?);
+        large = large.min(median_latency_ns(dev, large_bytes as usize, large_n)?);
     }
-    let c1 = large.saturating_sub(small) * 1000 / (124 * 1024);
-    let c0 = small.saturating_sub(4096 * c1 / 1000);
+    let small = small.saturating_sub(delays.for_bytes(small_bytes));
+    let large = large.saturating_sub(delays.for_bytes(large_bytes));
+    let c1 = large.saturating_sub(small) * 1000 / (large_bytes - small_bytes);
+    let c0 = small.saturating_sub(small_bytes * c1 / 1000);
     Ok((c0, c1))
 }
 
@@ -750,7 +757,7 @@ pub fn serve(o: &ServeOptions) -> Result<()> {
         libc::sigaddset(&mut set, libc::SIGUSR1);
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
     }
-    let calibration = Arc::new(Calibration::default());
+    let calibration = Arc::new(Calibration::new(crate::probe::calibration_delays(&o.model)));
     let state_dir = o
         .mountpoint
         .parent()
