@@ -11,6 +11,9 @@
 //! Everything the run changes is undone by [`Cleanup`] on success, error,
 //! timeout and Ctrl-C (SIGINT, SIGTERM, SIGHUP): workers killed, scheduler
 //! restored, files removed, filesystems unmounted, emulated devices torn down.
+//! A run killed without a chance to clean up (SIGKILL, a crash) leaves its
+//! undo list in its run directory; [`recover_interrupted`] (`tandem bench
+//! cleanup`, and the start of every run) undoes it.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -204,6 +207,11 @@ fn progress(o: &Options, msg: &str) {
 }
 
 /// What the run changed, undone on drop in reverse order.
+///
+/// Everything but the worker processes is also written to `cleanup.json` in
+/// the run directory at every change (the workers die with the run: they
+/// have `PR_SET_PDEATHSIG`), so that a run killed with SIGKILL can be undone
+/// later by [`recover_interrupted`].
 #[derive(Default)]
 pub struct Cleanup {
     workers: Vec<Child>,
@@ -213,10 +221,136 @@ pub struct Cleanup {
     dirs: Vec<PathBuf>,
     mounts: Vec<PathBuf>,
     devemu: Option<String>,
+    /// blkio groups the run created for its VMs (see [`vm::VmGroup`]).
+    cgroups: Vec<PathBuf>,
     run_dir: Option<PathBuf>,
 }
 
+/// The undo list's file name in the run directory.
+const UNDO_FILE: &str = "cleanup.json";
+/// Where runs keep their directories (one per run, named by its pid).
+const RUNS_DIR: &str = "/run/tandem/bench";
+
 impl Cleanup {
+    /// Writes the undo list (write and rename, so that a kill never leaves a
+    /// half-written one).
+    fn save(&self) {
+        let Some(dir) = &self.run_dir else {
+            return;
+        };
+        let paths = |v: &[PathBuf]| {
+            v.iter()
+                .map(|p| p.to_string_lossy().into_owned())
+                .collect::<Vec<_>>()
+        };
+        let doc = serde_json::json!({
+            "pid": std::process::id(),
+            "sched": self.sched.as_ref().map(|(f, o)| serde_json::json!([f.to_string_lossy(), o])),
+            "files": paths(&self.files),
+            "dirs": paths(&self.dirs),
+            "mounts": paths(&self.mounts),
+            "devemu": self.devemu,
+            "cgroups": paths(&self.cgroups),
+        });
+        let tmp = dir.join(format!("{UNDO_FILE}.tmp"));
+        if fs::write(&tmp, doc.to_string()).is_ok() {
+            let _ = fs::rename(&tmp, dir.join(UNDO_FILE));
+        }
+    }
+
+    /// The undo list a run left in `run_dir`, and the run's pid.
+    fn load(run_dir: &Path) -> Option<(u32, Cleanup)> {
+        let text = fs::read_to_string(run_dir.join(UNDO_FILE)).ok()?;
+        let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+        let paths = |k: &str| -> Vec<PathBuf> {
+            v[k].as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|x| x.as_str())
+                        .map(PathBuf::from)
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let sched = v["sched"].as_array().and_then(|a| {
+            Some((
+                PathBuf::from(a.first()?.as_str()?),
+                a.get(1)?.as_str()?.to_string(),
+            ))
+        });
+        let c = Cleanup {
+            workers: Vec::new(),
+            sched,
+            files: paths("files"),
+            dirs: paths("dirs"),
+            mounts: paths("mounts"),
+            devemu: v["devemu"].as_str().map(str::to_string),
+            cgroups: paths("cgroups"),
+            run_dir: Some(run_dir.to_path_buf()),
+        };
+        Some((v["pid"].as_u64()? as u32, c))
+    }
+
+    fn set_run_dir(&mut self, d: PathBuf) {
+        self.run_dir = Some(d);
+        self.save();
+    }
+
+    fn set_devemu(&mut self, dev: String) {
+        self.devemu = Some(dev);
+        self.save();
+    }
+
+    fn set_sched(&mut self, file: PathBuf, original: String) {
+        self.sched = Some((file, original));
+        self.save();
+    }
+
+    fn push_file(&mut self, f: PathBuf) {
+        self.files.push(f);
+        self.save();
+    }
+
+    fn push_dir(&mut self, d: PathBuf) {
+        self.dirs.push(d);
+        self.save();
+    }
+
+    fn push_mount(&mut self, m: PathBuf) {
+        self.mounts.push(m);
+        self.save();
+    }
+
+    fn push_cgroup(&mut self, g: PathBuf) {
+        self.cgroups.push(g);
+        self.save();
+    }
+
+    /// What undoing this list does, in words.
+    fn describe(&self) -> Vec<String> {
+        let mut d = Vec::new();
+        if let Some((f, o)) = &self.sched {
+            d.push(format!("{} back to {o}", f.display()));
+        }
+        for m in &self.mounts {
+            d.push(format!("unmount {}", m.display()));
+        }
+        if let Some(dev) = &self.devemu {
+            d.push(format!("tear down the emulated device {dev}"));
+        }
+        if !self.files.is_empty() || !self.dirs.is_empty() {
+            d.push(format!(
+                "remove {} files and {} directories",
+                self.files.len(),
+                self.dirs.len()
+            ));
+        }
+        for g in &self.cgroups {
+            d.push(format!("remove the blkio group {}", g.display()));
+        }
+        d
+    }
+
     fn stop_workers(&mut self) {
         for mut c in self.workers.drain(..) {
             workers::kill(&mut c);
@@ -254,6 +388,10 @@ impl Cleanup {
                 first.get_or_insert(e);
             }
         }
+        for g in self.cgroups.drain(..) {
+            // Empty once QEMU has gone (it dies with the run).
+            let _ = fs::remove_dir(g);
+        }
         if let Some(d) = self.run_dir.take() {
             let _ = fs::remove_dir_all(&d);
             // /run/tandem/bench, /run/tandem if empty
@@ -266,6 +404,40 @@ impl Cleanup {
         }
         first.map_or(Ok(()), Err)
     }
+}
+
+/// Whether process `pid` is a `tandem bench` run still going.
+fn run_alive(pid: u32) -> bool {
+    fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|c| {
+            let args: Vec<&[u8]> = c.split(|&b| b == 0).collect();
+            args.iter().any(|a| a.ends_with(b"tandem")) && args.iter().any(|a| *a == b"bench")
+        })
+        .unwrap_or(false)
+}
+
+/// Undoes what runs that could not clean up (killed with SIGKILL, or crashed)
+/// left behind, from the undo lists in their run directories; runs still going
+/// are left alone. Returns, per run undone, its pid and what was done.
+pub fn recover_interrupted() -> Result<Vec<(u32, Vec<String>)>> {
+    let mut done = Vec::new();
+    let Ok(entries) = fs::read_dir(RUNS_DIR) else {
+        return Ok(done);
+    };
+    let mut dirs: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    dirs.sort();
+    for d in dirs {
+        let Some((pid, mut c)) = Cleanup::load(&d) else {
+            continue;
+        };
+        if pid == std::process::id() || run_alive(pid) {
+            continue;
+        }
+        let what = c.describe();
+        c.finish()?;
+        done.push((pid, what));
+    }
+    Ok(done)
 }
 
 impl Drop for Cleanup {
@@ -440,6 +612,13 @@ pub fn run(o: &Options, out: &Path) -> Result<Vec<CellResult>> {
         )));
     }
     let app = app_of(&o.scenario.app)?;
+    // First what earlier runs killed without a chance to clean up left.
+    for (pid, what) in recover_interrupted()? {
+        eprintln!(
+            "tandem bench: undid what an interrupted run (pid {pid}) left: {}",
+            what.join("; ")
+        );
+    }
     install_signal_handlers();
     let mut results = Vec::new();
     let mut extra = serde_json::Map::new();
@@ -515,7 +694,7 @@ fn run_device(
     let run_dir = PathBuf::from("/run/tandem/bench").join(std::process::id().to_string());
     fs::create_dir_all(&run_dir)
         .map_err(|e| run_err(format!("creating {}: {e}", run_dir.display())))?;
-    cleanup.run_dir = Some(run_dir.clone());
+    cleanup.set_run_dir(run_dir.clone());
 
     // The device.
     let (dev, emulated) = match &o.device {
@@ -542,7 +721,7 @@ fn run_device(
                 exe: o.exe.clone(),
             })?;
             let dev = inst.loop_dev.clone().unwrap_or_default();
-            cleanup.devemu = Some(dev.clone());
+            cleanup.set_devemu(dev.clone());
             (dev, Some(inst))
         }
     };
@@ -559,7 +738,7 @@ fn run_device(
             )));
         }
     }
-    cleanup.sched = Some((sb.queue.join("scheduler"), original.clone()));
+    cleanup.set_sched(sb.queue.join("scheduler"), original.clone());
 
     // The filesystem and the work directory.
     let mounts = devemu::control::mounts_of(&dev);
@@ -580,7 +759,7 @@ fn run_device(
             ],
         )?;
         run_cmd("mount", &[&dev, &mnt.to_string_lossy()])?;
-        cleanup.mounts.push(mnt.clone());
+        cleanup.push_mount(mnt.clone());
         mnt
     } else if !mounts.is_empty() {
         if !o.force {
@@ -595,7 +774,7 @@ fn run_device(
             .unwrap_or_else(|| PathBuf::from(&mounts[0]));
         let d = base.join(format!("tandem-bench-{}", std::process::id()));
         fs::create_dir_all(&d).map_err(|e| run_err(format!("{}: {e}", d.display())))?;
-        cleanup.dirs.push(d.clone());
+        cleanup.push_dir(d.clone());
         d
     } else {
         // Not mounted: format it if it holds nothing (or --force), mount it.
@@ -628,7 +807,7 @@ fn run_device(
         fs::create_dir_all(&mnt).map_err(|e| run_err(format!("{}: {e}", mnt.display())))?;
         run_cmd("mkfs.ext4", &["-q", "-F", &dev])?;
         run_cmd("mount", &[&dev, &mnt.to_string_lossy()])?;
-        cleanup.mounts.push(mnt.clone());
+        cleanup.push_mount(mnt.clone());
         mnt
     };
     if let Some(w) = &o.workdir {
@@ -662,13 +841,13 @@ fn run_device(
         .map(|i| workdir.join(format!("file{i}")))
         .collect();
     for (i, f) in files.iter().enumerate() {
-        cleanup.files.push(f.clone());
+        cleanup.push_file(f.clone());
         check_interrupted()?;
         workers::fill_file(f, o.file_bytes, 0x5eed + i as u64)?;
     }
     let app_dir = workdir.join("app");
     if let App::Trace(_, t) = app {
-        cleanup.dirs.push(app_dir.clone());
+        cleanup.push_dir(app_dir.clone());
         fill_app_files(&app_dir, t)?;
     }
     let vm_ctx = if has_vm {
@@ -1086,7 +1265,7 @@ fn prepare_vm(
     // The guest's disk, next to the host workload's files as in the paper's
     // setup, filled through a loop mount while the emulator is untimed.
     let disk = workdir.join("vm1.img");
-    cleanup.files.push(disk.clone());
+    cleanup.push_file(disk.clone());
     progress(
         o,
         &format!("making the guest's data disk ({} MiB)", disk_bytes >> 20),
@@ -1104,7 +1283,7 @@ fn prepare_vm(
             &mnt.to_string_lossy(),
         ],
     )?;
-    cleanup.mounts.push(mnt.clone());
+    cleanup.push_mount(mnt.clone());
     let nguest = guest_workload_files(cells)?;
     for i in 0..nguest {
         check_interrupted()?;
@@ -1118,6 +1297,7 @@ fn prepare_vm(
         fill_app_files(&mnt.join("app"), t)?;
     }
     if let Some(m) = cleanup.mounts.pop() {
+        cleanup.save();
         umount(&m)?;
         let _ = fs::remove_dir(&m);
     }
@@ -1258,6 +1438,9 @@ fn run_vm_cell(
     } else {
         None
     };
+    if let Some(g) = &group {
+        cleanup.push_cgroup(g.dir.clone());
+    }
     let hostd = match c.coordination.as_str() {
         "off" => None,
         "help-rt" => {

@@ -15,6 +15,8 @@ pub enum BenchCommand {
     Compare(CompareArgs),
     /// Record a command's cold start-up I/O as an app trace (needs root and python3).
     RecordTrace(RecordTraceArgs),
+    /// Undo what runs killed without a chance to clean up (SIGKILL, a crash) left behind: scheduler, mounts, files, emulated devices (needs root; every run does it first).
+    Cleanup,
     /// A background reader or writer of a run (started by `run`).
     #[command(hide = true)]
     Worker(WorkerArgs),
@@ -308,6 +310,21 @@ pub fn run(cmd: BenchCommand) -> Result<(), Failure> {
             })
             .map_err(fail)?;
             println!("{}", trace.display());
+            Ok(())
+        }
+        BenchCommand::Cleanup => {
+            if !devemu::is_root() {
+                return Err(Failure::Run(
+                    "tandem bench cleanup needs root (it restores schedulers and unmounts filesystems); run it with sudo".into(),
+                ));
+            }
+            let done = bench::recover_interrupted().map_err(fail)?;
+            if done.is_empty() {
+                println!("nothing to undo: no interrupted run left anything behind");
+            }
+            for (pid, what) in done {
+                println!("run {pid}: {}", what.join("; "));
+            }
             Ok(())
         }
         BenchCommand::Worker(a) => {

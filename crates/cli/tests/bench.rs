@@ -114,7 +114,9 @@ fn bfq_starts_the_app_in_under_half_the_time_under_5r_seq() {
 }
 
 /// Start a run and interrupt it (Ctrl-C) once its background workers run.
-fn interrupt_midway(mut child: Child) -> std::process::ExitStatus {
+/// Waits until the run `child` has its background workers going (then 2 s
+/// more), so that it has changed what it changes.
+fn wait_for_workers(child: &mut Child) {
     let pid = child.id();
     let t0 = Instant::now();
     loop {
@@ -142,8 +144,12 @@ fn interrupt_midway(mut child: Child) -> std::process::ExitStatus {
         std::thread::sleep(Duration::from_millis(100));
     }
     std::thread::sleep(Duration::from_secs(2));
-    // SAFETY: SIGINT to the run we started.
-    unsafe { libc::kill(pid as i32, libc::SIGINT) };
+}
+
+/// Sends `sig` to the run and waits for it to end.
+fn signal_and_wait(child: &mut Child, sig: i32) -> std::process::ExitStatus {
+    // SAFETY: a signal to the run we started.
+    unsafe { libc::kill(child.id() as i32, sig) };
     let t0 = Instant::now();
     loop {
         if let Some(st) = child.try_wait().unwrap() {
@@ -151,10 +157,15 @@ fn interrupt_midway(mut child: Child) -> std::process::ExitStatus {
         }
         assert!(
             t0.elapsed() < Duration::from_secs(60),
-            "the run did not stop within 60 s of Ctrl-C"
+            "the run did not stop within 60 s of signal {sig}"
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+fn interrupt_midway(mut child: Child) -> std::process::ExitStatus {
+    wait_for_workers(&mut child);
+    signal_and_wait(&mut child, libc::SIGINT)
 }
 
 #[test]
@@ -367,4 +378,84 @@ host_workload = ["1r-seq"]
     let mb_s = m[0].1;
     // The model's peak is 10.0 MB/s; buffered reads with 128 KiB read-ahead get it.
     assert!((9.0..=11.0).contains(&mb_s), "{mb_s:.2} MB/s");
+}
+
+#[test]
+fn a_killed_run_is_undone_by_bench_cleanup() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !can_run() {
+        return;
+    }
+    let dir = Scratch::new("bench-sigkill");
+    let scenario = dir.0.join("ci.toml");
+    std::fs::write(&scenario, SCENARIO).unwrap();
+    let out = dir.0.join("out");
+    // A device of the test's own, whose scheduler the run changes to bfq.
+    let up = tandem(&["devemu", "up", "--model", "hdd-1.8in", "--size", "512M"]);
+    assert!(up.status.success());
+    let dev = String::from_utf8_lossy(&up.stdout).trim().to_string();
+    let name = dev.trim_start_matches("/dev/").to_string();
+    let sched_file = format!("/sys/block/{name}/queue/scheduler");
+    std::fs::write(&sched_file, "mq-deadline").unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args([
+            "bench",
+            "run",
+            scenario.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--file-mib",
+            "16",
+            "--only",
+            "host_sched=bfq",
+            "--quiet",
+            "--device",
+            &dev,
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    wait_for_workers(&mut child);
+    let st = signal_and_wait(&mut child, libc::SIGKILL);
+    assert!(!st.success());
+
+    // SIGKILL gave the run no chance: the scheduler is still bfq and the work
+    // directory still mounted. The workers die with the run (PR_SET_PDEATHSIG).
+    let sched = std::fs::read_to_string(&sched_file).unwrap();
+    assert!(sched.contains("[bfq]"), "{sched}");
+    let mounted = || mounts().lines().any(|l| l.contains(&format!(" {dev} ")));
+    assert!(mounted(), "the work directory should still be mounted");
+    let t0 = Instant::now();
+    while !processes_with(&["bench", "worker"]).is_empty() {
+        assert!(t0.elapsed() < Duration::from_secs(10), "workers left");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    let cl = tandem(&["bench", "cleanup"]);
+    let said = String::from_utf8_lossy(&cl.stdout).to_string();
+    assert!(
+        cl.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&cl.stderr)
+    );
+    assert!(said.contains(&format!("run {pid}:")), "{said}");
+    assert!(said.contains("back to mq-deadline"), "{said}");
+    let sched = std::fs::read_to_string(&sched_file).unwrap();
+    assert!(
+        sched.contains("[mq-deadline]"),
+        "scheduler not restored: {sched}"
+    );
+    assert!(!mounted(), "{dev} still mounted");
+    assert!(!Path::new("/run/tandem/bench").exists());
+    let again = tandem(&["bench", "cleanup"]);
+    assert!(String::from_utf8_lossy(&again.stdout).contains("nothing to undo"));
+
+    let down = tandem(&["devemu", "down", &dev]);
+    assert!(
+        down.status.success(),
+        "{}",
+        String::from_utf8_lossy(&down.stderr)
+    );
 }
