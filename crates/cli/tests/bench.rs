@@ -114,6 +114,41 @@ fn bfq_starts_the_app_in_under_half_the_time_under_5r_seq() {
 }
 
 /// Start a run and interrupt it (Ctrl-C) once its background workers run.
+/// Starts `tandem bench run` of the CI scenario's bfq cell, quietly, with
+/// `extra` arguments; its outputs go to `out`.
+fn spawn_run(scenario: &Path, out: &Path, extra: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args([
+            "bench",
+            "run",
+            scenario.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--file-mib",
+            "16",
+            "--only",
+            "host_sched=bfq",
+            "--quiet",
+        ])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// An emulated disk of the test's own with mq-deadline on it: the device and
+/// its scheduler file.
+fn own_device() -> (String, String) {
+    let up = tandem(&["devemu", "up", "--model", "hdd-1.8in", "--size", "512M"]);
+    assert!(up.status.success());
+    let dev = String::from_utf8_lossy(&up.stdout).trim().to_string();
+    let name = dev.trim_start_matches("/dev/").to_string();
+    let sched_file = format!("/sys/block/{name}/queue/scheduler");
+    std::fs::write(&sched_file, "mq-deadline").unwrap();
+    (dev, sched_file)
+}
+
 /// Waits until the run `child` has its background workers going (then 2 s
 /// more), so that it has changed what it changes.
 fn wait_for_workers(child: &mut Child) {
@@ -178,26 +213,9 @@ fn an_interrupted_run_leaves_nothing_behind() {
     let scenario = dir.0.join("ci.toml");
     std::fs::write(&scenario, SCENARIO).unwrap();
     let out = dir.0.join("out");
-    let base = [
-        "bench",
-        "run",
-        scenario.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        "--file-mib",
-        "16",
-        "--only",
-        "host_sched=bfq",
-        "--quiet",
-    ];
 
     // 1. On an emulated device the run brings up itself.
-    let child = Command::new(env!("CARGO_BIN_EXE_tandem"))
-        .args(base)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let child = spawn_run(&scenario, &out, &[]);
     let st = interrupt_midway(child);
     assert!(!st.success());
     assert!(
@@ -219,20 +237,8 @@ fn an_interrupted_run_leaves_nothing_behind() {
     assert!(!Path::new("/run/tandem").exists());
 
     // 2. On a device given with --device: its scheduler comes back.
-    let up = tandem(&["devemu", "up", "--model", "hdd-1.8in", "--size", "512M"]);
-    assert!(up.status.success());
-    let dev = String::from_utf8_lossy(&up.stdout).trim().to_string();
-    let name = dev.trim_start_matches("/dev/").to_string();
-    let sched_file = format!("/sys/block/{name}/queue/scheduler");
-    std::fs::write(&sched_file, "mq-deadline").unwrap();
-    let mut args = base.to_vec();
-    args.extend(["--device", &dev]);
-    let child = Command::new(env!("CARGO_BIN_EXE_tandem"))
-        .args(&args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let (dev, sched_file) = own_device();
+    let child = spawn_run(&scenario, &out, &["--device", &dev]);
     let st = interrupt_midway(child);
     assert!(!st.success());
     let sched = std::fs::read_to_string(&sched_file).unwrap();
@@ -391,31 +397,8 @@ fn a_killed_run_is_undone_by_bench_cleanup() {
     std::fs::write(&scenario, SCENARIO).unwrap();
     let out = dir.0.join("out");
     // A device of the test's own, whose scheduler the run changes to bfq.
-    let up = tandem(&["devemu", "up", "--model", "hdd-1.8in", "--size", "512M"]);
-    assert!(up.status.success());
-    let dev = String::from_utf8_lossy(&up.stdout).trim().to_string();
-    let name = dev.trim_start_matches("/dev/").to_string();
-    let sched_file = format!("/sys/block/{name}/queue/scheduler");
-    std::fs::write(&sched_file, "mq-deadline").unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tandem"))
-        .args([
-            "bench",
-            "run",
-            scenario.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-            "--file-mib",
-            "16",
-            "--only",
-            "host_sched=bfq",
-            "--quiet",
-            "--device",
-            &dev,
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let (dev, sched_file) = own_device();
+    let mut child = spawn_run(&scenario, &out, &["--device", &dev]);
     let pid = child.id();
     wait_for_workers(&mut child);
     let st = signal_and_wait(&mut child, libc::SIGKILL);
