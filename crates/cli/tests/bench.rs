@@ -5,12 +5,12 @@
 //! Needs root, /dev/fuse and loop devices (CI runs as root); skipped otherwise.
 
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{processes_with, Scratch};
+use common::{processes_with, tandem, Scratch};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -38,13 +38,6 @@ fn can_run() -> bool {
         return false;
     }
     true
-}
-
-fn tandem(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tandem"))
-        .args(args)
-        .output()
-        .expect("run tandem")
 }
 
 fn mounts() -> String {

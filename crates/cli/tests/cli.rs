@@ -1,14 +1,9 @@
 //! The `tandem` binary end to end: outputs, determinism and bad input.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
-fn tandem(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tandem"))
-        .args(args)
-        .output()
-        .expect("tandem runs")
-}
+mod common;
+use common::tandem;
 
 fn tmpdir(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("tandem-cli-{}-{name}", std::process::id()));

@@ -6,17 +6,12 @@
 use std::fs::OpenOptions;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
-use std::process::{Command, Output};
 use std::sync::Mutex;
 
-static SERIAL: Mutex<()> = Mutex::new(());
+mod common;
+use common::tandem;
 
-fn tandem(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tandem"))
-        .args(args)
-        .output()
-        .expect("run tandem")
-}
+static SERIAL: Mutex<()> = Mutex::new(());
 
 fn can_run() -> bool {
     if !devemu::is_root()

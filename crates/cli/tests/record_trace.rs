@@ -2,14 +2,9 @@
 //! ftrace into the app trace format that the simulator and the real runner replay.
 
 use std::path::PathBuf;
-use std::process::Command;
 
-fn tandem(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_tandem"))
-        .args(args)
-        .output()
-        .expect("tandem runs")
-}
+mod common;
+use common::tandem;
 
 #[test]
 fn records_a_commands_start_up_into_a_replayable_trace() {

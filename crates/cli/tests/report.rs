@@ -2,16 +2,12 @@
 //! published numbers.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 use experiment::{Accepted, CellResult, Metric, RunMeta, RunResult, Scenario};
 
-fn tandem(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tandem"))
-        .args(args)
-        .output()
-        .expect("tandem runs")
-}
+mod common;
+use common::tandem;
 
 fn tmpdir(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("tandem-report-{}-{name}", std::process::id()));

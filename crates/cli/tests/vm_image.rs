@@ -12,11 +12,11 @@
 use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::Scratch;
+use common::{tandem, Scratch};
 
 /// A QEMU process, killed and reaped on drop (a failed assertion or a
 /// timeout leaves no QEMU behind).
@@ -26,13 +26,6 @@ impl Drop for Qemu {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-fn tandem(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tandem"))
-        .args(args)
-        .output()
-        .expect("run tandem")
 }
 
 fn build(out: &Path, cache: &Path, extra: &[&str]) {

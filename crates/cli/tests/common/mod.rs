@@ -3,6 +3,15 @@
 #![allow(dead_code)]
 
 use std::path::PathBuf;
+use std::process::{Command, Output};
+
+/// Runs the `tandem` binary under test with `args` and waits for it.
+pub fn tandem(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(args)
+        .output()
+        .expect("run tandem")
+}
 
 /// A scratch directory under the target directory, removed on drop.
 pub struct Scratch(pub PathBuf);
