@@ -221,6 +221,10 @@ pub struct Cleanup {
     dirs: Vec<PathBuf>,
     mounts: Vec<PathBuf>,
     devemu: Option<String>,
+    /// The backing file of that emulated device: what identifies it, since
+    /// its loop device may be another instance's by the time a killed run is
+    /// undone.
+    devemu_backing: Option<PathBuf>,
     /// blkio groups the run created for its VMs (see [`vm::VmGroup`]).
     cgroups: Vec<PathBuf>,
     run_dir: Option<PathBuf>,
@@ -250,6 +254,7 @@ impl Cleanup {
             "dirs": paths(&self.dirs),
             "mounts": paths(&self.mounts),
             "devemu": self.devemu,
+            "devemu_backing": self.devemu_backing.as_ref().map(|b| b.to_string_lossy()),
             "cgroups": paths(&self.cgroups),
         });
         let tmp = dir.join(format!("{UNDO_FILE}.tmp"));
@@ -285,6 +290,7 @@ impl Cleanup {
             dirs: paths("dirs"),
             mounts: paths("mounts"),
             devemu: v["devemu"].as_str().map(str::to_string),
+            devemu_backing: v["devemu_backing"].as_str().map(PathBuf::from),
             cgroups: paths("cgroups"),
             run_dir: Some(run_dir.to_path_buf()),
         };
@@ -296,8 +302,9 @@ impl Cleanup {
         self.save();
     }
 
-    fn set_devemu(&mut self, dev: String) {
+    fn set_devemu(&mut self, dev: String, backing: PathBuf) {
         self.devemu = Some(dev);
+        self.devemu_backing = Some(backing);
         self.save();
     }
 
@@ -384,8 +391,16 @@ impl Cleanup {
             let _ = fs::remove_dir(&m);
         }
         if let Some(dev) = self.devemu.take() {
-            if let Err(e) = devemu::down(&dev) {
-                first.get_or_insert(e);
+            // Only the instance the run brought up (same backing file).
+            let ours = match (self.devemu_backing.take(), devemu::control::find(&dev)) {
+                (Some(b), Ok(inst)) => inst.backing == b,
+                (None, Ok(_)) => true,
+                (_, Err(_)) => false,
+            };
+            if ours {
+                if let Err(e) = devemu::down(&dev) {
+                    first.get_or_insert(e);
+                }
             }
         }
         for g in self.cgroups.drain(..) {
@@ -721,7 +736,7 @@ fn run_device(
                 exe: o.exe.clone(),
             })?;
             let dev = inst.loop_dev.clone().unwrap_or_default();
-            cleanup.set_devemu(dev.clone());
+            cleanup.set_devemu(dev.clone(), inst.backing.clone());
             (dev, Some(inst))
         }
     };

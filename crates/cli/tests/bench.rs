@@ -434,4 +434,31 @@ fn a_killed_run_is_undone_by_bench_cleanup() {
         "{}",
         String::from_utf8_lossy(&down.stderr)
     );
+
+    // 2. A run on an emulated disk it brought up itself: the disk outlives
+    // the SIGKILL, and the cleanup tears it down.
+    let mut child = spawn_run(&scenario, &out, &[]);
+    let pid = child.id();
+    wait_for_workers(&mut child);
+    let st = signal_and_wait(&mut child, libc::SIGKILL);
+    assert!(!st.success());
+    assert!(
+        !processes_with(&["devemu", "serve"]).is_empty(),
+        "the emulated disk should have outlived the run"
+    );
+    let cl = tandem(&["bench", "cleanup"]);
+    let said = String::from_utf8_lossy(&cl.stdout).to_string();
+    assert!(cl.status.success(), "{said}");
+    assert!(
+        said.contains(&format!("run {pid}:")) && said.contains("tear down the emulated device"),
+        "{said}"
+    );
+    assert!(
+        processes_with(&["devemu", "serve"]).is_empty(),
+        "devemu daemon left"
+    );
+    assert!(!mounts().contains("tandem-devemu"), "FUSE mount left");
+    let st = tandem(&["devemu", "status"]);
+    assert!(String::from_utf8_lossy(&st.stdout).contains("no emulated devices"));
+    assert!(!Path::new("/run/tandem/bench").exists());
 }
