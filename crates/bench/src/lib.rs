@@ -221,10 +221,14 @@ pub struct Cleanup {
     dirs: Vec<PathBuf>,
     mounts: Vec<PathBuf>,
     devemu: Option<String>,
-    /// The backing file of that emulated device: what identifies it, since
-    /// its loop device may be another instance's by the time a killed run is
-    /// undone.
+    /// The backing file and daemon pid of that emulated device: what
+    /// identifies it, since its loop device (and even its backing file's
+    /// name) may be another instance's by the time a killed run is undone.
     devemu_backing: Option<PathBuf>,
+    devemu_pid: Option<u32>,
+    /// The run directory's lock, held (`flock`) while the run lives: a list
+    /// whose lock can be taken belongs to a run that is gone.
+    lock: Option<fs::File>,
     /// blkio groups the run created for its VMs (see [`vm::VmGroup`]).
     cgroups: Vec<PathBuf>,
     run_dir: Option<PathBuf>,
@@ -255,6 +259,7 @@ impl Cleanup {
             "mounts": paths(&self.mounts),
             "devemu": self.devemu,
             "devemu_backing": self.devemu_backing.as_ref().map(|b| b.to_string_lossy()),
+            "devemu_pid": self.devemu_pid,
             "cgroups": paths(&self.cgroups),
         });
         let tmp = dir.join(format!("{UNDO_FILE}.tmp"));
@@ -291,21 +296,46 @@ impl Cleanup {
             mounts: paths("mounts"),
             devemu: v["devemu"].as_str().map(str::to_string),
             devemu_backing: v["devemu_backing"].as_str().map(PathBuf::from),
+            devemu_pid: v["devemu_pid"].as_u64().map(|p| p as u32),
+            lock: None,
             cgroups: paths("cgroups"),
             run_dir: Some(run_dir.to_path_buf()),
         };
         Some((v["pid"].as_u64()? as u32, c))
     }
 
-    fn set_run_dir(&mut self, d: PathBuf) {
+    fn set_run_dir(&mut self, d: PathBuf) -> Result<()> {
+        self.lock = Some(
+            lock_run_dir(&d, true)?
+                .ok_or_else(|| run_err(format!("{}: locked by another run", d.display())))?,
+        );
         self.run_dir = Some(d);
+        self.save();
+        Ok(())
+    }
+
+    fn set_devemu(&mut self, dev: String, backing: PathBuf, pid: u32) {
+        self.devemu = Some(dev);
+        self.devemu_backing = Some(backing);
+        self.devemu_pid = Some(pid);
         self.save();
     }
 
-    fn set_devemu(&mut self, dev: String, backing: PathBuf) {
-        self.devemu = Some(dev);
-        self.devemu_backing = Some(backing);
-        self.save();
+    /// Whether the emulated device in the list is still the one the run
+    /// brought up: same backing file and daemon. A list without them (none
+    /// recorded) claims nothing.
+    fn devemu_is_ours(&self) -> bool {
+        let Some(dev) = &self.devemu else {
+            return false;
+        };
+        match (
+            &self.devemu_backing,
+            self.devemu_pid,
+            devemu::control::find(dev),
+        ) {
+            (Some(b), Some(pid), Ok(inst)) => &inst.backing == b && inst.pid == pid,
+            _ => false,
+        }
     }
 
     fn set_sched(&mut self, file: PathBuf, original: String) {
@@ -376,7 +406,13 @@ impl Cleanup {
     fn finish(&mut self) -> Result<()> {
         let mut first = None;
         self.stop_workers();
-        self.restore_sched();
+        // An emulated device that is no longer the run's (torn down and its
+        // loop device taken by another instance) is left alone, scheduler
+        // included.
+        let devemu_ours = self.devemu_is_ours();
+        if self.devemu.is_none() || devemu_ours {
+            self.restore_sched();
+        }
         self.sched = None;
         for f in self.files.drain(..) {
             let _ = fs::remove_file(f);
@@ -384,28 +420,37 @@ impl Cleanup {
         for d in self.dirs.drain(..).rev() {
             let _ = fs::remove_dir_all(d);
         }
+        let mut still_mounted = Vec::new();
         for m in self.mounts.drain(..).rev() {
-            if let Err(e) = umount(&m) {
-                first.get_or_insert(e);
+            match umount(&m) {
+                Ok(()) => {
+                    let _ = fs::remove_dir(&m);
+                }
+                Err(e) => {
+                    first.get_or_insert(e);
+                    still_mounted.push(m);
+                }
             }
-            let _ = fs::remove_dir(&m);
         }
         if let Some(dev) = self.devemu.take() {
-            // Only the instance the run brought up (same backing file).
-            let ours = match (self.devemu_backing.take(), devemu::control::find(&dev)) {
-                (Some(b), Ok(inst)) => inst.backing == b,
-                (None, Ok(_)) => true,
-                (_, Err(_)) => false,
-            };
-            if ours {
+            if devemu_ours && still_mounted.is_empty() {
                 if let Err(e) = devemu::down(&dev) {
                     first.get_or_insert(e);
+                    self.devemu = Some(dev);
                 }
             }
         }
         for g in self.cgroups.drain(..) {
             // Empty once QEMU has gone (it dies with the run).
             let _ = fs::remove_dir(g);
+        }
+        if !still_mounted.is_empty() {
+            // Never remove the run directory through a live mount: keep it,
+            // with what is left to undo, for `tandem bench cleanup`.
+            still_mounted.reverse();
+            self.mounts = still_mounted;
+            self.save();
+            return first.map_or(Ok(()), Err);
         }
         if let Some(d) = self.run_dir.take() {
             let _ = fs::remove_dir_all(&d);
@@ -417,23 +462,37 @@ impl Cleanup {
                 }
             }
         }
+        self.lock = None;
         first.map_or(Ok(()), Err)
     }
 }
 
-/// Whether process `pid` is a `tandem bench` run still going.
-fn run_alive(pid: u32) -> bool {
-    fs::read(format!("/proc/{pid}/cmdline"))
-        .map(|c| {
-            let args: Vec<&[u8]> = c.split(|&b| b == 0).collect();
-            args.iter().any(|a| a.ends_with(b"tandem")) && args.iter().any(|a| *a == b"bench")
-        })
-        .unwrap_or(false)
+/// Takes the lock of a run directory (`flock` on its `lock` file):
+/// blocking-free; `None` when another process holds it. `create`: make the
+/// file if missing.
+fn lock_run_dir(dir: &Path, create: bool) -> Result<Option<fs::File>> {
+    use std::os::unix::io::AsRawFd;
+    let path = dir.join("lock");
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(create)
+        .truncate(false)
+        .open(&path)
+        .map_err(|e| run_err(format!("{}: {e}", path.display())))?;
+    // SAFETY: flock on a descriptor we own.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        Ok(Some(f))
+    } else {
+        Ok(None)
+    }
 }
 
 /// Undoes what runs that could not clean up (killed with SIGKILL, or crashed)
-/// left behind, from the undo lists in their run directories; runs still going
-/// are left alone. Returns, per run undone, its pid and what was done.
+/// left behind, from the undo lists in their run directories. A run that is
+/// still going holds its directory's lock and is left alone, whatever its
+/// pid. Returns, per run undone, its pid and what was done; a list that
+/// could not be undone entirely is kept for the next attempt.
 pub fn recover_interrupted() -> Result<Vec<(u32, Vec<String>)>> {
     let mut done = Vec::new();
     let Ok(entries) = fs::read_dir(RUNS_DIR) else {
@@ -441,18 +500,27 @@ pub fn recover_interrupted() -> Result<Vec<(u32, Vec<String>)>> {
     };
     let mut dirs: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
     dirs.sort();
+    let mut first = None;
     for d in dirs {
+        let Ok(Some(lock)) = lock_run_dir(&d, false) else {
+            continue; // alive, or no lock file (not a run directory)
+        };
         let Some((pid, mut c)) = Cleanup::load(&d) else {
             continue;
         };
-        if pid == std::process::id() || run_alive(pid) {
-            continue;
-        }
+        c.lock = Some(lock);
         let what = c.describe();
-        c.finish()?;
-        done.push((pid, what));
+        match c.finish() {
+            Ok(()) => done.push((pid, what)),
+            Err(e) => {
+                first.get_or_insert(e);
+            }
+        }
     }
-    Ok(done)
+    match first {
+        Some(e) if done.is_empty() => Err(e),
+        _ => Ok(done),
+    }
 }
 
 impl Drop for Cleanup {
@@ -470,8 +538,11 @@ fn umount(m: &Path) -> Result<()> {
             return Ok(());
         }
         let e = std::io::Error::last_os_error();
-        if e.raw_os_error() != Some(libc::EBUSY) {
-            return Err(run_err(format!("unmounting {}: {e}", m.display())));
+        match e.raw_os_error() {
+            // Not a mount point (any more), or gone: nothing to undo.
+            Some(libc::EINVAL) | Some(libc::ENOENT) => return Ok(()),
+            Some(libc::EBUSY) => {}
+            _ => return Err(run_err(format!("unmounting {}: {e}", m.display()))),
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -628,11 +699,18 @@ pub fn run(o: &Options, out: &Path) -> Result<Vec<CellResult>> {
     }
     let app = app_of(&o.scenario.app)?;
     // First what earlier runs killed without a chance to clean up left.
-    for (pid, what) in recover_interrupted()? {
-        eprintln!(
-            "tandem bench: undid what an interrupted run (pid {pid}) left: {}",
-            what.join("; ")
-        );
+    match recover_interrupted() {
+        Ok(done) => {
+            for (pid, what) in done {
+                eprintln!(
+                    "tandem bench: undid what an interrupted run (pid {pid}) left: {}",
+                    what.join("; ")
+                );
+            }
+        }
+        Err(e) => eprintln!(
+            "tandem bench: warning: could not undo all that an interrupted run left ({e}); see tandem bench cleanup"
+        ),
     }
     install_signal_handlers();
     let mut results = Vec::new();
@@ -709,7 +787,7 @@ fn run_device(
     let run_dir = PathBuf::from("/run/tandem/bench").join(std::process::id().to_string());
     fs::create_dir_all(&run_dir)
         .map_err(|e| run_err(format!("creating {}: {e}", run_dir.display())))?;
-    cleanup.set_run_dir(run_dir.clone());
+    cleanup.set_run_dir(run_dir.clone())?;
 
     // The device.
     let (dev, emulated) = match &o.device {
@@ -736,7 +814,7 @@ fn run_device(
                 exe: o.exe.clone(),
             })?;
             let dev = inst.loop_dev.clone().unwrap_or_default();
-            cleanup.set_devemu(dev.clone(), inst.backing.clone());
+            cleanup.set_devemu(dev.clone(), inst.backing.clone(), inst.pid);
             (dev, Some(inst))
         }
     };
@@ -773,8 +851,9 @@ fn run_device(
                 &dev,
             ],
         )?;
-        run_cmd("mount", &[&dev, &mnt.to_string_lossy()])?;
+        // Recorded first: a kill between the two must not forget a mount.
         cleanup.push_mount(mnt.clone());
+        run_cmd("mount", &[&dev, &mnt.to_string_lossy()])?;
         mnt
     } else if !mounts.is_empty() {
         if !o.force {
@@ -821,8 +900,9 @@ fn run_device(
         let mnt = run_dir.join("mnt");
         fs::create_dir_all(&mnt).map_err(|e| run_err(format!("{}: {e}", mnt.display())))?;
         run_cmd("mkfs.ext4", &["-q", "-F", &dev])?;
-        run_cmd("mount", &[&dev, &mnt.to_string_lossy()])?;
+        // Recorded first: a kill between the two must not forget a mount.
         cleanup.push_mount(mnt.clone());
+        run_cmd("mount", &[&dev, &mnt.to_string_lossy()])?;
         mnt
     };
     if let Some(w) = &o.workdir {
@@ -1289,6 +1369,7 @@ fn prepare_vm(
         .map_err(|e| run_err(format!("making the guest disk: {e}")))?;
     let mnt = run_dir.join("guest-disk");
     fs::create_dir_all(&mnt).map_err(|e| run_err(format!("{}: {e}", mnt.display())))?;
+    cleanup.push_mount(mnt.clone());
     run_cmd(
         "mount",
         &[
@@ -1298,7 +1379,6 @@ fn prepare_vm(
             &mnt.to_string_lossy(),
         ],
     )?;
-    cleanup.push_mount(mnt.clone());
     let nguest = guest_workload_files(cells)?;
     for i in 0..nguest {
         check_interrupted()?;
@@ -1311,9 +1391,10 @@ fn prepare_vm(
     if let App::Trace(_, t) = app {
         fill_app_files(&mnt.join("app"), t)?;
     }
-    if let Some(m) = cleanup.mounts.pop() {
-        cleanup.save();
+    if let Some(m) = cleanup.mounts.last().cloned() {
         umount(&m)?;
+        cleanup.mounts.pop();
+        cleanup.save();
         let _ = fs::remove_dir(&m);
     }
     let mut info = serde_json::Map::new();

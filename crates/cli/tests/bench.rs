@@ -394,6 +394,18 @@ fn a_killed_run_is_undone_by_bench_cleanup() {
     let mut child = spawn_run(&scenario, &out, &["--device", &dev]);
     let pid = child.id();
     wait_for_workers(&mut child);
+    // While the run lives (it holds its directory's lock), cleanup leaves
+    // it alone.
+    let cl = tandem(&["bench", "cleanup"]);
+    assert!(
+        String::from_utf8_lossy(&cl.stdout).contains("nothing to undo"),
+        "{}",
+        String::from_utf8_lossy(&cl.stdout)
+    );
+    assert!(child.try_wait().unwrap().is_none(), "the run ended");
+    assert!(std::fs::read_to_string(&sched_file)
+        .unwrap()
+        .contains("[bfq]"));
     let st = signal_and_wait(&mut child, libc::SIGKILL);
     assert!(!st.success());
 

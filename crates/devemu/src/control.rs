@@ -479,8 +479,9 @@ fn bring_up(o: &UpOptions, inst: &mut Instance) -> Result<()> {
             let _ = fs::write(q.join("nr_requests"), depth.to_string());
         }
     }
-    // Measure the kernel path's round trip while the daemon still answers at
-    // once, then put the model in force with that overhead taken out.
+    // Measure the kernel path's round trip while the daemon still completes
+    // each request after a fixed delay (no model), then put the model in
+    // force with that overhead taken out.
     let (c0, c1) = measure_overhead(&dev, &o.model)?;
     inst.overhead_ns = c0;
     inst.overhead_ps_per_byte = c1;

@@ -227,8 +227,8 @@ fn run(mut dev: Device, epoch: Instant, rx: Receiver<Job>, stats: Arc<Stats>) {
     let mut lead: Nanos = INITIAL_LEAD_NS;
     let trace = std::env::var_os("TANDEM_DEVEMU_TRACE").is_some();
     let mut lead_acc: Nanos = INITIAL_LEAD_NS * 8;
-    // Calibration requests: (completion time, reply), in completion order
-    // since their delay is constant.
+    // Calibration requests: (completion time, reply), kept in completion
+    // order (small and large requests have different delays).
     let mut fixed: VecDeque<(Nanos, Completion)> = VecDeque::new();
     loop {
         // Move waiting requests onto the device while it has free slots.
@@ -301,7 +301,11 @@ fn run(mut dev: Device, epoch: Instant, rx: Receiver<Job>, stats: Arc<Stats>) {
         };
         if let Some(job) = incoming {
             let mut take = |j: Job| match j.fixed_ns {
-                Some(d) => fixed.push_back((j.arrival + d, j.done)),
+                Some(d) => {
+                    let at = j.arrival + d;
+                    let pos = fixed.partition_point(|&(t, _)| t <= at);
+                    fixed.insert(pos, (at, j.done));
+                }
                 None => host_queue.push_back(j),
             };
             take(job);

@@ -318,9 +318,9 @@ pub fn probe(dev: &str, o: &ProbeOptions) -> Result<ProbeReport> {
         .collect();
     let rand_model = model_time(&model, &rand_reqs).map(|t| offs.len() as f64 / (t as f64 / 1e9));
     let cpu1 = pid.and_then(cpu_seconds);
-    let steal_share = ticks0
-        .zip(cpu_ticks())
-        .and_then(|((s0, t0), (s1, t1))| (t1 > t0).then(|| (s1 - s0) as f64 / (t1 - t0) as f64));
+    let steal_share = ticks0.zip(cpu_ticks()).and_then(|((s0, t0), (s1, t1))| {
+        (t1 > t0).then(|| s1.saturating_sub(s0) as f64 / (t1 - t0) as f64)
+    });
     Ok(ProbeReport {
         device: path,
         model,
