@@ -715,6 +715,10 @@ pub fn run(o: &Options, out: &Path) -> Result<Vec<CellResult>> {
     install_signal_handlers();
     let mut results = Vec::new();
     let mut extra = serde_json::Map::new();
+    // On a virtual machine, time the hypervisor gives other guests delays
+    // every process of the run, the emulated device's included: recorded
+    // with the results.
+    let steal = devemu::probe::StealMeter::start();
     for label in &devices {
         let cells: Vec<&Cell> = o.cells.iter().filter(|c| &c.device == label).collect();
         let mut cleanup = Cleanup::default();
@@ -722,6 +726,15 @@ pub fn run(o: &Options, out: &Path) -> Result<Vec<CellResult>> {
         let fin = cleanup.finish();
         results.extend(r?);
         fin?;
+    }
+    if let Some(share) = steal.share() {
+        extra.insert("cpu_steal_share".into(), share.into());
+        if share > devemu::probe::STEAL_WARN_SHARE {
+            eprintln!(
+                "tandem bench: the hypervisor stole {:.1}% of the CPU time during the run; the timings include its delays",
+                share * 100.0
+            );
+        }
     }
     let meta = RunMeta {
         runner: "real".into(),

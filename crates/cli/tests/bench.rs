@@ -93,6 +93,13 @@ fn bfq_starts_the_app_in_under_half_the_time_under_5r_seq() {
     ] {
         assert!(out.join(f).exists(), "{f} missing");
     }
+    // The hypervisor's CPU steal over the run is recorded with the results.
+    let meta: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let steal = meta
+        .pointer("/meta/extra/cpu_steal_share")
+        .and_then(|v| v.as_f64());
+    assert!(steal.is_some_and(|s| (0.0..=1.0).contains(&s)), "{meta}");
     let m = means(&csv);
     let get = |s: &str| m.iter().find(|(n, _)| n == s).unwrap().1;
     let (bfq, dl, none) = (get("bfq"), get("mq-deadline"), get("none"));
@@ -106,7 +113,6 @@ fn bfq_starts_the_app_in_under_half_the_time_under_5r_seq() {
     assert!(String::from_utf8_lossy(&st.stdout).contains("no emulated devices"));
 }
 
-/// Start a run and interrupt it (Ctrl-C) once its background workers run.
 /// Starts `tandem bench run` of the CI scenario's bfq cell, quietly, with
 /// `extra` arguments; its outputs go to `out`.
 fn spawn_run(scenario: &Path, out: &Path, extra: &[&str]) -> Child {
@@ -191,6 +197,7 @@ fn signal_and_wait(child: &mut Child, sig: i32) -> std::process::ExitStatus {
     }
 }
 
+/// Interrupts the run (Ctrl-C) once its background workers run.
 fn interrupt_midway(mut child: Child) -> std::process::ExitStatus {
     wait_for_workers(&mut child);
     signal_and_wait(&mut child, libc::SIGINT)

@@ -72,6 +72,25 @@ pub struct ProbeReport {
 /// -31% and -22% to -49%.
 pub const STEAL_WARN_SHARE: f64 = 0.01;
 
+/// Measures the share of the machine's CPU time stolen by the hypervisor
+/// between its start and each reading (`steal` over all ticks, /proc/stat).
+pub struct StealMeter {
+    start: Option<(u64, u64)>,
+}
+
+impl StealMeter {
+    pub fn start() -> StealMeter {
+        StealMeter { start: cpu_ticks() }
+    }
+
+    /// The stolen share since the start; `None` where /proc/stat has no
+    /// steal column or no time has passed.
+    pub fn share(&self) -> Option<f64> {
+        let ((s0, t0), (s1, t1)) = self.start.zip(cpu_ticks())?;
+        (t1 > t0).then(|| s1.saturating_sub(s0) as f64 / (t1 - t0) as f64)
+    }
+}
+
 /// (steal, total) CPU ticks of the whole machine so far.
 fn cpu_ticks() -> Option<(u64, u64)> {
     let stat = std::fs::read_to_string("/proc/stat").ok()?;
@@ -277,7 +296,7 @@ pub fn probe(dev: &str, o: &ProbeOptions) -> Result<ProbeReport> {
     }
     let pid = inst.as_ref().map(|i| i.pid);
     let cpu0 = pid.and_then(cpu_seconds);
-    let ticks0 = cpu_ticks();
+    let steal = StealMeter::start();
 
     // Sequential: from the start of the device, 128 KiB at a time.
     let mut buf = Aligned::new(chunk as usize);
@@ -318,9 +337,7 @@ pub fn probe(dev: &str, o: &ProbeOptions) -> Result<ProbeReport> {
         .collect();
     let rand_model = model_time(&model, &rand_reqs).map(|t| offs.len() as f64 / (t as f64 / 1e9));
     let cpu1 = pid.and_then(cpu_seconds);
-    let steal_share = ticks0.zip(cpu_ticks()).and_then(|((s0, t0), (s1, t1))| {
-        (t1 > t0).then(|| s1.saturating_sub(s0) as f64 / (t1 - t0) as f64)
-    });
+    let steal_share = steal.share();
     Ok(ProbeReport {
         device: path,
         model,
