@@ -44,6 +44,21 @@ fn mounts() -> String {
     std::fs::read_to_string("/proc/self/mountinfo").unwrap()
 }
 
+/// Whether block device `dev` is mounted somewhere.
+fn dev_mounted(dev: &str) -> bool {
+    mounts().lines().any(|l| l.contains(&format!(" {dev} ")))
+}
+
+/// A scratch directory holding the CI scenario: the directory, the
+/// scenario file and the output directory to give the run.
+fn ci_scenario(name: &str) -> (Scratch, std::path::PathBuf, std::path::PathBuf) {
+    let dir = Scratch::new(name);
+    let scenario = dir.0.join("ci.toml");
+    std::fs::write(&scenario, SCENARIO).unwrap();
+    let out = dir.0.join("out");
+    (dir, scenario, out)
+}
+
 /// Mean start-up time per host scheduler from results.csv.
 fn means(csv: &str) -> Vec<(String, f64)> {
     let mut lines = csv.lines();
@@ -64,10 +79,7 @@ fn bfq_starts_the_app_in_under_half_the_time_under_5r_seq() {
     if !can_run() {
         return;
     }
-    let dir = Scratch::new("bench-bfq");
-    let scenario = dir.0.join("ci.toml");
-    std::fs::write(&scenario, SCENARIO).unwrap();
-    let out = dir.0.join("out");
+    let (_dir, scenario, out) = ci_scenario("bench-bfq");
     let r = tandem(&[
         "bench",
         "run",
@@ -209,10 +221,7 @@ fn an_interrupted_run_leaves_nothing_behind() {
     if !can_run() {
         return;
     }
-    let dir = Scratch::new("bench-kill");
-    let scenario = dir.0.join("ci.toml");
-    std::fs::write(&scenario, SCENARIO).unwrap();
-    let out = dir.0.join("out");
+    let (_dir, scenario, out) = ci_scenario("bench-kill");
 
     // 1. On an emulated device the run brings up itself.
     let child = spawn_run(&scenario, &out, &[]);
@@ -250,10 +259,7 @@ fn an_interrupted_run_leaves_nothing_behind() {
         processes_with(&["bench", "worker"]).is_empty(),
         "workers left"
     );
-    assert!(
-        !mounts().lines().any(|l| l.contains(&format!(" {dev} "))),
-        "{dev} still mounted"
-    );
+    assert!(!dev_mounted(&dev), "{dev} still mounted");
     let down = tandem(&["devemu", "down", &dev]);
     assert!(
         down.status.success(),
@@ -266,11 +272,8 @@ fn an_interrupted_run_leaves_nothing_behind() {
 #[test]
 fn refusals() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = Scratch::new("bench-refuse");
-    let scenario = dir.0.join("ci.toml");
-    std::fs::write(&scenario, SCENARIO).unwrap();
+    let (dir, scenario, out) = ci_scenario("bench-refuse");
     let s = scenario.to_str().unwrap();
-    let out = dir.0.join("out");
     let o = out.to_str().unwrap();
     if !devemu::is_root() {
         let r = tandem(&["bench", "run", s, "--out", o]);
@@ -392,10 +395,7 @@ fn a_killed_run_is_undone_by_bench_cleanup() {
     if !can_run() {
         return;
     }
-    let dir = Scratch::new("bench-sigkill");
-    let scenario = dir.0.join("ci.toml");
-    std::fs::write(&scenario, SCENARIO).unwrap();
-    let out = dir.0.join("out");
+    let (_dir, scenario, out) = ci_scenario("bench-sigkill");
     // A device of the test's own, whose scheduler the run changes to bfq.
     let (dev, sched_file) = own_device();
     let mut child = spawn_run(&scenario, &out, &["--device", &dev]);
@@ -420,8 +420,10 @@ fn a_killed_run_is_undone_by_bench_cleanup() {
     // directory still mounted. The workers die with the run (PR_SET_PDEATHSIG).
     let sched = std::fs::read_to_string(&sched_file).unwrap();
     assert!(sched.contains("[bfq]"), "{sched}");
-    let mounted = || mounts().lines().any(|l| l.contains(&format!(" {dev} ")));
-    assert!(mounted(), "the work directory should still be mounted");
+    assert!(
+        dev_mounted(&dev),
+        "the work directory should still be mounted"
+    );
     let t0 = Instant::now();
     while !processes_with(&["bench", "worker"]).is_empty() {
         assert!(t0.elapsed() < Duration::from_secs(10), "workers left");
@@ -442,7 +444,7 @@ fn a_killed_run_is_undone_by_bench_cleanup() {
         sched.contains("[mq-deadline]"),
         "scheduler not restored: {sched}"
     );
-    assert!(!mounted(), "{dev} still mounted");
+    assert!(!dev_mounted(&dev), "{dev} still mounted");
     assert!(!Path::new("/run/tandem/bench").exists());
     let again = tandem(&["bench", "cleanup"]);
     assert!(String::from_utf8_lossy(&again.stdout).contains("nothing to undo"));
