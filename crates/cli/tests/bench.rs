@@ -59,6 +59,31 @@ fn ci_scenario(name: &str) -> (Scratch, std::path::PathBuf, std::path::PathBuf) 
     (dir, scenario, out)
 }
 
+/// `tandem bench run SCENARIO --out OUT --quiet ARGS...`, which must succeed;
+/// returns its results.csv.
+fn bench_run(scenario: &Path, out: &Path, args: &[&str]) -> String {
+    let mut all = vec![
+        "bench",
+        "run",
+        scenario.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--quiet",
+    ];
+    all.extend_from_slice(args);
+    let r = tandem(&all);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    std::fs::read_to_string(out.join("results.csv")).unwrap()
+}
+
+/// The hypervisor's CPU steal over a run, as its results.json records it.
+fn steal_share(out: &Path) -> Option<f64> {
+    let meta: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    meta.pointer("/meta/extra/cpu_steal_share")
+        .and_then(|v| v.as_f64())
+}
+
 /// Mean start-up time per host scheduler from results.csv.
 fn means(csv: &str) -> Vec<(String, f64)> {
     let mut lines = csv.lines();
@@ -80,22 +105,11 @@ fn bfq_starts_the_app_in_under_half_the_time_under_5r_seq() {
         return;
     }
     let (_dir, scenario, out) = ci_scenario("bench-bfq");
-    let r = tandem(&[
-        "bench",
-        "run",
-        scenario.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        "--file-mib",
-        "32",
-        "--settle-s",
-        "6",
-        "--pause-s",
-        "2",
-        "--quiet",
-    ]);
-    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
-    let csv = std::fs::read_to_string(out.join("results.csv")).unwrap();
+    let csv = bench_run(
+        &scenario,
+        &out,
+        &["--file-mib", "32", "--settle-s", "6", "--pause-s", "2"],
+    );
     assert!(csv.lines().skip(1).all(|l| l.starts_with("real,")), "{csv}");
     for f in [
         "results.json",
@@ -106,12 +120,8 @@ fn bfq_starts_the_app_in_under_half_the_time_under_5r_seq() {
         assert!(out.join(f).exists(), "{f} missing");
     }
     // The hypervisor's CPU steal over the run is recorded with the results.
-    let meta: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
-    let steal = meta
-        .pointer("/meta/extra/cpu_steal_share")
-        .and_then(|v| v.as_f64());
-    assert!(steal.is_some_and(|s| (0.0..=1.0).contains(&s)), "{meta}");
+    let steal = steal_share(&out);
+    assert!(steal.is_some_and(|s| (0.0..=1.0).contains(&s)), "{steal:?}");
     let m = means(&csv);
     let get = |s: &str| m.iter().find(|(n, _)| n == s).unwrap().1;
     let (bfq, dl, none) = (get("bfq"), get("mq-deadline"), get("none"));
@@ -367,26 +377,25 @@ host_workload = ["1r-seq"]
 "#,
     )
     .unwrap();
-    let out = dir.0.join("out");
-    let r = tandem(&[
-        "bench",
-        "run",
-        scenario.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        "--file-mib",
-        "64",
-        "--settle-s",
-        "3",
-        "--quiet",
-    ]);
-    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
-    let csv = std::fs::read_to_string(out.join("results.csv")).unwrap();
-    assert!(csv.contains("throughput_mb_s"), "{csv}");
-    let m = means(&csv);
-    let mb_s = m[0].1;
-    // The model's peak is 10.0 MB/s; buffered reads with 128 KiB read-ahead get it.
-    assert!((9.0..=11.0).contains(&mb_s), "{mb_s:.2} MB/s");
+    // The model's peak is 10.0 MB/s; buffered reads with 128 KiB read-ahead
+    // get it. As in the devemu test, the emulated disk is late while the
+    // hypervisor steals CPU time (`devemu::probe::STEAL_WARN_SHARE`): a run
+    // that misses under steal is taken again, up to three in all; a miss
+    // without steal fails at once.
+    let mut attempts = Vec::new();
+    let mut within = false;
+    let mut stolen = true;
+    while !within && stolen && attempts.len() < 3 {
+        let out = dir.0.join(format!("out{}", attempts.len()));
+        let csv = bench_run(&scenario, &out, &["--file-mib", "64", "--settle-s", "3"]);
+        assert!(csv.contains("throughput_mb_s"), "{csv}");
+        let mb_s = means(&csv)[0].1;
+        let steal = steal_share(&out).unwrap_or(0.0);
+        within = (9.0..=11.0).contains(&mb_s);
+        stolen = steal > devemu::probe::STEAL_WARN_SHARE;
+        attempts.push(format!("{mb_s:.2} MB/s, CPU steal {:.1}%", steal * 100.0));
+    }
+    assert!(within, "no run within 9-11 MB/s:\n{}", attempts.join("\n"));
 }
 
 #[test]

@@ -406,7 +406,7 @@ fn matches(c: &ReferenceCell, r: &CellResult) -> bool {
     let cell = &r.cell;
     if r.metric != Metric::StartupS
         || cell.device != c.device
-        || cell.app != c.app
+        || crate::apptrace::app_of(&cell.app) != c.app
         || cell.coordination != "off"
         || cell.other_vms != NO_OTHER_VMS
         || cell.host_workload != c.host_workload

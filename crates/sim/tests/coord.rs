@@ -57,7 +57,23 @@ coordination = ["off", "static-rt", "help-rt", "help-weight", "help-wr"]
 /// QEMU thread in the RT class while it lasts, it comes back close to idle.
 #[test]
 fn help_brings_the_guests_start_up_back_near_idle_under_host_load() {
-    let cs = cells(VBFQ_HDD);
+    assert_help_near_idle("xterm", "help-rt", 1.35);
+}
+
+/// The issue's goal on the shipped scenario's app (`scenarios/vbfq.toml`
+/// starts the calibrated `xterm-2014`): with the host treating the VM's
+/// queues as weight-raised while it is helped (Virtual-BFQ's own mode), the
+/// start-up under five host readers is at most 1.3x idle for one and five
+/// sequential guest readers and one random one.
+#[test]
+fn help_wr_keeps_the_calibrated_xterm_within_1_3x_idle_under_host_load() {
+    assert_help_near_idle("xterm-2014", "help-wr", 1.3);
+}
+
+/// `app`'s start-up in a `bfq` guest under five host readers: at least 3x
+/// idle without coordination, at most `bound` x idle with `mode`.
+fn assert_help_near_idle(app: &str, mode: &str, bound: f64) {
+    let cs = cells(&VBFQ_HDD.replace("app = \"xterm\"", &format!("app = \"{app}\"")));
     let base = [("guest_sched", "bfq"), ("host_sched", "bfq")];
     let idle = startup(
         &find(
@@ -91,20 +107,21 @@ fn help_brings_the_guests_start_up_back_near_idle_under_host_load() {
             )
         };
         let (off, off_timeouts) = startup(&cell("off"), 3);
-        let (help, help_timeouts) = startup(&cell("help-rt"), 3);
+        let (help, help_timeouts) = startup(&cell(mode), 3);
         eprintln!(
-            "{gw}: idle {idle:.2} s, off {off:.2} s ({off_timeouts} timeouts), \
-             help-rt {help:.2} s ({:.2}x idle)",
+            "{app} {gw}: idle {idle:.2} s, off {off:.2} s ({off_timeouts} timeouts), \
+             {mode} {help:.2} s ({:.2}x idle)",
             help / idle
         );
         assert!(
             off >= 3.0 * idle || off_timeouts > 0,
             "{gw}: without coordination the host's load should cost at least 3x ({off:.2} s)"
         );
-        assert_eq!(help_timeouts, 0, "{gw}: help-rt start timed out");
+        assert_eq!(help_timeouts, 0, "{gw}: {mode} start timed out");
         assert!(
-            help <= 1.35 * idle,
-            "{gw}: with help the start-up should be near idle ({help:.2} s vs {idle:.2} s)"
+            help <= bound * idle,
+            "{gw}: with {mode} the start-up should be within {bound}x idle \
+             ({help:.2} s vs {idle:.2} s)"
         );
     }
 }

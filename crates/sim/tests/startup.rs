@@ -15,7 +15,9 @@ fn cell(sched: &str, workload: &str) -> Cell {
         other_vms: "none".into(),
         coordination: "off".into(),
         benchmark: Benchmark::Startup,
-        app: "xterm".into(),
+        // The shipped native scenario's app: the recorded xterm calibrated
+        // against the CLOUD 2014 idle start-up.
+        app: "xterm-2014".into(),
         iterations: 5,
         repetitions: 2,
         timeout_s: 60.0,
@@ -57,4 +59,20 @@ fn bfq_starts_xterm_near_idle_time_under_five_readers_and_noop_deadline_do_not()
             );
         }
     }
+}
+
+/// The calibration's target (issue 2: xterm's idle start-up on `hdd-1.8in`
+/// lands a little under 2 s, as in the CLOUD 2014 paper), and the recorded
+/// trace far above it, so that the calibration is what brings it there.
+#[test]
+fn calibrated_xterm_starts_a_little_under_two_seconds_on_the_idle_disk() {
+    let idle = startup("bfq", "none");
+    eprintln!("xterm-2014 idle: {idle:.3} s");
+    assert!((1.7..2.0).contains(&idle), "xterm-2014 idle {idle:.3} s");
+    let mut recorded = cell("bfq", "none");
+    recorded.app = "xterm".into();
+    let r = run_startup(&recorded, &SimOptions::default(), 0).unwrap();
+    let mean = r.values.iter().sum::<f64>() / r.values.len() as f64;
+    eprintln!("xterm (recorded) idle: {mean:.3} s");
+    assert!(mean > 3.0, "recorded xterm idle {mean:.3} s");
 }
