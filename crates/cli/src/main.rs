@@ -180,6 +180,12 @@ struct SimKnobs {
     /// Weight factor of the help-weight mode.
     #[arg(long, default_value_t = sim::coord::DEFAULT_WEIGHT_FACTOR)]
     weight_factor: u32,
+    /// Replay this share (0 to 1) of the app trace's filesystem-metadata
+    /// reads, in place of the app preset's own (1 for a recorded trace, the
+    /// fitted share for a calibrated one such as xterm-2014): the knob the
+    /// app calibration sweeps.
+    #[arg(long, value_name = "SHARE")]
+    app_metadata_share: Option<f64>,
 }
 
 #[derive(Args)]
@@ -297,6 +303,14 @@ fn knobs_to_opts(k: &SimKnobs) -> Result<sim::bench::SimOptions, Failure> {
         ));
     }
     opts.coord.weight_factor = k.weight_factor;
+    if let Some(share) = k.app_metadata_share {
+        if !(0.0..=1.0).contains(&share) {
+            return Err(Failure::Usage(format!(
+                "--app-metadata-share {share}: out of range; accepted: 0 to 1"
+            )));
+        }
+        opts.app_metadata_share = Some(share);
+    }
     opts.coord
         .policy
         .validate()
@@ -405,6 +419,9 @@ fn sim_run(a: RunArgs) -> Result<(), Failure> {
     extra.insert("low_latency".into(), (!a.knobs.no_low_latency).into());
     if let Some(d) = a.knobs.queue_depth {
         extra.insert("queue_depth".into(), d.into());
+    }
+    if let Some(share) = a.knobs.app_metadata_share {
+        extra.insert("app_metadata_share".into(), share.into());
     }
     if scenario.is_vm() {
         extra.insert("guest_hz".into(), a.knobs.guest_hz.into());

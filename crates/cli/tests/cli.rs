@@ -165,5 +165,12 @@ fn bad_input_is_named_and_refused() {
     assert_eq!(o.status.code(), Some(2));
     let o = tandem(&["sim", "run", "--hz", "0"]);
     assert_eq!(o.status.code(), Some(2));
+    let o = tandem(&["sim", "run", "--app-metadata-share", "1.5"]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("--app-metadata-share 1.5: out of range"),
+        "{err}"
+    );
     let _ = std::fs::remove_dir_all(&d);
 }

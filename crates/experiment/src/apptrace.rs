@@ -96,13 +96,14 @@ pub struct CalibratedApp {
 /// small guest image installed at once has far less of it than a long-lived
 /// desktop. The file data (libraries, fonts, locale files) is kept whole.
 ///
-/// Fit (`tandem sim run native-hdd --only host_workload=none` with the share
-/// swept; README, "Calibrating xterm"): shares 0, 0.05, 0.1, 0.15, 0.25, 0.5
-/// and 1 give an idle native start-up of 1.83, 1.98, 2.17, 2.31, 2.58, 2.84
-/// and 3.42 s, and an idle start-up in the cloud2014 VM of 1.66, 1.76, 1.87,
-/// 1.90, 2.08, 2.39 and 2.95 s. 0.05 is the largest share that keeps the
-/// native start-up "a little under 2 s"; the VM one is then 1.76 s (0.93x
-/// the paper's 1.9 s). Every other cell of the paper is a prediction.
+/// Fit (README, "Calibrating xterm": `tandem sim run native-hdd` and
+/// `tandem sim run cloud2014` with `--app-metadata-share` swept): shares 0,
+/// 0.05, 0.1, 0.15, 0.25, 0.5 and 1 give an idle native start-up of 1.83,
+/// 1.98, 2.17, 2.31, 2.59, 2.84 and 3.43 s, and an idle start-up in the
+/// cloud2014 VM of 1.66, 1.76, 1.87, 1.90, 2.08, 2.39 and 2.95 s. 0.05 is
+/// the largest share that keeps the native start-up "a little under 2 s";
+/// the VM one is then 1.76 s (0.93x the paper's 1.9 s). Every other cell of
+/// the paper is a prediction.
 pub const XTERM_2014: CalibratedApp = CalibratedApp {
     name: "xterm-2014",
     recorded: "xterm",

@@ -39,6 +39,10 @@ pub struct SimOptions {
     /// Coordination between guests and host (its `mode` is replaced by the
     /// cell's `coordination`).
     pub coord: CoordConfig,
+    /// Replay this share of the app's filesystem-metadata reads instead of
+    /// its preset's (`AppTrace::with_metadata_share` on the recorded trace):
+    /// what the calibration of `xterm-2014` sweeps.
+    pub app_metadata_share: Option<f64>,
 }
 
 impl Default for SimOptions {
@@ -48,6 +52,7 @@ impl Default for SimOptions {
             queue_depth: None,
             vm: guest_defaults(),
             coord: CoordConfig::default(),
+            app_metadata_share: None,
         }
     }
 }
@@ -146,13 +151,21 @@ pub fn setup(cell: &Cell, opts: &SimOptions, seed: u64) -> Result<Setup, String>
     // The application's files, placed in path order as an installed
     // system has them.
     let app = if cell.benchmark == Benchmark::Startup {
-        let trace = workload::preset(&cell.app).ok_or_else(|| {
+        let mut trace = workload::preset(&cell.app).ok_or_else(|| {
             format!(
                 "unknown app \"{}\"; accepted: {}",
                 cell.app,
                 workload::preset_names().join(", ")
             )
         })?;
+        if let Some(share) = opts.app_metadata_share {
+            let recorded = workload::preset(workload::app_of(&cell.app))
+                .expect("a calibrated app names a shipped recorded trace");
+            trace = AppTrace {
+                name: trace.name,
+                ..recorded.with_metadata_share(share)
+            };
+        }
         let ids = install_app(&mut m, app_kernel, &trace);
         Some((Arc::new(trace), ids))
     } else {

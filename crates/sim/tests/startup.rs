@@ -75,4 +75,12 @@ fn calibrated_xterm_starts_a_little_under_two_seconds_on_the_idle_disk() {
     let mean = r.values.iter().sum::<f64>() / r.values.len() as f64;
     eprintln!("xterm (recorded) idle: {mean:.3} s");
     assert!(mean > 3.0, "recorded xterm idle {mean:.3} s");
+    // The calibration's knob: xterm-2014 with all its metadata reads back
+    // is the recorded xterm, start for start.
+    let opts = SimOptions {
+        app_metadata_share: Some(1.0),
+        ..SimOptions::default()
+    };
+    let knob = run_startup(&cell("bfq", "none"), &opts, 0).unwrap();
+    assert_eq!(knob.values, r.values);
 }

@@ -688,8 +688,24 @@ impl Bfq {
                 self.sds[sd].trees[class].wsum += w;
             }
         }
+        let vtime = self.sds[sd].trees[class].vtime;
+        let wr_coeff = self.entities[e]
+            .queue
+            .map_or(1, |q| self.queues[q].wr_coeff.max(1)) as u64;
         let ent = &mut self.entities[e];
         ent.finish = ent.start + Self::delta(ent.budget as u64, ent.weight);
+        // `bfq_update_fin_time_enqueue()`: a backshifted queue whose finish
+        // time is still behind the virtual time is pushed up to it (by a
+        // 1/wr_coeff of the gap if it is raised). Queues that often go idle
+        // for an instant would otherwise keep timestamps lower and lower
+        // than the virtual time, pushed up meanwhile by the queues served in
+        // their absence, and then monopolize the device against every
+        // newly activated queue, a raised one included.
+        if backshift_ok && vtime > ent.finish {
+            let delta = (vtime - ent.finish) / wr_coeff;
+            ent.start += delta;
+            ent.finish += delta;
+        }
         ent.tree = Tree::Active;
         self.sds[sd].trees[class].active.push(e);
         // A group becomes active with its first active child.
