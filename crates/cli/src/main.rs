@@ -410,6 +410,32 @@ fn sim_run(a: RunArgs) -> Result<(), Failure> {
             .map_err(Failure::Run)?;
         out.push(sim::bench::cell_result(cell, runs));
     }
+    // Cells whose files did not fit on their disk: say so, loudly, with
+    // the first few of them.
+    let overlapping: Vec<(String, f64)> = out
+        .iter()
+        .filter_map(|r| {
+            let bytes = r
+                .runs
+                .iter()
+                .filter_map(|run| run.counters.get(sim::bench::OVERLAPPING_FILE_BYTES))
+                .fold(0.0_f64, |a, &b| a.max(b));
+            (bytes > 0.0).then(|| (r.cell.key(), bytes))
+        })
+        .collect();
+    if !overlapping.is_empty() {
+        eprintln!(
+            "tandem: warning: in {} of {} cells the files (VM images, workload files) do not \
+             fit on the simulated device and some were placed over others; their seeks and \
+             sharing are not physical (results.json: {}):",
+            overlapping.len(),
+            out.len(),
+            sim::bench::OVERLAPPING_FILE_BYTES
+        );
+        for (key, bytes) in overlapping.iter().take(3) {
+            eprintln!("  {key}: {:.1} GB over others", bytes / 1e9);
+        }
+    }
     let mut extra = serde_json::Map::new();
     extra.insert("hz".into(), a.knobs.hz.into());
     extra.insert(

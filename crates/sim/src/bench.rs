@@ -233,6 +233,20 @@ fn install_app(m: &mut Machine, k: KernelId, trace: &AppTrace) -> Vec<FileId> {
     ids
 }
 
+/// `overlapping_file_bytes`, when files of the run did not fit on their
+/// disk and were placed over others: such a run's seeks and sharing are
+/// not physical, and the command line warns about it.
+fn layout_counters(m: &Machine, out: &mut RunResult) {
+    let bytes = m.overlapping_file_bytes();
+    if bytes > 0 {
+        out.counters
+            .insert(OVERLAPPING_FILE_BYTES.into(), bytes as f64);
+    }
+}
+
+/// The run counter of [`layout_counters`].
+pub const OVERLAPPING_FILE_BYTES: &str = "overlapping_file_bytes";
+
 /// Per-run counters of coordination: for each VM `n` (from 1), the time
 /// the host boosted it (`vm<n>_boosted_s`) and the HELP messages it sent
 /// (`vm<n>_helps`), plus the run's simulated length (`run_s`), so that
@@ -365,6 +379,7 @@ fn startup_run(cell: &Cell, opts: &SimOptions, rep: u32) -> Result<(RunResult, M
         }
     }
     coord_counters(&machine, vms, &mut out);
+    layout_counters(&machine, &mut out);
     Ok((out, machine))
 }
 
@@ -409,6 +424,7 @@ pub fn run_throughput(cell: &Cell, opts: &SimOptions, rep: u32) -> Result<RunRes
         );
     }
     coord_counters(m, vms, &mut out);
+    layout_counters(m, &mut out);
     Ok(out)
 }
 

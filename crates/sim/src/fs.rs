@@ -43,6 +43,9 @@ pub struct Layout {
     capacity_bytes: u64,
     /// Next free byte inside each used group.
     group_fill: BTreeMap<u64, u64>,
+    /// Bytes of files placed over others because the device had no room
+    /// left for them (see [`Layout::overlapping_bytes`]).
+    overlapping: u64,
 }
 
 /// FNV-1a, 64 bits: a stable hash for placing directories.
@@ -61,6 +64,7 @@ impl Layout {
             files: Vec::new(),
             capacity_bytes,
             group_fill: BTreeMap::new(),
+            overlapping: 0,
         }
     }
 
@@ -105,8 +109,17 @@ impl Layout {
                 return start;
             }
         }
-        // The disk is full: overlap at the start rather than fail.
+        // The disk is full: overlap at the start rather than fail, and
+        // count it, so that a run can say its layout is not physical.
+        self.overlapping += size;
         0
+    }
+
+    /// Bytes of files that did not fit and were placed over others: a
+    /// scenario that asks more of the device than its capacity (VM images
+    /// and workload files larger than the disk).
+    pub fn overlapping_bytes(&self) -> u64 {
+        self.overlapping
     }
 
     /// Places system files (an application's libraries, fonts, ...), in

@@ -487,6 +487,15 @@ impl Machine {
         self.kernels[k].block.cgroups.create(weight)
     }
 
+    /// Bytes of files, over every kernel's disk, that did not fit and were
+    /// placed over others ([`crate::fs::Layout::overlapping_bytes`]).
+    pub fn overlapping_file_bytes(&self) -> u64 {
+        self.kernels
+            .iter()
+            .map(|k| k.layout.overlapping_bytes())
+            .sum()
+    }
+
     /// Places a file on kernel `k`'s disk.
     pub fn add_file(&mut self, k: KernelId, path: &str, size: u64) -> FileId {
         let kern = &mut self.kernels[k];

@@ -268,3 +268,43 @@ host_workload = ["none"]
     assert!(Scenario::from_toml_str(&ok_vm, &native_only).is_err());
     assert!(Scenario::from_toml_str(&ok_vm, &accepted()).is_ok());
 }
+
+/// Files that do not fit on the host's disk are placed over others, and the
+/// run says so: an 8 GiB image fits on the 60 GB disk, not on the 8 GB card,
+/// and two of them not on the 16 GB eMMC.
+#[test]
+fn images_that_do_not_fit_are_counted() {
+    let mut disk = machine("hdd-1.8in");
+    disk.add_vm(&vm("bfq"), "/images/vm1.img").unwrap();
+    assert_eq!(disk.overlapping_file_bytes(), 0);
+    let mut card = machine("microsd-class6");
+    card.add_vm(&vm("bfq"), "/images/vm1.img").unwrap();
+    assert_eq!(card.overlapping_file_bytes(), 8 << 30);
+    let mut emmc = machine("emmc");
+    emmc.add_vm(&vm("bfq"), "/images/vm1.img").unwrap();
+    assert_eq!(emmc.overlapping_file_bytes(), 0);
+    emmc.add_vm(&vm("bfq"), "/images/vm2.img").unwrap();
+    assert_eq!(emmc.overlapping_file_bytes(), 8 << 30);
+    // A run reports it among its counters.
+    let text = r#"
+benchmark = "startup"
+app = "xterm-2014"
+iterations = 1
+repetitions = 1
+[matrix]
+device = ["hdd-1.8in", "microsd-class6"]
+guest_sched = ["bfq"]
+guest_workload = ["none"]
+host_sched = ["bfq"]
+host_workload = ["none"]
+"#;
+    for cell in Scenario::from_toml_str(text, &accepted()).unwrap().cells() {
+        let r = run_startup(&cell, &SimOptions::default(), 0).unwrap();
+        let over = r.counters.get(sim::bench::OVERLAPPING_FILE_BYTES).copied();
+        if cell.device == "hdd-1.8in" {
+            assert_eq!(over, None);
+        } else {
+            assert_eq!(over, Some((8u64 << 30) as f64));
+        }
+    }
+}
