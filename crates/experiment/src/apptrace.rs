@@ -125,14 +125,25 @@ pub fn preset_names() -> Vec<String> {
 /// Parses a shipped preset, recorded or calibrated.
 pub fn preset(name: &str) -> Option<AppTrace> {
     if let Some(c) = CALIBRATED.iter().find(|c| c.name == name) {
-        let mut t = preset(c.recorded)?.with_metadata_share(c.metadata_share);
-        t.name = c.name.to_string();
-        return Some(t);
+        return preset_with_metadata_share(name, c.metadata_share);
     }
     PRESETS
         .iter()
         .find(|(n, _)| *n == name)
         .map(|(_, text)| AppTrace::parse(text).expect("shipped traces parse"))
+}
+
+/// Preset `name`, made from the recorded trace it stands for ([`app_of`])
+/// with `share` of its filesystem-metadata reads: a calibrated model, or the
+/// calibration's knob (`--app-metadata-share`) applied to any preset.
+pub fn preset_with_metadata_share(name: &str, share: f64) -> Option<AppTrace> {
+    let recorded = app_of(name);
+    let text = PRESETS.iter().find(|(n, _)| *n == recorded)?.1;
+    let mut t = AppTrace::parse(text)
+        .expect("shipped traces parse")
+        .with_metadata_share(share);
+    t.name = name.to_string();
+    Some(t)
 }
 
 /// The application an app preset stands for: a calibrated model stands for

@@ -151,21 +151,17 @@ pub fn setup(cell: &Cell, opts: &SimOptions, seed: u64) -> Result<Setup, String>
     // The application's files, placed in path order as an installed
     // system has them.
     let app = if cell.benchmark == Benchmark::Startup {
-        let mut trace = workload::preset(&cell.app).ok_or_else(|| {
+        let trace = match opts.app_metadata_share {
+            Some(share) => workload::preset_with_metadata_share(&cell.app, share),
+            None => workload::preset(&cell.app),
+        }
+        .ok_or_else(|| {
             format!(
                 "unknown app \"{}\"; accepted: {}",
                 cell.app,
                 workload::preset_names().join(", ")
             )
         })?;
-        if let Some(share) = opts.app_metadata_share {
-            let recorded = workload::preset(workload::app_of(&cell.app))
-                .expect("a calibrated app names a shipped recorded trace");
-            trace = AppTrace {
-                name: trace.name,
-                ..recorded.with_metadata_share(share)
-            };
-        }
         let ids = install_app(&mut m, app_kernel, &trace);
         Some((Arc::new(trace), ids))
     } else {

@@ -2,4 +2,6 @@
 //! `experiment` crate, shared with the real runner, so that both replay the
 //! same start-up.
 
-pub use experiment::apptrace::{app_of, preset, preset_names, AppTrace, TraceFile, TraceRead};
+pub use experiment::apptrace::{
+    preset, preset_names, preset_with_metadata_share, AppTrace, TraceFile, TraceRead,
+};

@@ -689,9 +689,6 @@ impl Bfq {
             }
         }
         let vtime = self.sds[sd].trees[class].vtime;
-        let wr_coeff = self.entities[e]
-            .queue
-            .map_or(1, |q| self.queues[q].wr_coeff.max(1)) as u64;
         let ent = &mut self.entities[e];
         ent.finish = ent.start + Self::delta(ent.budget as u64, ent.weight);
         // `bfq_update_fin_time_enqueue()`: a backshifted queue whose finish
@@ -702,7 +699,8 @@ impl Bfq {
         // their absence, and then monopolize the device against every
         // newly activated queue, a raised one included.
         if backshift_ok && vtime > ent.finish {
-            let delta = (vtime - ent.finish) / wr_coeff;
+            let wr_coeff = ent.queue.map_or(1, |q| self.queues[q].wr_coeff.max(1));
+            let delta = (vtime - ent.finish) / wr_coeff as u64;
             ent.start += delta;
             ent.finish += delta;
         }
