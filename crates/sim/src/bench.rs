@@ -106,6 +106,8 @@ pub struct Setup {
     pub vms: usize,
     /// Every workload started, for the settle time.
     pub workloads: Vec<WorkloadSpec>,
+    /// Size of each workload file ([`workload_file_bytes`]).
+    pub workload_file_bytes: u64,
 }
 
 /// Builds the machine of a cell: device, host elevator and host workload;
@@ -133,6 +135,22 @@ pub fn setup(cell: &Cell, opts: &SimOptions, seed: u64) -> Result<Setup, String>
         ..opts.coord.clone()
     })?;
     let mut workloads = vec![host_workload];
+    let other_vms = match &cell.guest_sched {
+        Some(_) => cell.other_vms_spec()?.vms,
+        None => Vec::new(),
+    };
+    let guest_workload = cell.guest_workload_spec().transpose()?;
+    let file_bytes = {
+        let files = std::iter::once(&host_workload)
+            .chain(guest_workload.as_ref())
+            .chain(other_vms.iter().filter_map(|o| match o {
+                OtherVm::Workload(w) | OtherVm::Greedy(w) => Some(w),
+                OtherVm::App => None,
+            }))
+            .map(|w| (w.readers + w.writers) as u64)
+            .sum();
+        workload_file_bytes(m.capacity_bytes(HOST), files)
+    };
     let app_kernel = match &cell.guest_sched {
         None => HOST,
         Some(gs) => {
@@ -168,10 +186,9 @@ pub fn setup(cell: &Cell, opts: &SimOptions, seed: u64) -> Result<Setup, String>
         None
     };
 
-    start_workload(&mut m, HOST, &host_workload);
-    if let Some(gw) = cell.guest_workload_spec() {
-        let gw = gw?;
-        start_workload(&mut m, app_kernel, &gw);
+    start_workload(&mut m, HOST, &host_workload, file_bytes);
+    if let Some(gw) = guest_workload {
+        start_workload(&mut m, app_kernel, &gw, file_bytes);
         workloads.push(gw);
     }
     // VMs 2..N, each with its own image on the host and the cell's guest
@@ -180,7 +197,7 @@ pub fn setup(cell: &Cell, opts: &SimOptions, seed: u64) -> Result<Setup, String>
     let mut vms = 0;
     if let Some(gs) = &cell.guest_sched {
         vms = 1;
-        for (i, other) in cell.other_vms_spec()?.vms.iter().enumerate() {
+        for (i, other) in other_vms.iter().enumerate() {
             let vm_cfg = VmConfig {
                 sched: gs.clone(),
                 ..opts.vm.clone()
@@ -189,12 +206,12 @@ pub fn setup(cell: &Cell, opts: &SimOptions, seed: u64) -> Result<Setup, String>
             vms += 1;
             match other {
                 OtherVm::Workload(w) => {
-                    start_workload(&mut m, guest, w);
+                    start_workload(&mut m, guest, w, file_bytes);
                     workloads.push(*w);
                 }
                 OtherVm::Greedy(w) => {
                     m.set_greedy(vm);
-                    start_workload(&mut m, guest, w);
+                    start_workload(&mut m, guest, w, file_bytes);
                     workloads.push(*w);
                 }
                 OtherVm::App => {
@@ -213,6 +230,7 @@ pub fn setup(cell: &Cell, opts: &SimOptions, seed: u64) -> Result<Setup, String>
         other_apps,
         vms,
         workloads,
+        workload_file_bytes: file_bytes,
     })
 }
 
@@ -231,14 +249,23 @@ fn install_app(m: &mut Machine, k: KernelId, trace: &AppTrace) -> Vec<FileId> {
 
 /// `overlapping_file_bytes`, when files of the run did not fit on their
 /// disk and were placed over others: such a run's seeks and sharing are
-/// not physical, and the command line warns about it.
-fn layout_counters(m: &Machine, out: &mut RunResult) {
+/// not physical, and the command line warns about it. And
+/// `workload_file_mib` when the workload files were made smaller than the
+/// suite's to fit on the device.
+fn layout_counters(m: &Machine, workload_file_bytes: u64, out: &mut RunResult) {
     let bytes = m.overlapping_file_bytes();
     if bytes > 0 {
         out.counters
             .insert(OVERLAPPING_FILE_BYTES.into(), bytes as f64);
     }
+    if workload_file_bytes < WORKLOAD_FILE_BYTES {
+        out.counters
+            .insert(WORKLOAD_FILE_MIB.into(), (workload_file_bytes >> 20) as f64);
+    }
 }
+
+/// The run counter of the workload files' size when it is not the suite's.
+pub const WORKLOAD_FILE_MIB: &str = "workload_file_mib";
 
 /// The run counter of [`layout_counters`].
 pub const OVERLAPPING_FILE_BYTES: &str = "overlapping_file_bytes";
@@ -266,14 +293,37 @@ pub fn image_path(n: usize) -> String {
     format!("/var/lib/tandem/images/vm{n}.img")
 }
 
+/// Share of the host device the background workloads' files may fill,
+/// over every kernel (the VMs' files live in their images, on the host
+/// device too). The rest holds the systems, the apps and what else the
+/// images carry.
+pub const WORKLOAD_DEVICE_SHARE: f64 = 0.75;
+
+/// Size of each background workload file: the S suite's 500 MiB
+/// ([`WORKLOAD_FILE_BYTES`]), unless a run's `files` files would not fit
+/// in [`WORKLOAD_DEVICE_SHARE`] of the host device; then smaller, in whole
+/// MiB, as one would shrink the suite's files to run it on a small device
+/// (eight VMs with five readers each on a 16 GB eMMC). A reader wraps
+/// around at its file's end, so a smaller file changes only how far apart
+/// the files lie.
+pub fn workload_file_bytes(capacity_bytes: u64, files: u64) -> u64 {
+    if files == 0 {
+        return WORKLOAD_FILE_BYTES;
+    }
+    let fit = (capacity_bytes as f64 * WORKLOAD_DEVICE_SHARE) as u64 / files;
+    WORKLOAD_FILE_BYTES
+        .min(fit / (1 << 20) * (1 << 20))
+        .max(1 << 20)
+}
+
 /// Starts the S suite's background readers and writers in kernel `k`,
-/// each on its own file in the suite's work directory. Writers are capped
-/// as S caps them when the kernel sees a rotational disk (a guest's virtio
-/// disk is one).
-pub fn start_workload(m: &mut Machine, k: KernelId, w: &WorkloadSpec) {
+/// each on its own file of `file_bytes` in the suite's work directory.
+/// Writers are capped as S caps them when the kernel sees a rotational
+/// disk (a guest's virtio disk is one).
+pub fn start_workload(m: &mut Machine, k: KernelId, w: &WorkloadSpec, file_bytes: u64) {
     let random = w.pattern == Some(Pattern::Rand);
     let files: Vec<FileId> = (0..w.readers + w.writers)
-        .map(|i| m.add_file(k, &format!("/S/file{i}"), WORKLOAD_FILE_BYTES))
+        .map(|i| m.add_file(k, &format!("/S/file{i}"), file_bytes))
         .collect();
     for &f in &files[..w.readers as usize] {
         if random {
@@ -321,6 +371,7 @@ fn startup_run(cell: &Cell, opts: &SimOptions, rep: u32) -> Result<(RunResult, M
         other_apps,
         vms,
         workloads,
+        workload_file_bytes,
     } = setup(cell, opts, repetition_seed(cell.seed, rep))?;
     let m = &mut machine;
     let (trace, files) = app.expect("startup cells have an app");
@@ -375,7 +426,7 @@ fn startup_run(cell: &Cell, opts: &SimOptions, rep: u32) -> Result<(RunResult, M
         }
     }
     coord_counters(&machine, vms, &mut out);
-    layout_counters(&machine, &mut out);
+    layout_counters(&machine, workload_file_bytes, &mut out);
     Ok((out, machine))
 }
 
@@ -389,6 +440,7 @@ pub fn run_throughput(cell: &Cell, opts: &SimOptions, rep: u32) -> Result<RunRes
         app_kernel,
         vms,
         workloads,
+        workload_file_bytes,
         ..
     } = setup(cell, opts, repetition_seed(cell.seed, rep))?;
     let m = &mut machine;
@@ -420,7 +472,7 @@ pub fn run_throughput(cell: &Cell, opts: &SimOptions, rep: u32) -> Result<RunRes
         );
     }
     coord_counters(m, vms, &mut out);
-    layout_counters(m, &mut out);
+    layout_counters(m, workload_file_bytes, &mut out);
     Ok(out)
 }
 

@@ -10,6 +10,10 @@
 //! That gives application start-up the mix of short seeks (libraries in
 //! one directory) and long ones (/etc, /usr/share/fonts, the home) that a
 //! real installed system has.
+//!
+//! A VM's image is the one file that is not contiguous: it is sparse, as
+//! raw and qcow2 images are, and takes room on the host only where the
+//! guest has put data (see [`Layout::add_sparse_file`]).
 
 use std::collections::BTreeMap;
 
@@ -22,18 +26,79 @@ pub const GROUP_BYTES: u64 = 128 << 20;
 
 pub type FileId = usize;
 
+/// One contiguous run of a file on the device: `sectors` sectors from the
+/// file's sector `file_sector` on, at device sector `dev_sector`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Extent {
+    pub file_sector: u64,
+    pub dev_sector: u64,
+    pub sectors: u64,
+}
+
+/// Where the start of a range of a file lies: on the device, or in a hole
+/// of a sparse file (which reads as zeros without any I/O).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Piece {
+    /// `sectors` sectors, contiguous on the device from `dev_sector`.
+    Mapped { dev_sector: u64, sectors: u64 },
+    /// `sectors` sectors with no blocks on the device.
+    Hole { sectors: u64 },
+}
+
 #[derive(Clone, Debug)]
 pub struct File {
     pub path: String,
+    /// Apparent size in bytes.
     pub size: u64,
-    /// First sector of the file's single extent.
-    pub start_sector: u64,
+    /// The file's blocks, sorted by `file_sector`, never overlapping. An
+    /// ordinary file is one extent (ext4 extents and delayed allocation
+    /// keep most files in one); a sparse image has one per run of guest
+    /// data.
+    extents: Vec<Extent>,
 }
 
 impl File {
-    /// Sector holding byte `offset` of the file.
+    /// Device sector of the file's first sector, for files of one extent.
+    pub fn start_sector(&self) -> u64 {
+        self.extents.first().map_or(0, |e| e.dev_sector)
+    }
+
+    /// Device sector holding byte `offset` of an ordinary (one-extent)
+    /// file.
     pub fn sector_of(&self, offset: u64) -> u64 {
-        self.start_sector + offset / 512
+        self.start_sector() + offset / 512
+    }
+
+    pub fn extents(&self) -> &[Extent] {
+        &self.extents
+    }
+
+    /// The first piece of the file's sectors `[file_sector, file_sector +
+    /// sectors)`: how many of them are contiguous on the device, and
+    /// where, or how many lie in a hole. Callers walk a range piece by
+    /// piece.
+    pub fn piece(&self, file_sector: u64, sectors: u64) -> Piece {
+        // The last extent starting at or before file_sector.
+        let i = self
+            .extents
+            .partition_point(|e| e.file_sector <= file_sector);
+        if i > 0 {
+            let e = &self.extents[i - 1];
+            let end = e.file_sector + e.sectors;
+            if file_sector < end {
+                return Piece::Mapped {
+                    dev_sector: e.dev_sector + (file_sector - e.file_sector),
+                    sectors: sectors.min(end - file_sector),
+                };
+            }
+        }
+        let next = self
+            .extents
+            .get(i)
+            .map_or(u64::MAX, |e| e.file_sector - file_sector);
+        Piece::Hole {
+            sectors: sectors.min(next),
+        }
     }
 }
 
@@ -41,8 +106,8 @@ impl File {
 pub struct Layout {
     pub files: Vec<File>,
     capacity_bytes: u64,
-    /// Next free byte inside each used group.
-    group_fill: BTreeMap<u64, u64>,
+    /// Free space: byte ranges `start -> end`, disjoint and not touching.
+    free: BTreeMap<u64, u64>,
     /// Bytes of files placed over others because the device had no room
     /// left for them (see [`Layout::overlapping_bytes`]).
     overlapping: u64,
@@ -63,7 +128,7 @@ impl Layout {
         Layout {
             files: Vec::new(),
             capacity_bytes,
-            group_fill: BTreeMap::new(),
+            free: BTreeMap::from([(0, capacity_bytes)]),
             overlapping: 0,
         }
     }
@@ -86,33 +151,79 @@ impl Layout {
         }
     }
 
-    /// Allocates `size` bytes contiguously, in `group` or the first group
-    /// after it with room; a file larger than what is left of a group takes
-    /// the following groups, which must be free.
+    /// The first free byte at or after `goal` from which `size` bytes are
+    /// free, or the first one on the device if there is none after `goal`.
+    fn find_free(&self, goal: u64, size: u64) -> Option<u64> {
+        let containing = self
+            .free
+            .range(..=goal)
+            .next_back()
+            .filter(|(_, &e)| e > goal)
+            .map(|(_, &e)| (goal, e));
+        let after = self.free.range(goal + 1..).map(|(&s, &e)| (s, e));
+        let before = self.free.range(..=goal).map(|(&s, &e)| (s, e));
+        containing
+            .into_iter()
+            .chain(after)
+            .chain(before)
+            .find(|&(s, e)| e - s >= size)
+            .map(|(s, _)| s)
+    }
+
+    /// Marks `[start, start + size)`, which is free, used.
+    fn take(&mut self, start: u64, size: u64) {
+        let (&s, &e) = self.free.range(..=start).next_back().expect("free");
+        debug_assert!(e >= start + size);
+        self.free.remove(&s);
+        if s < start {
+            self.free.insert(s, start);
+        }
+        if start + size < e {
+            self.free.insert(start + size, e);
+        }
+    }
+
+    /// Allocates `size` bytes contiguously from the start of `group`, or
+    /// after what that group already holds, or in the first group after it
+    /// with room (wrapping around); a file larger than what is left of a
+    /// group takes the following groups, which must be free.
     fn allocate(&mut self, group: u64, size: u64) -> u64 {
         let size = size.div_ceil(PAGE).max(1) * PAGE;
-        let n = self.groups();
-        let fill = |m: &BTreeMap<u64, u64>, g: u64| *m.get(&g).unwrap_or(&0);
-        for step in 0..n {
-            let g = (group + step) % n;
-            let start = g * GROUP_BYTES + fill(&self.group_fill, g);
-            let end = start + size;
-            if end > self.capacity_bytes {
-                continue;
+        match self.find_free(group * GROUP_BYTES, size) {
+            Some(start) => {
+                self.take(start, size);
+                start
             }
-            let last = (end - 1) / GROUP_BYTES;
-            if (g + 1..=last).all(|x| fill(&self.group_fill, x) == 0) {
-                for x in g..=last {
-                    let used = (end - x * GROUP_BYTES).min(GROUP_BYTES);
-                    self.group_fill.insert(x, used);
-                }
-                return start;
+            None => {
+                // The disk is full: overlap at the start rather than fail,
+                // and count it, so that a run can say its layout is not
+                // physical.
+                self.overlapping += size;
+                0
             }
         }
-        // The disk is full: overlap at the start rather than fail, and
-        // count it, so that a run can say its layout is not physical.
-        self.overlapping += size;
-        0
+    }
+
+    /// Allocates up to `size` bytes from `goal` on: at `goal` if it is
+    /// free, else in the first free space after it (wrapping around), and
+    /// only as much as is free there. Returns where, and how much.
+    fn allocate_near(&mut self, goal: u64, size: u64) -> (u64, u64) {
+        let goal = goal.min(self.capacity_bytes.saturating_sub(PAGE)) / PAGE * PAGE;
+        match self
+            .find_free(goal, size)
+            .or_else(|| self.find_free(goal, PAGE))
+        {
+            Some(start) => {
+                let end = *self.free.range(..=start).next_back().expect("free").1;
+                let got = size.min(end - start);
+                self.take(start, got);
+                (start, got)
+            }
+            None => {
+                self.overlapping += size;
+                (0, size)
+            }
+        }
     }
 
     /// Bytes of files that did not fit and were placed over others: a
@@ -132,9 +243,97 @@ impl Layout {
         self.files.push(File {
             path: path.to_string(),
             size,
-            start_sector: start / 512,
+            extents: vec![Extent {
+                file_sector: 0,
+                dev_sector: start / 512,
+                sectors: size.div_ceil(PAGE).max(1) * PAGE_SECTORS,
+            }],
         });
         self.files.len() - 1
+    }
+
+    /// Creates a sparse file of apparent size `size` that takes no room
+    /// yet: a VM's image, as `qemu-img create` makes it (raw images are
+    /// sparse files; qcow2 allocates clusters on first write). Its blocks
+    /// come with [`Layout::fill_sparse`].
+    pub fn add_sparse_file(&mut self, path: &str, size: u64) -> FileId {
+        self.files.push(File {
+            path: path.to_string(),
+            size,
+            extents: Vec::new(),
+        });
+        self.files.len() - 1
+    }
+
+    /// Gives blocks to the holes of sparse file `id` in sectors
+    /// `[file_sector, file_sector + sectors)`, as the guest's first write
+    /// there does. Where, follows ext4 (`ext4_ext_find_goal()`): the goal
+    /// is the block that keeps the file's offsets, counted from its extent
+    /// nearest before the hole (or its first one), so that on a roomy disk
+    /// a sparse image lies as a fully allocated one would; a file with no
+    /// blocks yet starts in its directory's group. Taken space around the
+    /// goal sends the blocks to the first free space after it, in as many
+    /// pieces as it takes (the multi-block allocator).
+    pub fn fill_sparse(&mut self, id: FileId, file_sector: u64, sectors: u64) {
+        let end = file_sector + sectors;
+        let mut at = file_sector;
+        while at < end {
+            match self.files[id].piece(at, end - at) {
+                Piece::Mapped { sectors, .. } => at += sectors,
+                Piece::Hole { sectors } => {
+                    let goal = self.goal_sector(id, at) * 512;
+                    let (dev, got) = self.allocate_near(goal, sectors * 512);
+                    let got = got / 512;
+                    self.insert_extent(id, at, dev / 512, got);
+                    at += got;
+                }
+            }
+        }
+    }
+
+    /// The device sector ext4 aims at for sector `file_sector` of file
+    /// `id` (`ext4_ext_find_goal()`).
+    fn goal_sector(&self, id: FileId, file_sector: u64) -> u64 {
+        let ext = &self.files[id].extents;
+        let i = ext.partition_point(|e| e.file_sector <= file_sector);
+        match ext.get(i.saturating_sub(1)) {
+            Some(e) if e.file_sector <= file_sector => e.dev_sector + (file_sector - e.file_sector),
+            Some(e) => e.dev_sector.saturating_sub(e.file_sector - file_sector),
+            None => {
+                let path = &self.files[id].path;
+                let dir = path.rsplit_once('/').map(|(d, _)| d).unwrap_or("/");
+                self.dir_group(if dir.is_empty() { "/" } else { dir }) * GROUP_BYTES / 512
+            }
+        }
+    }
+
+    /// Adds an extent to a file, merging it with the extent before it when
+    /// the two follow each other both in the file and on the device.
+    fn insert_extent(&mut self, id: FileId, file_sector: u64, dev_sector: u64, sectors: u64) {
+        let ext = &mut self.files[id].extents;
+        let i = ext.partition_point(|e| e.file_sector < file_sector);
+        if i > 0 {
+            let prev = &mut ext[i - 1];
+            if prev.file_sector + prev.sectors == file_sector
+                && prev.dev_sector + prev.sectors == dev_sector
+            {
+                prev.sectors += sectors;
+                return;
+            }
+        }
+        ext.insert(
+            i,
+            Extent {
+                file_sector,
+                dev_sector,
+                sectors,
+            },
+        );
+    }
+
+    /// Bytes a file takes on the device.
+    pub fn allocated_bytes(&self, id: FileId) -> u64 {
+        self.files[id].extents.iter().map(|e| e.sectors * 512).sum()
     }
 
     pub fn file(&self, id: FileId) -> &File {
@@ -246,8 +445,8 @@ mod tests {
         let b = l.add_file("/usr/lib/x86_64-linux-gnu/libB.so", 1 << 20);
         let e = l.add_file("/etc/fonts/fonts.conf", 8192);
         let (fa, fb, fe) = (l.file(a), l.file(b), l.file(e));
-        assert_eq!(fb.start_sector, fa.start_sector + (1 << 20) / 512);
-        let dist = fe.start_sector.abs_diff(fa.start_sector);
+        assert_eq!(fb.start_sector(), fa.start_sector() + (1 << 20) / 512);
+        let dist = fe.start_sector().abs_diff(fa.start_sector());
         assert!(
             dist > GROUP_BYTES / 512,
             "different top-level dirs are far apart"
@@ -260,8 +459,8 @@ mod tests {
             .iter()
             .map(|&f| {
                 (
-                    l.file(f).start_sector,
-                    l.file(f).start_sector + (4 << 30) / 512,
+                    l.file(f).start_sector(),
+                    l.file(f).start_sector() + (4 << 30) / 512,
                 )
             })
             .collect();
@@ -269,5 +468,76 @@ mod tests {
         for w in spans.windows(2) {
             assert!(w[0].1 <= w[1].0, "overlap: {w:?}");
         }
+    }
+
+    #[test]
+    fn a_sparse_file_takes_room_only_where_written() {
+        let mut l = Layout::new(16_000_000_000);
+        let img = l.add_sparse_file("/var/lib/images/vm1.img", 8 << 30);
+        assert_eq!(l.allocated_bytes(img), 0);
+        assert_eq!(
+            l.file(img).piece(100, 8),
+            Piece::Hole { sectors: 8 },
+            "nothing written yet"
+        );
+        // Two runs far apart in the file keep their distance on a roomy
+        // device, as ext4's goal keeps it.
+        l.fill_sparse(img, 1_000_000, 2048);
+        l.fill_sparse(img, 9_000_000, 2048);
+        assert_eq!(l.allocated_bytes(img), 2 * 2048 * 512);
+        let dev = |l: &Layout, s: u64| match l.file(img).piece(s, 8) {
+            Piece::Mapped { dev_sector, .. } => dev_sector,
+            Piece::Hole { .. } => panic!("written range unmapped"),
+        };
+        let a = dev(&l, 1_000_000);
+        assert_eq!(dev(&l, 9_000_000), a + 8_000_000);
+        // A range across a run's end stops at the end; the hole after it
+        // stops at the next run.
+        assert_eq!(
+            l.file(img).piece(1_002_040, 100),
+            Piece::Mapped {
+                dev_sector: a + 2040,
+                sectors: 8
+            }
+        );
+        assert_eq!(
+            l.file(img).piece(1_002_048, 10_000_000),
+            Piece::Hole {
+                sectors: 9_000_000 - 1_002_048
+            }
+        );
+        // Writing a range again allocates only its holes; a run that
+        // follows the last one on both sides merges with it.
+        l.fill_sparse(img, 9_000_000, 4096);
+        assert_eq!(l.allocated_bytes(img), (2048 + 4096) * 512);
+        assert_eq!(l.file(img).extents().len(), 2);
+        // Where the goal is taken (another image's data), the blocks go
+        // to the first free space after it.
+        let other = l.add_sparse_file("/var/lib/images/vm2.img", 8 << 30);
+        l.fill_sparse(other, 0, 2048);
+        let o = match l.file(other).piece(0, 8) {
+            Piece::Mapped { dev_sector, .. } => dev_sector,
+            Piece::Hole { .. } => panic!("unmapped"),
+        };
+        assert!(
+            o >= a + 2048 || o + 2048 <= a,
+            "vm2 at {o} overlaps vm1 at {a}"
+        );
+        l.fill_sparse(other, 1_000_000, 2048);
+        let o2 = match l.file(other).piece(1_000_000, 8) {
+            Piece::Mapped { dev_sector, .. } => dev_sector,
+            Piece::Hole { .. } => panic!("unmapped"),
+        };
+        let vm1: Vec<(u64, u64)> = l
+            .file(img)
+            .extents()
+            .iter()
+            .map(|e| (e.dev_sector, e.dev_sector + e.sectors))
+            .collect();
+        assert!(
+            vm1.iter().all(|&(s, e)| o2 + 2048 <= s || o2 >= e),
+            "vm2's run at {o2} lies over vm1's {vm1:?}"
+        );
+        assert_eq!(l.overlapping_bytes(), 0);
     }
 }

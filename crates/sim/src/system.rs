@@ -8,7 +8,7 @@
 use crate::block::{Backend, Bio, BlockLayer};
 use crate::coord::{CoordConfig, CoordStats, Coordination};
 use crate::engine::{EventQueue, Rng};
-use crate::fs::{FileId, Layout, PageSet, PAGE, PAGE_SECTORS};
+use crate::fs::{FileId, Layout, PageSet, Piece, PAGE, PAGE_SECTORS};
 use crate::request::{BioOwner, CgroupId, IoContext, IoPrio, Pid};
 use crate::sched::{self, Cgroups, SchedConfig, TickSource, MSEC, SEC};
 use crate::virtio::Virtqueue;
@@ -402,7 +402,7 @@ impl Machine {
         guest.last_active = self.now();
         let k = self.kernels.len();
         self.kernels.push(guest);
-        let image = self.add_file(HOST, image_path, cfg.image_bytes);
+        let image = self.add_sparse_file(HOST, image_path, cfg.image_bytes);
         let vm = self.vms.len();
         self.vms.push(Vm {
             guest: k,
@@ -496,13 +496,38 @@ impl Machine {
             .sum()
     }
 
-    /// Places a file on kernel `k`'s disk.
+    /// Places a file on kernel `k`'s disk. A file in a guest is written
+    /// into its VM's image, which takes room on the host for it.
     pub fn add_file(&mut self, k: KernelId, path: &str, size: u64) -> FileId {
         let kern = &mut self.kernels[k];
         let id = kern.layout.add_file(path, size);
         kern.cache.push(PageSet::default());
         kern.dirty.push(PageSet::default());
+        if let Some(vm) = self.vms.iter().find(|v| v.guest == k) {
+            for e in self.kernels[k].layout.file(id).extents().to_vec() {
+                self.kernels[HOST]
+                    .layout
+                    .fill_sparse(vm.image, e.dev_sector, e.sectors);
+            }
+        }
         id
+    }
+
+    /// Creates a sparse file on kernel `k`'s disk (a VM's image), which
+    /// takes room only where data is written into it.
+    fn add_sparse_file(&mut self, k: KernelId, path: &str, size: u64) -> FileId {
+        let kern = &mut self.kernels[k];
+        let id = kern.layout.add_sparse_file(path, size);
+        kern.cache.push(PageSet::default());
+        kern.dirty.push(PageSet::default());
+        id
+    }
+
+    /// Bytes VM `vm`'s image takes on the host.
+    pub fn image_allocated_bytes(&self, vm: usize) -> u64 {
+        self.kernels[HOST]
+            .layout
+            .allocated_bytes(self.vms[vm].image)
     }
 
     /// Drops kernel `k`'s clean page cache (`echo 3 >
@@ -982,7 +1007,7 @@ impl Machine {
             Role::RandReader { file } => {
                 let f = self.kernels[k].layout.file(file);
                 let pages = (f.size / PAGE).max(1);
-                let start = f.start_sector;
+                let start = f.start_sector();
                 let page = self.procs[i].rng.below(pages);
                 let sector = start + page * PAGE_SECTORS;
                 self.submit(pid, sector, PAGE_SECTORS as u32, Direction::Read, true, 0);
@@ -1107,21 +1132,25 @@ impl Machine {
             (j.vm, j.req, j.thread)
         };
         let image = self.vms[vm].image;
-        let host = &self.kernels[HOST];
-        let image_start = host.layout.file(image).start_sector;
         let token = job as u64;
         if self.vms[vm].aio == Aio::IoThread {
-            // O_DIRECT: the request itself goes to the host's block layer.
-            // Direct I/O is REQ_SYNC in both directions (`dio_bio_write_op()`).
-            self.jobs[job].as_mut().expect("live").pending = 1;
-            self.submit(
+            // O_DIRECT: the request itself goes to the host's block layer,
+            // one bio per contiguous piece of the image. Direct I/O is
+            // REQ_SYNC in both directions (`dio_bio_write_op()`).
+            let bios = self.submit_file_range(
                 thread,
-                image_start + req.sector,
-                req.sectors,
+                image,
+                req.sector,
+                req.sectors as u64,
                 req.dir,
                 true,
                 token,
             );
+            self.jobs[job].as_mut().expect("live").pending = bios;
+            if bios == 0 {
+                // All in holes of the image: zeros, no host I/O.
+                self.q.push(now, Ev::JobDone(job));
+            }
             return;
         }
         // Buffered: through the host page cache of the image file.
@@ -1138,9 +1167,12 @@ impl Machine {
                 let mut bios = 0;
                 for (s, e) in holes {
                     self.kernels[HOST].cache[image].insert(s, e);
-                    bios += self.submit_pages(thread, image_start, s, e, token);
+                    bios += self.submit_pages(thread, image, s, e, token);
                 }
                 self.jobs[job].as_mut().expect("live").pending = bios;
+                if bios == 0 {
+                    self.q.push(now + copy, Ev::JobDone(job));
+                }
             }
             Direction::Write => {
                 self.dirty_pages_of(HOST, image, first, last);
@@ -1149,24 +1181,59 @@ impl Machine {
         }
     }
 
-    /// Reads pages `[s, e)` of a file starting at `file_start` as bios of
-    /// at most one readahead window each; returns how many.
-    fn submit_pages(&mut self, pid: Pid, file_start: u64, s: u64, e: u64, token: u64) -> u32 {
+    /// Reads pages `[s, e)` of `file` (of the kernel `pid` runs in) as
+    /// bios of at most one readahead window each, split where the file is
+    /// not contiguous; returns how many.
+    fn submit_pages(&mut self, pid: Pid, file: FileId, s: u64, e: u64, token: u64) -> u32 {
         let max_pages = READAHEAD_BYTES / PAGE;
         let mut bios = 0;
         let mut p = s;
         while p < e {
             let n = (e - p).min(max_pages);
-            self.submit(
+            bios += self.submit_file_range(
                 pid,
-                file_start + p * PAGE_SECTORS,
-                (n * PAGE_SECTORS) as u32,
+                file,
+                p * PAGE_SECTORS,
+                n * PAGE_SECTORS,
                 Direction::Read,
                 true,
                 token,
             );
-            bios += 1;
             p += n;
+        }
+        bios
+    }
+
+    /// Submits sectors `[first, first + sectors)` of `file` (of the kernel
+    /// `pid` runs in) as one bio per piece contiguous on the device; the
+    /// holes of a sparse file need no I/O. Returns how many bios.
+    #[allow(clippy::too_many_arguments)]
+    fn submit_file_range(
+        &mut self,
+        pid: Pid,
+        file: FileId,
+        first: u64,
+        sectors: u64,
+        dir: Direction,
+        sync: bool,
+        token: u64,
+    ) -> u32 {
+        let k = self.procs[pid as usize].kernel;
+        let end = first + sectors;
+        let mut at = first;
+        let mut bios = 0;
+        while at < end {
+            match self.kernels[k].layout.file(file).piece(at, end - at) {
+                Piece::Mapped {
+                    dev_sector,
+                    sectors,
+                } => {
+                    self.submit(pid, dev_sector, sectors as u32, dir, sync, token);
+                    bios += 1;
+                    at += sectors;
+                }
+                Piece::Hole { sectors } => at += sectors,
+            }
         }
         bios
     }
@@ -1243,11 +1310,10 @@ impl Machine {
         }
         // Pages enter the cache when their reads are submitted (they are
         // locked until the read completes, and nobody else reads them).
-        let start_sector = self.kernels[k].layout.file(file).start_sector;
         let mut bios = 0;
         for (s, e) in holes {
             self.kernels[k].cache[file].insert(s, e);
-            bios += self.submit_pages(pid, start_sector, s, e, 0);
+            bios += self.submit_pages(pid, file, s, e, 0);
         }
         if let Role::App(run) = &mut self.procs[pid as usize].role {
             run.pending += bios;
@@ -1379,24 +1445,24 @@ impl Machine {
                 .expect("non-empty");
             let n = e - s;
             kern.dirty_pages -= n;
-            let sector = kern.layout.file(file).start_sector + s * PAGE_SECTORS;
             let sync = sync_left > 0;
+            let bios = self.submit_file_range(
+                fpid,
+                file,
+                s * PAGE_SECTORS,
+                n * PAGE_SECTORS,
+                Direction::Write,
+                sync,
+                0,
+            );
             if let Role::Flusher {
                 inflight,
                 sync_left,
             } = &mut self.procs[fpid as usize].role
             {
-                *inflight += 1;
+                *inflight += bios;
                 *sync_left = sync_left.saturating_sub(n);
             }
-            self.submit(
-                fpid,
-                sector,
-                (n * PAGE_SECTORS) as u32,
-                Direction::Write,
-                sync,
-                0,
-            );
         }
     }
 }

@@ -273,38 +273,72 @@ host_workload = ["none"]
 /// run says so: an 8 GiB image fits on the 60 GB disk, not on the 8 GB card,
 /// and two of them not on the 16 GB eMMC.
 #[test]
-fn images_that_do_not_fit_are_counted() {
-    let mut disk = machine("hdd-1.8in");
-    disk.add_vm(&vm("bfq"), "/images/vm1.img").unwrap();
-    assert_eq!(disk.overlapping_file_bytes(), 0);
+fn images_are_sparse_and_files_that_do_not_fit_are_counted() {
+    // An image takes room on the host only for what its guest holds.
     let mut card = machine("microsd-class6");
-    card.add_vm(&vm("bfq"), "/images/vm1.img").unwrap();
-    assert_eq!(card.overlapping_file_bytes(), 8 << 30);
-    let mut emmc = machine("emmc");
-    emmc.add_vm(&vm("bfq"), "/images/vm1.img").unwrap();
-    assert_eq!(emmc.overlapping_file_bytes(), 0);
-    emmc.add_vm(&vm("bfq"), "/images/vm2.img").unwrap();
-    assert_eq!(emmc.overlapping_file_bytes(), 8 << 30);
-    // A run reports it among its counters.
+    let (g1, v1) = card.add_vm(&vm("bfq"), "/images/vm1.img").unwrap();
+    assert_eq!(card.image_allocated_bytes(v1), 0);
+    card.add_file(g1, "/usr/bin/xterm", 10_000);
+    card.add_file(g1, "/S/file0", 500 << 20);
+    assert_eq!(card.image_allocated_bytes(v1), 12_288 + (500 << 20));
+    // A second VM with 5 GiB of files fits beside it on the 8 GB card...
+    let (g2, v2) = card.add_vm(&vm("bfq"), "/images/vm2.img").unwrap();
+    card.add_file(g2, "/S/file0", 5 << 30);
+    assert_eq!(card.image_allocated_bytes(v2), 5 << 30);
+    assert_eq!(card.overlapping_file_bytes(), 0);
+    // ... a third one does not, and is counted.
+    let (g3, _) = card.add_vm(&vm("bfq"), "/images/vm3.img").unwrap();
+    card.add_file(g3, "/S/file0", 5 << 30);
+    assert_eq!(card.overlapping_file_bytes(), 5 << 30);
+
+    // The guest's reads land in its image's blocks on the host: a reader
+    // of the 500 MiB file of VM 1 moves the host's disk.
+    let f = card.add_file(g1, "/S/file1", 500 << 20);
+    card.start_seq_reader(g1, f, IoPrio::DEFAULT, 0);
+    card.run_until(secs(2.0), |_| false);
+    let (guest_read, _) = card.sectors_done(g1);
+    let (host_read, _) = card.sectors_done(HOST);
+    assert!(
+        guest_read > 0 && host_read >= guest_read,
+        "{guest_read} {host_read}"
+    );
+
+    // Runs: VM images now fit on the card, and the workload files of
+    // eight VMs are made smaller to fit on the eMMC; both say so in the
+    // run's counters only when it applies.
     let text = r#"
 benchmark = "startup"
 app = "xterm-2014"
 iterations = 1
 repetitions = 1
 [matrix]
-device = ["hdd-1.8in", "microsd-class6"]
+device = ["hdd-1.8in", "microsd-class6", "emmc"]
 guest_sched = ["bfq"]
-guest_workload = ["none"]
+guest_workload = ["5r-seq"]
 host_sched = ["bfq"]
 host_workload = ["none"]
+other_vms = ["none", "7x5r-seq"]
 "#;
     for cell in Scenario::from_toml_str(text, &accepted()).unwrap().cells() {
         let r = run_startup(&cell, &SimOptions::default(), 0).unwrap();
+        let name = format!("{} {}", cell.device, cell.other_vms);
         let over = r.counters.get(sim::bench::OVERLAPPING_FILE_BYTES).copied();
-        if cell.device == "hdd-1.8in" {
-            assert_eq!(over, None);
-        } else {
-            assert_eq!(over, Some((8u64 << 30) as f64));
+        let mib = r.counters.get(sim::bench::WORKLOAD_FILE_MIB).copied();
+        match (cell.device.as_str(), cell.other_vms.as_str()) {
+            // 8 x 5 files of 500 MiB cannot all fit on the 8 GB card.
+            ("microsd-class6", "7x5r-seq") => {
+                assert_eq!(over, None, "{name}");
+                assert_eq!(
+                    mib,
+                    Some(((15_523_840u64 * 512) as f64 * 0.75 / 40.0 / 1048576.0).floor()),
+                    "{name}"
+                );
+            }
+            ("emmc", "7x5r-seq") => {
+                assert_eq!(over, None, "{name}");
+                assert!(mib.is_some_and(|m| m < 500.0), "{name}");
+            }
+            _ => assert_eq!((over, mib), (None, None), "{name}"),
         }
     }
 }
