@@ -1098,7 +1098,7 @@ impl Hostd {
                             self.log_boost(vm, now, &format!("HELP ({reason:?})"));
                         }
                         self.arbiter
-                            .help(vm as u32, now, duration_hint_ms as u64 * MS)
+                            .help_for(vm as u32, now, duration_hint_ms as u64 * MS, reason)
                     }
                     Message::NoHelp {
                         resource: policy::Resource::Io,

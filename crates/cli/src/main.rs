@@ -177,6 +177,10 @@ struct SimKnobs {
     /// How long into a BFQ raising a guest asks for help, in seconds.
     #[arg(long, value_name = "S")]
     help_per_raising_s: Option<f64>,
+    /// How long a guest waits, without a raised queue busy, before it says
+    /// NO-HELP, in ms.
+    #[arg(long, value_name = "MS")]
+    no_help_delay_ms: Option<u64>,
     /// Weight factor of the help-weight mode.
     #[arg(long, default_value_t = sim::coord::DEFAULT_WEIGHT_FACTOR)]
     weight_factor: u32,
@@ -290,6 +294,9 @@ fn knobs_to_opts(k: &SimKnobs) -> Result<sim::bench::SimOptions, Failure> {
             )));
         }
         opts.coord.help_per_raising_ns = (s * 1e9) as u64;
+    }
+    if let Some(ms) = k.no_help_delay_ms {
+        opts.coord.no_help_delay_ns = ms * 1_000_000;
     }
     if let Some(ms) = k.quantum_ms {
         opts.coord.policy.quantum_ns = ms * 1_000_000;

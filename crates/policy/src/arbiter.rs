@@ -27,6 +27,7 @@ use std::collections::BTreeMap;
 use crate::budget::BudgetLedger;
 use crate::fairshare::{pick, virtual_service, Candidate, SystemVirtualTime, VirtualTime};
 use crate::lease::{Lease, LeaseEnd};
+use crate::protocol::HelpReason;
 use crate::{Nanos, PolicyConfig, VmId};
 
 /// A change the caller must apply.
@@ -87,8 +88,12 @@ struct VmState {
     /// When its budget situation changes next (runs out while boosted, or
     /// enough budget is back while held back), as of the last update.
     budget_deadline: Option<Nanos>,
-    /// Whether it wanted help (a live lease) at the last update, and since
-    /// when it has not (`None`: it never asked).
+    /// Whether the reason of its latest HELP is a start
+    /// ([`HelpReason::is_start`]).
+    start_reason: bool,
+    /// Whether it wanted help for a start (a live lease, a start reason)
+    /// at the last update, and since when it has not (`None`: it never
+    /// did).
     asking: bool,
     quiet_since: Option<Nanos>,
     /// Raised as a newcomer until then (see [`PolicyConfig::newcomer_factor`]).
@@ -119,6 +124,7 @@ impl VmState {
             competing: false,
             budget_blocked: false,
             budget_deadline: None,
+            start_reason: false,
             asking: false,
             quiet_since: None,
             raised_until: 0,
@@ -201,13 +207,21 @@ impl Arbiter {
         }
     }
 
-    /// A HELP (or a renewal) from `vm` at `now`: it wants help until
-    /// `now + min(duration_hint_ns, max_lease_ns)`. A hint of 0 asks for
-    /// nothing. Messages from unknown VMs are ignored.
+    /// A HELP (or a renewal) from `vm` at `now` for a start
+    /// ([`HelpReason::Interactive`]): see [`Arbiter::help_for`].
     pub fn help(&mut self, vm: VmId, now: Nanos, duration_hint_ns: Nanos) {
+        self.help_for(vm, now, duration_hint_ns, HelpReason::Interactive)
+    }
+
+    /// A HELP (or a renewal) from `vm` at `now`, for `reason`: it wants
+    /// help until `now + min(duration_hint_ns, max_lease_ns)`. A hint of 0
+    /// asks for nothing. Only a start ([`HelpReason::is_start`]) can earn
+    /// the newcomer raise. Messages from unknown VMs are ignored.
+    pub fn help_for(&mut self, vm: VmId, now: Nanos, duration_hint_ns: Nanos, reason: HelpReason) {
         let now = self.observe_time(now);
         let max = self.cfg.max_lease_ns;
         if let Some(s) = self.vms.get_mut(&vm) {
+            s.start_reason = reason.is_start();
             s.lease.grant(now, duration_hint_ns, max);
             s.stats.helps += 1;
             self.update_due = true;
@@ -249,10 +263,13 @@ impl Arbiter {
             if ended == Some(LeaseEnd::Expired) {
                 s.stats.leases_expired += 1;
             }
-            // A VM that starts asking after a quiet spell (or for the first
-            // time) is raised, as BFQ raises a queue that restarts after
-            // `bfq_wr_min_idle_time`; the raise ends when it stops asking.
-            let asking = s.lease.is_live();
+            // A VM that starts asking for a start after a quiet spell (or
+            // for the first time) is raised, as BFQ raises a queue that
+            // restarts after `bfq_wr_min_idle_time`; the raise ends when it
+            // stops asking for a start. A VM already asking for another
+            // reason (a soft real-time stream) whose guest now asks for a
+            // start counts as starting to ask.
+            let asking = s.lease.is_live() && s.start_reason;
             if asking && !s.asking {
                 let quiet = s
                     .quiet_since
@@ -582,6 +599,38 @@ mod tests {
         b.update(t);
         b.help(2, t, 100 * SEC);
         assert_eq!(b.update(t), vec![]);
+    }
+
+    /// Only a start earns the raise: a VM that starts asking for a soft
+    /// real-time stream competes at its plain weight, and is raised once
+    /// its guest asks for a start.
+    #[test]
+    fn only_a_start_is_raised() {
+        let cfg = PolicyConfig {
+            max_lease_ns: 100 * SEC,
+            budget_fraction: 1.0,
+            quantum_ns: SEC,
+            ..test_cfg()
+        };
+        let mut a = arbiter(cfg, &[(1, 1), (2, 1)]);
+        a.help(1, 0, 100 * SEC);
+        a.update(0);
+        let t = 30 * SEC + 300 * MS;
+        a.update(t);
+        a.help_for(2, t, 100 * SEC, HelpReason::SoftRealTime);
+        assert_eq!(a.update(t), vec![], "a stream waits for the quantum");
+        let t2 = t + 50 * MS;
+        a.help_for(2, t2, 100 * SEC, HelpReason::Interactive);
+        assert_eq!(
+            a.update(t2),
+            vec![
+                BoostChange::Unboost(1, UnboostReason::Preempted),
+                BoostChange::Boost(2)
+            ],
+            "a start preempts"
+        );
+        assert!(HelpReason::Exec.is_start() && HelpReason::IoResume.is_start());
+        assert!(!HelpReason::SoftRealTime.is_start() && !HelpReason::Other(9).is_start());
     }
 
     #[test]

@@ -8,13 +8,14 @@
 //! renewal to arrive), and one NO-HELP when it ends.
 
 use crate::detect::Urgency;
-use crate::protocol::{Message, Resource};
+use crate::protocol::{HelpReason, Message, Resource};
 use crate::{Nanos, MS};
 
 /// What the last HELP covered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Sent {
     resource: Resource,
+    reason: HelpReason,
     /// The host's lease (as asked for) runs until here.
     covered_until: Nanos,
     /// Send a renewal at or after this time if help is still needed.
@@ -40,8 +41,8 @@ impl HelpClient {
 
     /// The urgency at `now`; returns the message to send, if any.
     ///
-    /// On `Help`, a HELP goes out when help was not asked yet, when the
-    /// renewal is due, or when the need now reaches past what was asked and
+    /// On `Help`, a HELP goes out when help was not asked yet, when its
+    /// resource or reason changed, when the renewal is due, or when the need now reaches past what was asked and
     /// less than half a lease of it is left. It asks for the rest of the need,
     /// capped at the lease. A `Help` for no time counts as `NoHelp`. On
     /// `NoHelp`, one NO-HELP goes out if help had been asked.
@@ -56,7 +57,7 @@ impl HelpClient {
                 let half = (self.lease_ns / 2).max(1);
                 let send = match self.sent {
                     None => true,
-                    Some(s) if s.resource != resource => true,
+                    Some(s) if s.resource != resource || s.reason != reason => true,
                     Some(s) => {
                         now >= s.renew_at
                             || (need_end > s.covered_until
@@ -76,6 +77,7 @@ impl HelpClient {
                 };
                 self.sent = Some(Sent {
                     resource,
+                    reason,
                     covered_until,
                     renew_at,
                 });
@@ -112,7 +114,6 @@ fn ns_to_ms_ceil(ns: Nanos) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::HelpReason;
     use crate::SEC;
 
     fn need(duration_ns: Nanos) -> Urgency {
@@ -157,6 +158,24 @@ mod tests {
         assert_eq!(c.step(100 * MS, &need(200 * MS)), None);
         // The need grows past what was asked, with less than half a lease left.
         assert_eq!(c.step(200 * MS, &need(2 * SEC)), help_ms(1000));
+    }
+
+    #[test]
+    fn a_new_reason_goes_out_at_once() {
+        let mut c = HelpClient::new(SEC);
+        let stream = Urgency::Help {
+            resource: Resource::Io,
+            reason: HelpReason::SoftRealTime,
+            duration_ns: 10 * SEC,
+        };
+        assert!(c.step(0, &stream).is_some());
+        assert_eq!(c.step(100 * MS, &stream), None);
+        assert_eq!(
+            c.step(200 * MS, &need(10 * SEC)),
+            help_ms(1000),
+            "a start beside the stream is news for the host"
+        );
+        assert_eq!(c.step(300 * MS, &need(10 * SEC)), None);
     }
 
     #[test]

@@ -189,6 +189,26 @@ impl Resource {
 const REASON_OTHER: u8 = 0;
 
 impl HelpReason {
+    /// Whether the need is a start: a program starting or coming back to
+    /// the disk, what BFQ's interactive weight raising is for, or a user's
+    /// explicit request. Such a need is short and wants a head start; the
+    /// host's arbiter raises a VM that starts asking for one after a quiet
+    /// spell ([`crate::PolicyConfig::newcomer_factor`]). A soft real-time
+    /// stream wants steady service instead, not a head start; and a guest's
+    /// BFQ deems a background reader soft real-time when the host starves it
+    /// (the reader's rate drops below the soft real-time limit), so a raise
+    /// for that reason would go to the VMs the host load slows most rather
+    /// than to the ones starting programs.
+    pub fn is_start(self) -> bool {
+        matches!(
+            self,
+            HelpReason::Exec
+                | HelpReason::IoResume
+                | HelpReason::Interactive
+                | HelpReason::Explicit
+        )
+    }
+
     fn write(self, out: &mut Vec<u8>) {
         match self {
             HelpReason::Exec => out.push(1),

@@ -212,6 +212,9 @@ impl CoordConfig {
 pub struct CoordStats {
     /// HELP messages the guest sent (first requests and renewals).
     pub helps_sent: u64,
+    /// Of those, the ones whose reason is a start
+    /// ([`policy::HelpReason::is_start`]).
+    pub start_helps_sent: u64,
     /// NO-HELP messages the guest sent.
     pub no_helps_sent: u64,
     /// Time the host had the VM boosted, in total.

@@ -116,7 +116,10 @@ enum Ev {
 /// NO-HELP, as the host's arbiter uses them).
 #[derive(Clone, Copy, Debug)]
 enum CoordMsg {
-    Help { duration_ns: Nanos },
+    Help {
+        duration_ns: Nanos,
+        reason: policy::HelpReason,
+    },
     NoHelp,
 }
 
@@ -774,9 +777,10 @@ impl Machine {
             Ev::CoordMsg(vm, msg) => {
                 if let Some(arb) = self.arbiter.as_mut() {
                     match msg {
-                        CoordMsg::Help { duration_ns } => {
-                            arb.help(vm as policy::VmId, now, duration_ns)
-                        }
+                        CoordMsg::Help {
+                            duration_ns,
+                            reason,
+                        } => arb.help_for(vm as policy::VmId, now, duration_ns, reason),
                         CoordMsg::NoHelp => arb.no_help(vm as policy::VmId, now),
                     }
                 }
@@ -835,11 +839,15 @@ impl Machine {
             if let Some(msg) = gc.client.step(now, &gc.urgency) {
                 let kind = match msg {
                     policy::Message::Help {
-                        duration_hint_ms, ..
+                        duration_hint_ms,
+                        reason,
+                        ..
                     } => {
                         self.vms[vm].stats.helps_sent += 1;
+                        self.vms[vm].stats.start_helps_sent += reason.is_start() as u64;
                         Some(CoordMsg::Help {
                             duration_ns: duration_hint_ms as Nanos * 1_000_000,
+                            reason,
                         })
                     }
                     policy::Message::NoHelp { .. } => {

@@ -70,6 +70,12 @@ fn help_wr_keeps_the_calibrated_xterm_within_1_3x_idle_under_host_load() {
     assert_help_near_idle("xterm-2014", "help-wr", 1.3);
 }
 
+/// Repetitions of [`assert_help_near_idle`]: the scenario's 10. The first
+/// start of a run can take 2.5x the others (`help-wr`, 1r-rand in the
+/// guest: 5.1 s in two runs of three), so three repetitions measure the
+/// luck of the draw more than the mode.
+const REPS: u32 = 10;
+
 /// `app`'s start-up in a `bfq` guest under five host readers: at least 3x
 /// idle without coordination, at most `bound` x idle with `mode`.
 fn assert_help_near_idle(app: &str, mode: &str, bound: f64) {
@@ -88,7 +94,7 @@ fn assert_help_near_idle(app: &str, mode: &str, bound: f64) {
             ]
             .concat(),
         ),
-        3,
+        REPS,
     )
     .0;
     for gw in ["1r-seq", "5r-seq", "1r-rand"] {
@@ -106,8 +112,8 @@ fn assert_help_near_idle(app: &str, mode: &str, bound: f64) {
                 .concat(),
             )
         };
-        let (off, off_timeouts) = startup(&cell("off"), 3);
-        let (help, help_timeouts) = startup(&cell(mode), 3);
+        let (off, off_timeouts) = startup(&cell("off"), REPS);
+        let (help, help_timeouts) = startup(&cell(mode), REPS);
         eprintln!(
             "{app} {gw}: idle {idle:.2} s, off {off:.2} s ({off_timeouts} timeouts), \
              {mode} {help:.2} s ({:.2}x idle)",
@@ -419,4 +425,62 @@ fn a_greedy_vm_costs_little_with_eight_vms_under_help_wr() {
         "the greedy VM costs VM 1 {:.2}x",
         greedy / plain
     );
+}
+
+/// Seven VMs with five sequential readers each on the 1.8" disk, one of
+/// them greedy: while the host boosts the greedy VM (`help-rt`: its QEMU
+/// thread in the RT class), it serves the others' readers so seldom that a reader's next request comes more than 2 s after
+/// its queue was last served, and the guest's BFQ raises it as if it were a
+/// program starting (`bfq_bfqq_idle_for_long_time()` looks at the queue,
+/// not at why it was empty). Its previous request had just completed,
+/// though: the guest does not count such a raising as a start, so these
+/// VMs never ask the host for a start, which would earn them the arbiter's
+/// raise against VMs really starting programs (with eight VMs, two of them
+/// starting xterm at once, such starts held the slot for seconds).
+#[test]
+fn readers_the_host_starves_are_not_taken_for_starts() {
+    let mut m = machine();
+    m.set_coordination(coord(Coordination::HelpRt)).unwrap();
+    let mut readers = Vec::new();
+    let mut vms = Vec::new();
+    for v in 0..7 {
+        let (g, vm) = m
+            .add_vm(&guest_defaults(), &format!("/images/vm{}.img", v + 1))
+            .unwrap();
+        if v == 0 {
+            m.set_greedy(vm);
+        } else {
+            vms.push(vm);
+        }
+        for i in 0..5 {
+            let f = m.add_file(g, &format!("/S/file{i}"), 500 << 20);
+            let pid = m.start_seq_reader(g, f, IoPrio::DEFAULT, 0);
+            if v > 0 {
+                readers.push(pid);
+            }
+        }
+    }
+    // The readers' first raisings (new queues) are starts, asked for in
+    // the first seconds; after 15 s only the host's slowness raises them.
+    m.run_until(secs(15.0), |_| false);
+    let raised = |m: &Machine| readers.iter().map(|&p| m.raisings(p).0).sum::<u32>();
+    let starts = |m: &Machine| {
+        vms.iter()
+            .map(|&v| m.coord_stats(v).start_helps_sent)
+            .sum::<u64>()
+    };
+    let (raised0, starts0) = (raised(&m), starts(&m));
+    m.run_until(secs(75.0), |_| false);
+    let (raised1, starts1) = (raised(&m), starts(&m));
+    eprintln!(
+        "15-75 s: {} interactive raisings of starved readers, {} start HELPs",
+        raised1 - raised0,
+        starts1 - starts0
+    );
+    assert!(
+        raised1 > raised0,
+        "the host should starve the readers into raisings: {}",
+        raised1 - raised0
+    );
+    assert_eq!(starts1, starts0, "a starved reader was taken for a start");
 }

@@ -66,12 +66,19 @@ impl BfqStateDetector {
     ) -> Option<Urgency> {
         if raised_interactive + raised_softrt > 0 {
             self.idle_since = None;
-            self.reason = if raised_softrt > 0 {
-                HelpReason::SoftRealTime
-            } else {
+            // An interactive raising (a program starting) names the need
+            // even beside soft real-time ones: the host raises a start, and
+            // a program starting in a guest whose background readers BFQ
+            // deems soft real-time is still a start. A change of reason
+            // goes out at once.
+            let reason = if raised_interactive > 0 {
                 HelpReason::Interactive
+            } else {
+                HelpReason::SoftRealTime
             };
-            if !self.active || self.renewal_due(now) {
+            let changed = reason != self.reason;
+            self.reason = reason;
+            if !self.active || changed || self.renewal_due(now) {
                 self.active = true;
                 return Some(self.help(now));
             }
@@ -148,15 +155,27 @@ mod tests {
     }
 
     #[test]
-    fn soft_real_time_is_reported() {
+    fn reasons_are_reported_and_a_start_beside_a_stream_goes_out_at_once() {
+        let reason = |u: Option<Urgency>| match u {
+            Some(Urgency::Help { reason, .. }) => Some(reason),
+            _ => None,
+        };
         let mut d = BfqStateDetector::new(SEC);
-        assert!(matches!(
-            d.observe(0, 1, 1),
-            Some(Urgency::Help {
-                reason: HelpReason::SoftRealTime,
-                ..
-            })
-        ));
+        assert_eq!(reason(d.observe(0, 0, 1)), Some(HelpReason::SoftRealTime));
+        // Still the stream: nothing new to say before the renewal.
+        assert_eq!(d.observe(10 * MS, 0, 2), None);
+        // A program starts beside it: a start, sent at once, not at the
+        // renewal.
+        assert_eq!(
+            reason(d.observe(20 * MS, 1, 2)),
+            Some(HelpReason::Interactive)
+        );
+        assert_eq!(d.observe(30 * MS, 1, 2), None);
+        // It is up; the stream goes on.
+        assert_eq!(
+            reason(d.observe(40 * MS, 0, 2)),
+            Some(HelpReason::SoftRealTime)
+        );
     }
 
     #[test]

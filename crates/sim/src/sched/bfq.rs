@@ -297,6 +297,13 @@ struct Queue {
     wr_by_boost: bool,
     /// When the current raising began (from an unraised weight).
     wr_started_at: Nanos,
+    /// The current interactive raising came although the queue's process
+    /// was not idle: its previous request had completed less than
+    /// `bfq_wr_min_idle_time` before, and the queue passed for idle only
+    /// because that request took so long (a reader the device starves).
+    /// BFQ raises it all the same; [`Bfq::raised_busy_queues`] does not
+    /// count it as a need for help.
+    wr_from_slow_device: bool,
     /// Pending requests sorted by sector.
     sort_list: SortList,
     /// Pending requests in arrival order, with their FIFO deadline.
@@ -548,6 +555,7 @@ impl Bfq {
             boost: HostBoost::None,
             wr_by_boost: false,
             wr_started_at: 0,
+            wr_from_slow_device: false,
             sort_list: SortList::default(),
             fifo: VecDeque::new(),
             dispatched: 0,
@@ -1404,6 +1412,8 @@ impl Bfq {
             && qq.dispatched == 0
             && default_weight;
         let interactive = !in_burst && idle_for_long_time && default_weight;
+        let slow_device = !qq.just_created
+            && ctx.now.saturating_sub(qq.last_end_request) < WR_MIN_IDLE_TIME_MS * MSEC;
         let low_latency = self.cfg.low_latency;
         let wr_or_deserves =
             low_latency && (qq.wr_coeff > 1 || (qq.sync && (interactive || soft_rt)));
@@ -1448,6 +1458,7 @@ impl Bfq {
                     qq.service_from_wr = 0;
                     qq.wr_cur_max_time = d;
                     qq.raised_interactive += 1;
+                    qq.wr_from_slow_device = slow_device;
                     self.set_wr_coeff(q, WR_COEFF);
                 } else {
                     let qq = &mut self.queues[q];
@@ -1465,6 +1476,10 @@ impl Bfq {
                 if interactive {
                     let d = self.wr_duration(ctx);
                     self.queues[q].wr_cur_max_time = d;
+                    // A real idle spell makes even a raising that began on
+                    // the device's slowness a start; a slow request never
+                    // unmakes one.
+                    self.queues[q].wr_from_slow_device &= slow_device;
                     self.set_wr_coeff(q, WR_COEFF);
                 } else if in_burst && self.queues[q].boost != HostBoost::Raise {
                     self.set_wr_coeff(q, 1);
@@ -1880,8 +1895,19 @@ impl IoScheduler for Bfq {
         let mut counts = (0, 0);
         for q in &self.queues {
             if q.wr_coeff > 1 && (q.busy || q.dispatched > 0) && q.wr_started_at >= since {
-                if q.wr_coeff == WR_COEFF {
-                    counts.0 += 1;
+                // An interactive raising that BFQ switched to soft real-time
+                // (the starting program's reads came spaced out enough) is
+                // still a program starting.
+                let started_interactive =
+                    q.wr_coeff == WR_COEFF || q.wr_start_at_switch_to_srt != LONG_AGO;
+                if started_interactive {
+                    // A raising that only the device's slowness earned is
+                    // no program starting (on a guest, the host's load
+                    // starving a background reader: the missing link seen
+                    // from inside).
+                    if !q.wr_from_slow_device {
+                        counts.0 += 1;
+                    }
                 } else if !Self::totally_seeky(q) {
                     // Mainline BFQ never deems a totally seeky queue soft
                     // real-time (v7r2 did, on coarse ticks): such a raising

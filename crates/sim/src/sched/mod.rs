@@ -198,6 +198,8 @@ pub trait IoScheduler: Send {
     /// recent raisings): (interactive, soft real-time). Applications that
     /// the scheduler itself deems urgent and that are waiting for the disk;
     /// a coordinated guest asks its host for help while there are any.
+    /// Interactive raisings that only the device's slowness earned (a
+    /// queue whose previous request had just completed) are left out.
     fn raised_busy_queues(&self, since: Nanos) -> (usize, usize) {
         let _ = since;
         (0, 0)
