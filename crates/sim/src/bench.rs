@@ -58,10 +58,13 @@ impl Default for SimOptions {
 }
 
 /// The guests of the published runs: Linux 3.12 on ARM, HZ=100, BFQ v7r2,
-/// whose soft real-time test had no filter for totally seeky queues.
+/// whose soft real-time test had no filter for totally seeky queues, and
+/// which gave a queue coming back at once a fresh budget, without
+/// preempting.
 pub fn guest_defaults() -> VmConfig {
     let mut vm = VmConfig::default();
     vm.sched_cfg.bfq_softrt_seeky_filter = false;
+    vm.sched_cfg.bfq_quick_reactivation = false;
     vm
 }
 

@@ -1424,7 +1424,11 @@ impl Bfq {
         let wants_to_preempt = {
             let left = self.budget_left(q);
             let e = self.queues[q].entity;
-            if self.queues[q].non_blocking_wait_rq && arrived_in_time && left > 0 {
+            if self.cfg.bfq_quick_reactivation
+                && self.queues[q].non_blocking_wait_rq
+                && arrived_in_time
+                && left > 0
+            {
                 let mb = self.queues[q].max_budget as i64;
                 self.entities[e].budget = left.min(mb) as u32;
                 self.entities[e].service = 0;
@@ -1505,7 +1509,8 @@ impl Bfq {
         // Preemption: the new queue takes the device if it is raised at
         // least as much and kept its budget, if it has a higher class or
         // weight, or if idling for the queue in service is pointless.
-        if let Some(isq) = self.in_service {
+        // (v7r2 never preempted here.)
+        if let Some(isq) = self.in_service.filter(|_| self.cfg.bfq_quick_reactivation) {
             if isq != q {
                 let higher = self.higher_class_or_weight(q, isq);
                 if ((wants_to_preempt && self.queues[q].wr_coeff >= self.queues[isq].wr_coeff)

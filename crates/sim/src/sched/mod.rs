@@ -257,6 +257,15 @@ pub struct SchedConfig {
     /// request of a thread pool that hands consecutive requests to
     /// different threads. On by default.
     pub bfq_idle_window_by_think_time: bool,
+    /// Mainline BFQ (since Linux 4.12, `bfq_bfqq_update_budg_for_activation()`):
+    /// a queue that empties and gets a new request within 3 `slice_idle`
+    /// keeps the rest of its budget and its timestamps (backshifting), and
+    /// may then preempt the queue in service. BFQ v7r2 (Linux 3.12) had
+    /// neither: `bfq_add_request()` gave a reactivated queue a fresh budget,
+    /// its start time was the virtual time, and a new request never
+    /// preempted the queue in service. Off in the guests of the published
+    /// runs (see `sim::bench::guest_defaults`).
+    pub bfq_quick_reactivation: bool,
 }
 
 impl Default for SchedConfig {
@@ -267,6 +276,7 @@ impl Default for SchedConfig {
             bfq_softrt_tick_slack: true,
             bfq_softrt_seeky_filter: true,
             bfq_idle_window_by_think_time: true,
+            bfq_quick_reactivation: true,
         }
     }
 }
