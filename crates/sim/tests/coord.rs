@@ -72,7 +72,7 @@ fn help_wr_keeps_the_calibrated_xterm_within_1_3x_idle_under_host_load() {
 
 /// Repetitions of [`assert_help_near_idle`]: the scenario's 10. The first
 /// start of a run can take 2.5x the others (`help-wr`, 1r-rand in the
-/// guest: 4.7 to 5.1 s in two runs of three; the guest's BFQ raised the
+/// guest: 5.1 to 5.2 s in two runs of three; the guest's BFQ raised the
 /// random reader the host had starved, and its seeks take most of the disk
 /// time), so three repetitions measure the luck of the draw more than the
 /// mode.
