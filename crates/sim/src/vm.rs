@@ -107,8 +107,10 @@ pub const IRQ_INJECT_NS: Nanos = 20_000;
 /// Cortex-A15 of the published runs.
 pub const COPY_NS_PER_BYTE: f64 = 1.0;
 
-/// The guest's disk image: a raw file, fully allocated, so that the guest's
-/// sector `s` is byte `512 s` of the file. 8 GiB holds the guest's system
+/// The guest's disk image: a raw file, so that the guest's sector `s` is
+/// byte `512 s` of the file, and sparse, as `qemu-img create` makes it: it
+/// takes room on the host only where the guest has put data
+/// ([`crate::fs::Layout::add_sparse_file`]). 8 GiB holds the guest's system
 /// and the workload files of the S suite (up to 5 files of 500 MiB); its
 /// size sets how far apart the guest's file system spreads directories.
 pub const DEFAULT_IMAGE_BYTES: u64 = 8 << 30;
