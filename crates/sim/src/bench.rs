@@ -270,7 +270,7 @@ fn layout_counters(m: &Machine, workload_file_bytes: u64, out: &mut RunResult) {
 /// The run counter of the workload files' size when it is not the suite's.
 pub const WORKLOAD_FILE_MIB: &str = "workload_file_mib";
 
-/// The run counter of [`layout_counters`].
+/// The run counter of files placed over others (see `layout_counters`).
 pub const OVERLAPPING_FILE_BYTES: &str = "overlapping_file_bytes";
 
 /// Per-run counters of coordination: for each VM `n` (from 1), the time
