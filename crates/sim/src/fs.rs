@@ -183,6 +183,12 @@ impl Layout {
         }
     }
 
+    /// The group of the directory holding `path`.
+    fn file_group(&self, path: &str) -> u64 {
+        let dir = path.rsplit_once('/').map(|(d, _)| d).unwrap_or("/");
+        self.dir_group(if dir.is_empty() { "/" } else { dir })
+    }
+
     /// Allocates `size` bytes contiguously from the start of `group`, or
     /// after what that group already holds, or in the first group after it
     /// with room (wrapping around); a file larger than what is left of a
@@ -237,9 +243,7 @@ impl Layout {
     /// the order given: callers pass them sorted by path so that files of
     /// one directory end up next to each other.
     pub fn add_file(&mut self, path: &str, size: u64) -> FileId {
-        let dir = path.rsplit_once('/').map(|(d, _)| d).unwrap_or("/");
-        let group = self.dir_group(if dir.is_empty() { "/" } else { dir });
-        let start = self.allocate(group, size);
+        let start = self.allocate(self.file_group(path), size);
         self.files.push(File {
             path: path.to_string(),
             size,
@@ -299,11 +303,7 @@ impl Layout {
         match ext.get(i.saturating_sub(1)) {
             Some(e) if e.file_sector <= file_sector => e.dev_sector + (file_sector - e.file_sector),
             Some(e) => e.dev_sector.saturating_sub(e.file_sector - file_sector),
-            None => {
-                let path = &self.files[id].path;
-                let dir = path.rsplit_once('/').map(|(d, _)| d).unwrap_or("/");
-                self.dir_group(if dir.is_empty() { "/" } else { dir }) * GROUP_BYTES / 512
-            }
+            None => self.file_group(&self.files[id].path) * GROUP_BYTES / 512,
         }
     }
 

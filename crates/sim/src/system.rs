@@ -229,6 +229,12 @@ impl Kernel {
             last_active: 0,
         }
     }
+
+    /// Empty page-cache state for the file just added to the layout.
+    fn track_file(&mut self) {
+        self.cache.push(PageSet::default());
+        self.dirty.push(PageSet::default());
+    }
 }
 
 /// One VM's QEMU: its guest kernel, its image file on the host, and the
@@ -502,10 +508,8 @@ impl Machine {
     /// Places a file on kernel `k`'s disk. A file in a guest is written
     /// into its VM's image, which takes room on the host for it.
     pub fn add_file(&mut self, k: KernelId, path: &str, size: u64) -> FileId {
-        let kern = &mut self.kernels[k];
-        let id = kern.layout.add_file(path, size);
-        kern.cache.push(PageSet::default());
-        kern.dirty.push(PageSet::default());
+        let id = self.kernels[k].layout.add_file(path, size);
+        self.kernels[k].track_file();
         if let Some(vm) = self.vms.iter().find(|v| v.guest == k) {
             for e in self.kernels[k].layout.file(id).extents().to_vec() {
                 self.kernels[HOST]
@@ -519,10 +523,8 @@ impl Machine {
     /// Creates a sparse file on kernel `k`'s disk (a VM's image), which
     /// takes room only where data is written into it.
     fn add_sparse_file(&mut self, k: KernelId, path: &str, size: u64) -> FileId {
-        let kern = &mut self.kernels[k];
-        let id = kern.layout.add_sparse_file(path, size);
-        kern.cache.push(PageSet::default());
-        kern.dirty.push(PageSet::default());
+        let id = self.kernels[k].layout.add_sparse_file(path, size);
+        self.kernels[k].track_file();
         id
     }
 
