@@ -137,11 +137,10 @@ struct SimKnobs {
     /// Turn off BFQ's low_latency heuristics.
     #[arg(long)]
     no_low_latency: bool,
-    /// Host BFQ as in Linux 3.12 (v7r2): a queue that comes back at once
-    /// gets a fresh budget and never preempts (mainline keeps its budget and
-    /// timestamps, and may preempt).
-    #[arg(long)]
-    no_quick_reactivation: bool,
+    /// Which BFQ the host runs: mainline (this machine's) or v7r2 (Linux
+    /// 3.12's, the published runs').
+    #[arg(long, default_value = "mainline")]
+    host_bfq: String,
     /// Override the device's command queue depth (NCQ).
     #[arg(long)]
     queue_depth: Option<usize>,
@@ -151,11 +150,14 @@ struct SimKnobs {
     /// Turn off the "+4 ticks" slack of the guests' BFQ soft real-time test.
     #[arg(long)]
     guest_no_softrt_slack: bool,
-    /// Guest BFQ as in mainline: a queue that comes back at once keeps its
-    /// budget and timestamps and may preempt (the published guests ran
-    /// v7r2, without it).
+    /// Which BFQ the guests run: v7r2 (Linux 3.12's, the published guests')
+    /// or mainline.
+    #[arg(long, default_value = "v7r2")]
+    guest_bfq: String,
+    /// `sync` in the guests as since Linux 4.15: its write-back is REQ_SYNC
+    /// (the published 3.12 guests wrote it back async).
     #[arg(long)]
-    guest_quick_reactivation: bool,
+    guest_sync_writes_sync: bool,
     /// Guest jiffies that never lag (by default they catch up only after the
     /// interrupt that wakes an idle guest has been handled).
     #[arg(long)]
@@ -281,8 +283,11 @@ fn knobs_to_opts(k: &SimKnobs) -> Result<sim::bench::SimOptions, Failure> {
     opts.vm.lagging_ticks = !k.guest_exact_ticks;
     opts.vm.aio = aio;
     opts.vm.virtqueue_depth = k.virtqueue_depth;
-    opts.sched_cfg.bfq_quick_reactivation = !k.no_quick_reactivation;
-    opts.vm.sched_cfg.bfq_quick_reactivation = k.guest_quick_reactivation;
+    opts.sched_cfg.bfq_version = sim::sched::BfqVersion::parse(&k.host_bfq)
+        .map_err(|e| Failure::Usage(format!("--host-bfq: {e}")))?;
+    opts.vm.sched_cfg.bfq_version = sim::sched::BfqVersion::parse(&k.guest_bfq)
+        .map_err(|e| Failure::Usage(format!("--guest-bfq: {e}")))?;
+    opts.vm.sync_writes_async = !k.guest_sync_writes_sync;
     opts.coord.channel = sim::coord::Channel::parse(&k.channel)
         .map_err(|e| Failure::Usage(format!("--channel: {e}")))?;
     if let Some(ms) = k.lease_ms {
@@ -462,10 +467,7 @@ fn sim_run(a: RunArgs) -> Result<(), Failure> {
         (!a.knobs.no_softrt_slack).into(),
     );
     extra.insert("low_latency".into(), (!a.knobs.no_low_latency).into());
-    extra.insert(
-        "bfq_quick_reactivation".into(),
-        (!a.knobs.no_quick_reactivation).into(),
-    );
+    extra.insert("bfq_version".into(), a.knobs.host_bfq.clone().into());
     if let Some(d) = a.knobs.queue_depth {
         extra.insert("queue_depth".into(), d.into());
     }
@@ -482,9 +484,10 @@ fn sim_run(a: RunArgs) -> Result<(), Failure> {
             "guest_lagging_ticks".into(),
             (!a.knobs.guest_exact_ticks).into(),
         );
+        extra.insert("guest_bfq_version".into(), a.knobs.guest_bfq.clone().into());
         extra.insert(
-            "guest_bfq_quick_reactivation".into(),
-            a.knobs.guest_quick_reactivation.into(),
+            "guest_sync_writes_async".into(),
+            (!a.knobs.guest_sync_writes_sync).into(),
         );
         extra.insert("aio".into(), a.knobs.aio.clone().into());
         extra.insert("virtqueue_depth".into(), a.knobs.virtqueue_depth.into());

@@ -8,7 +8,7 @@ use crate::coord::{CoordConfig, Coordination};
 use crate::engine::Rng;
 use crate::fs::FileId;
 use crate::request::IoPrio;
-use crate::sched::SchedConfig;
+use crate::sched::{BfqVersion, SchedConfig};
 use crate::system::{secs, to_secs, KernelId, Machine, MachineConfig, HOST, WORKLOAD_FILE_BYTES};
 use crate::vm::VmConfig;
 use crate::workload::{self, AppTrace};
@@ -57,14 +57,12 @@ impl Default for SimOptions {
     }
 }
 
-/// The guests of the published runs: Linux 3.12 on ARM, HZ=100, BFQ v7r2,
-/// whose soft real-time test had no filter for totally seeky queues, and
-/// which gave a queue coming back at once a fresh budget, without
-/// preempting.
+/// The guests of the published runs: Linux 3.12 on ARM, HZ=100, BFQ v7r2
+/// (see `sched::BfqVersion`), and a `sync` whose writes are async.
 pub fn guest_defaults() -> VmConfig {
     let mut vm = VmConfig::default();
-    vm.sched_cfg.bfq_softrt_seeky_filter = false;
-    vm.sched_cfg.bfq_quick_reactivation = false;
+    vm.sched_cfg.bfq_version = BfqVersion::V7r2;
+    vm.sync_writes_async = true;
     vm
 }
 

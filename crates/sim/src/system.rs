@@ -204,6 +204,8 @@ pub struct Kernel {
     capacity_bytes: u64,
     /// Jiffies lag while the kernel idles (guests, see [`crate::vm`]).
     lagging_ticks: bool,
+    /// See `VmConfig::sync_writes_async`.
+    sync_writes_async: bool,
     /// Last time the kernel ran something other than a completion
     /// interrupt: its jiffies are fresh as of then.
     last_active: Nanos,
@@ -226,6 +228,7 @@ impl Kernel {
             timer_ev: None,
             capacity_bytes,
             lagging_ticks: false,
+            sync_writes_async: false,
             last_active: 0,
         }
     }
@@ -408,6 +411,7 @@ impl Machine {
         let block = BlockLayer::new(sched, backend, Cgroups::new(), ticks);
         let mut guest = Kernel::new(block, cfg.image_bytes, cfg.memory_bytes);
         guest.lagging_ticks = cfg.lagging_ticks;
+        guest.sync_writes_async = cfg.sync_writes_async;
         guest.last_active = self.now();
         let k = self.kernels.len();
         self.kernels.push(guest);
@@ -1420,8 +1424,10 @@ impl Machine {
     }
 
     /// The flusher submits write-back while it has a reason to: a pending
-    /// `sync` (whose writes are REQ_SYNC, as `WB_SYNC_ALL` write-back is),
-    /// or dirty pages above the background threshold (async writes).
+    /// `sync` (whose writes are REQ_SYNC, as `WB_SYNC_ALL` write-back is,
+    /// unless the kernel is one whose `sync` writes back async first, see
+    /// `VmConfig::sync_writes_async`), or dirty pages above the background
+    /// threshold (async writes).
     fn flush_more(&mut self, k: KernelId) {
         let Some(fpid) = self.kernels[k].flusher else {
             return;
@@ -1455,7 +1461,7 @@ impl Machine {
                 .expect("non-empty");
             let n = e - s;
             kern.dirty_pages -= n;
-            let sync = sync_left > 0;
+            let sync = sync_left > 0 && !kern.sync_writes_async;
             let bios = self.submit_file_range(
                 fpid,
                 file,

@@ -137,6 +137,14 @@ pub struct VmConfig {
     pub memory_bytes: u64,
     /// Jiffies that lag while the guest idles (see the module docs).
     pub lagging_ticks: bool,
+    /// `sync` writes back as Linux before 4.15 did: `sys_sync()` first
+    /// queues an async write-back of every dirty page
+    /// (`wakeup_flusher_threads()`), which the flusher runs before the
+    /// `WB_SYNC_ALL` pass that `sync_inodes_sb()` queues behind it, so
+    /// nearly all its writes are async. Since 4.15 (`WB_start_all`) the
+    /// flusher takes the queued `WB_SYNC_ALL` work first, and the writes
+    /// are REQ_SYNC, as the host's are here.
+    pub sync_writes_async: bool,
 }
 
 impl Default for VmConfig {
@@ -152,6 +160,7 @@ impl Default for VmConfig {
             image_bytes: DEFAULT_IMAGE_BYTES,
             memory_bytes: DEFAULT_GUEST_MEMORY_BYTES,
             lagging_ticks: true,
+            sync_writes_async: false,
         }
     }
 }

@@ -7,6 +7,7 @@ use experiment::{Cell, Scenario};
 use sim::bench::{accepted, guest_defaults, run_startup, run_throughput, SimOptions};
 use sim::coord::{CoordConfig, Coordination, BOOST_IOPRIO};
 use sim::request::IoPrio;
+use sim::sched::BfqVersion;
 use sim::system::{secs, Machine, MachineConfig};
 use sim::vm::{Aio, VmConfig};
 
@@ -443,10 +444,10 @@ fn a_greedy_vm_costs_little_with_eight_vms_under_help_wr() {
 fn readers_the_host_starves_are_not_taken_for_starts() {
     let mut m = machine();
     m.set_coordination(coord(Coordination::HelpRt)).unwrap();
-    // Mainline guests (quick reactivation): in this setup they show the
+    // Mainline guests: in this setup they show the
     // raisings; the v7r2 guests of the published runs show none.
     let mut guest = guest_defaults();
-    guest.sched_cfg.bfq_quick_reactivation = true;
+    guest.sched_cfg.bfq_version = BfqVersion::Mainline;
     let mut readers = Vec::new();
     let mut vms = Vec::new();
     for v in 0..7 {

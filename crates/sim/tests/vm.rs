@@ -5,6 +5,7 @@
 use experiment::{Accepted, Scenario};
 use sim::bench::{accepted, guest_defaults, run_startup, run_throughput, SimOptions};
 use sim::request::IoPrio;
+use sim::sched::BfqVersion;
 use sim::system::{secs, Machine, MachineConfig, HOST};
 use sim::vm::{Aio, VmConfig, THREAD_POOL_MAX};
 
@@ -184,13 +185,14 @@ fn a_host_workload_slows_the_guests_start_up_under_bfq_on_every_device() {
 
 /// The published guests ran BFQ v7r2, which gave a queue coming back at
 /// once a fresh budget and let it wait its turn; mainline BFQ lets it keep
-/// its budget and timestamps and preempt. Five random readers in such a
-/// guest, each coming back at once after every read, take the device from
-/// the starting xterm far more often in the mainline guest (with five host
-/// readers: 20.9 s against 14.1 s over 10 repetitions).
+/// its budget and timestamps and preempt. Five sequential readers in such
+/// a guest, each coming back at once after every read, take the device
+/// from the starting xterm more often in the mainline guest (with five
+/// host readers, over the cloud2014 scenario's 10 repetitions: 11.6 s with
+/// v7r2, 14.3 s with mainline; the paper has 11).
 #[test]
 fn the_published_guests_reactivate_queues_as_bfq_v7r2() {
-    assert!(!guest_defaults().sched_cfg.bfq_quick_reactivation);
+    assert_eq!(guest_defaults().sched_cfg.bfq_version, BfqVersion::V7r2);
     let text = r#"
 benchmark = "startup"
 app = "xterm-2014"
@@ -199,7 +201,7 @@ repetitions = 3
 [matrix]
 device = ["hdd-1.8in"]
 guest_sched = ["bfq"]
-guest_workload = ["5r-rand"]
+guest_workload = ["5r-seq"]
 host_sched = ["bfq"]
 host_workload = ["5r-seq"]
 "#;
@@ -212,12 +214,12 @@ host_workload = ["5r-seq"]
     };
     let v7r2 = mean(&SimOptions::default());
     let mut opts = SimOptions::default();
-    opts.vm.sched_cfg.bfq_quick_reactivation = true;
+    opts.vm.sched_cfg.bfq_version = BfqVersion::Mainline;
     let mainline = mean(&opts);
-    eprintln!("5r-rand guest under host 5r-seq: v7r2 {v7r2:.2} s, mainline {mainline:.2} s");
+    eprintln!("5r-seq guest under host 5r-seq: v7r2 {v7r2:.2} s, mainline {mainline:.2} s");
     assert!(
-        mainline > 1.2 * v7r2,
-        "quick reactivation should cost the start-up: v7r2 {v7r2:.2} s, mainline {mainline:.2} s"
+        mainline > 1.15 * v7r2,
+        "mainline's reactivation should cost the start-up: v7r2 {v7r2:.2} s, mainline {mainline:.2} s"
     );
 }
 
@@ -383,4 +385,55 @@ other_vms = ["none", "7x5r-seq"]
             _ => assert_eq!((over, mib), (None, None), "{name}"),
         }
     }
+}
+
+/// The throughput twin's readers and writers: in the published guests (BFQ
+/// v7r2, Linux 3.12's `sync` writing back async) BFQ delivers at least
+/// CFQ's throughput on every device. v7r2 charged async writes 11 times
+/// their size and kept them out of the driver while reads were in it; with
+/// mainline's budgets for the same guests BFQ fell below CFQ on the 1.8"
+/// disk (8.64 against 9.17 MB/s when the `sync` write-back was REQ_SYNC).
+#[test]
+fn in_the_published_guests_bfq_serves_readers_and_writers_at_least_as_fast_as_cfq() {
+    let text = r#"
+benchmark = "throughput"
+repetitions = 2
+duration_s = 20
+sample_s = 2
+[matrix]
+device = ["hdd-1.8in", "microsd-class6", "emmc"]
+guest_sched = ["bfq", "cfq"]
+guest_workload = ["2r2w-seq"]
+host_sched = ["bfq"]
+host_workload = ["none"]
+"#;
+    let mean = |dev: &str, sched: &str, opts: &SimOptions| {
+        let cell = cloud_cell(text, &[("device", dev), ("guest_sched", sched)]);
+        let per_rep: Vec<f64> = (0..2)
+            .map(|rep| {
+                let r = run_throughput(&cell, opts, rep).unwrap();
+                r.values.iter().sum::<f64>() / r.values.len() as f64
+            })
+            .collect();
+        per_rep.iter().sum::<f64>() / per_rep.len() as f64
+    };
+    let published = SimOptions::default();
+    for dev in ["hdd-1.8in", "microsd-class6", "emmc"] {
+        let bfq = mean(dev, "bfq", &published);
+        let cfq = mean(dev, "cfq", &published);
+        eprintln!("{dev} 2r2w-seq: bfq {bfq:.2} MB/s, cfq {cfq:.2} MB/s");
+        assert!(bfq >= cfq, "{dev}: bfq {bfq:.3} MB/s < cfq {cfq:.3} MB/s");
+    }
+    // The same guests with mainline's BFQ and a REQ_SYNC `sync`: BFQ's
+    // small budgets for the flusher's sync queue cost seeks on the disk.
+    let mut mainline = SimOptions::default();
+    mainline.vm.sched_cfg.bfq_version = BfqVersion::Mainline;
+    mainline.vm.sync_writes_async = false;
+    let bfq = mean("hdd-1.8in", "bfq", &mainline);
+    let cfq = mean("hdd-1.8in", "cfq", &mainline);
+    eprintln!("hdd-1.8in 2r2w-seq, mainline guests: bfq {bfq:.2} MB/s, cfq {cfq:.2} MB/s");
+    assert!(
+        bfq < cfq,
+        "mainline guests: bfq {bfq:.3} MB/s, cfq {cfq:.3} MB/s"
+    );
 }
