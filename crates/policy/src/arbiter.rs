@@ -8,9 +8,11 @@
 //!    help but has less than one quantum of budget left waits until enough of
 //!    its old boosted time has slid out of the window (so a boost always lasts
 //!    a useful while instead of flapping on and off);
-//! 3. the `max_boosted` slots go to the remaining VMs that want help. A VM
-//!    keeps its slot for a quantum; when its quantum ends, or a slot is free,
-//!    the slots are shared out again by [`crate::fairshare`].
+//! 3. the VMs raised as newcomers (starting an application, see
+//!    [`PolicyConfig::newcomer_factor`]) are all boosted; the `max_boosted`
+//!    slots go to the remaining VMs that want help, less one for each raised
+//!    VM. A VM keeps its slot for a quantum; when its quantum ends, or a
+//!    slot is free, the slots are shared out again by [`crate::fairshare`].
 //!
 //! Boosts start and end only at `update` (and [`Arbiter::remove_vm`]), which is
 //! when the caller applies them, so the time between the two is exactly the
@@ -336,19 +338,34 @@ impl Arbiter {
                 candidates.push(candidate);
             }
         }
-        // A raised newcomer waiting for a slot takes it from holders that are
-        // not raised at once, as BFQ lets a raised queue preempt the one in
+        // VMs raised as newcomers (starting an application, see
+        // `PolicyConfig::newcomer_factor`) are all boosted, each within its
+        // budget: two VMs starting applications at once are served side by
+        // side, as BFQ serves two raised queues, instead of one waiting for
+        // the other's quantum. The slots limit the others, and a raised
+        // newcomer waiting for a slot takes it from holders that are not
+        // raised at once, as BFQ lets a raised queue preempt the one in
         // service, instead of waiting for the end of their quantum.
-        let raised_waiting = candidates
+        let raised: Vec<VmId> = self
+            .vms
             .iter()
-            .any(|c| !c.holding && self.vms.get(&c.vm).is_some_and(|s| now < s.raised_until));
-        if raised_waiting {
+            .filter(|(_, s)| s.competing && now < s.raised_until)
+            .map(|(&vm, _)| vm)
+            .collect();
+        let is_raised = |vm: VmId| raised.binary_search(&vm).is_ok();
+        let raised_waiting = candidates.iter().any(|c| !c.holding && is_raised(c.vm));
+        // Slots left for the VMs that are not raised; holders that no
+        // longer fit (a holder's own raise ended while others are raised)
+        // compete for them again.
+        let room = self.cfg.max_boosted.saturating_sub(raised.len());
+        let others_holding = keepers.iter().filter(|&&(_, raised)| !raised).count();
+        if raised_waiting || others_holding > room {
             let (stay, go): (Vec<_>, Vec<_>) = keepers.into_iter().partition(|&(_, raised)| raised);
             keepers = stay;
             candidates.extend(go.into_iter().map(|(c, _)| c));
             candidates.sort_by_key(|c| c.vm);
         }
-        let keepers = keepers.len();
+        let others_keeping = keepers.iter().filter(|&&(_, raised)| !raised).count();
 
         let min_start = self
             .vms
@@ -358,8 +375,12 @@ impl Arbiter {
             .min();
         self.system_vtime.catch_up(min_start);
 
-        let free = self.cfg.max_boosted.saturating_sub(keepers);
-        let winners = pick(&candidates, self.system_vtime, self.cfg.quantum_ns, free);
+        let (raised_candidates, others): (Vec<Candidate>, Vec<Candidate>) =
+            candidates.iter().partition(|c| is_raised(c.vm));
+        let free = room.saturating_sub(others_keeping);
+        let mut winners = pick(&others, self.system_vtime, self.cfg.quantum_ns, free);
+        winners.extend(raised_candidates.iter().map(|c| c.vm));
+        winners.sort_unstable();
         let mut boosts = Vec::new();
         for c in &candidates {
             let Some(s) = self.vms.get_mut(&c.vm) else {
@@ -392,8 +413,9 @@ impl Arbiter {
 
     /// The next time [`Arbiter::update`] must be called even if no message
     /// arrives: at once after a message or a removal, else the earliest lease
-    /// expiry, budget running out, budget coming back for a VM held back, or
-    /// quantum end while another VM waits. `None` when nothing is pending.
+    /// expiry, budget running out, budget coming back for a VM held back,
+    /// quantum end while another VM waits, or end of a boosted VM's newcomer
+    /// raise. `None` when nothing is pending.
     pub fn next_deadline(&self) -> Option<Nanos> {
         if self.update_due {
             return Some(self.now);
@@ -403,7 +425,10 @@ impl Arbiter {
             .values()
             .flat_map(|s| {
                 let quantum = (s.boosted && someone_waits).then_some(s.quantum_end);
-                [s.lease.until(), s.budget_deadline, quantum]
+                // A boosted VM's raise ending frees the room it took beyond
+                // the slots.
+                let raise_end = (s.boosted && s.raised_until > self.now).then_some(s.raised_until);
+                [s.lease.until(), s.budget_deadline, quantum, raise_end]
             })
             .flatten()
             .min()
@@ -419,6 +444,17 @@ impl Arbiter {
         self.vms
             .iter()
             .filter(|(_, s)| s.boosted)
+            .map(|(&vm, _)| vm)
+            .collect()
+    }
+
+    /// The boosted VMs that are raised as newcomers (as of the last
+    /// update), in id order: they are boosted beyond the `max_boosted`
+    /// slots.
+    pub fn raised(&self) -> Vec<VmId> {
+        self.vms
+            .iter()
+            .filter(|(_, s)| s.boosted && self.now < s.raised_until)
             .map(|(&vm, _)| vm)
             .collect()
     }
@@ -497,10 +533,13 @@ mod tests {
 
     /// The knobs these tests were written for: a 10 s window (5 s of budget)
     /// and a 100 ms quantum, short enough to follow by hand.
+    /// Slot mechanics without the newcomer raise; the tests of the raise
+    /// turn it on.
     fn test_cfg() -> PolicyConfig {
         PolicyConfig {
             budget_window_ns: 10 * SEC,
             quantum_ns: 100 * MS,
+            newcomer_factor: 1,
             ..PolicyConfig::default()
         }
     }
@@ -555,6 +594,7 @@ mod tests {
             max_lease_ns: 100 * SEC,
             budget_fraction: 1.0,
             quantum_ns: SEC,
+            newcomer_factor: crate::config::DEFAULT_NEWCOMER_FACTOR,
             ..test_cfg()
         };
         let mut a = arbiter(cfg.clone(), &[(1, 1), (2, 1)]);
@@ -610,6 +650,7 @@ mod tests {
             max_lease_ns: 100 * SEC,
             budget_fraction: 1.0,
             quantum_ns: SEC,
+            newcomer_factor: crate::config::DEFAULT_NEWCOMER_FACTOR,
             ..test_cfg()
         };
         let mut a = arbiter(cfg, &[(1, 1), (2, 1)]);
@@ -631,6 +672,60 @@ mod tests {
         );
         assert!(HelpReason::Exec.is_start() && HelpReason::IoResume.is_start());
         assert!(!HelpReason::SoftRealTime.is_start() && !HelpReason::Other(9).is_start());
+    }
+
+    /// Two VMs that start applications at once are both raised and both
+    /// boosted, beyond the one slot, side by side instead of one after the
+    /// other; the VM that asks all the time gets the slot back after.
+    #[test]
+    fn two_starts_at_once_are_boosted_together() {
+        let cfg = PolicyConfig {
+            max_lease_ns: 100 * SEC,
+            budget_fraction: 1.0,
+            quantum_ns: SEC,
+            newcomer_factor: crate::config::DEFAULT_NEWCOMER_FACTOR,
+            ..test_cfg()
+        };
+        let mut a = arbiter(cfg.clone(), &[(1, 1), (2, 1), (3, 1)]);
+        a.help(1, 0, 100 * SEC);
+        a.update(0);
+        let t = 30 * SEC;
+        a.update(t);
+        a.help(2, t, 2 * SEC);
+        a.help(3, t, 2 * SEC);
+        assert_eq!(
+            a.update(t),
+            vec![
+                BoostChange::Unboost(1, UnboostReason::Preempted),
+                BoostChange::Boost(2),
+                BoostChange::Boost(3)
+            ]
+        );
+        assert_eq!(a.raised(), vec![2, 3]);
+        // Quantum ends do not part them while they are raised.
+        a.update(t + SEC + 500 * MS);
+        assert_eq!(a.boosted(), vec![2, 3]);
+        a.no_help(2, t + 1800 * MS);
+        a.no_help(3, t + 1800 * MS);
+        assert_eq!(
+            a.update(t + 1800 * MS),
+            vec![
+                BoostChange::Unboost(2, UnboostReason::NoHelp),
+                BoostChange::Unboost(3, UnboostReason::NoHelp),
+                BoostChange::Boost(1)
+            ]
+        );
+        // With the raise off, the one slot goes to one of them at a time.
+        let mut b = arbiter(
+            PolicyConfig {
+                newcomer_factor: 1,
+                ..cfg
+            },
+            &[(1, 1), (2, 1), (3, 1)],
+        );
+        b.help(2, t, 2 * SEC);
+        b.help(3, t, 2 * SEC);
+        assert_eq!(b.update(t), vec![BoostChange::Boost(2)]);
     }
 
     #[test]

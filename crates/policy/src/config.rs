@@ -24,7 +24,8 @@ pub const DEFAULT_BUDGET_WINDOW_NS: Nanos = 60 * SEC;
 pub const DEFAULT_BUDGET_FRACTION: f64 = 0.5;
 
 /// Default [`PolicyConfig::max_boosted`]. Design choice: with one disk,
-/// boosting everyone is boosting no one.
+/// boosting everyone is boosting no one. VMs raised as newcomers (starting
+/// applications) are boosted beyond the slots (see [`crate::Arbiter`]).
 pub const DEFAULT_MAX_BOOSTED: usize = 1;
 
 /// Default [`PolicyConfig::quantum_ns`]: 1 s. Design choice: a host actuator
@@ -37,10 +38,11 @@ pub const DEFAULT_QUANTUM_NS: Nanos = SEC;
 
 /// Default [`PolicyConfig::newcomer_factor`]: 30, BFQ's interactive weight
 /// raising coefficient (`bfq_wr_coeff`). A VM that starts asking for help
-/// after a quiet spell is, like a process that starts doing I/O after a long
-/// idle time, most likely starting an application: it weighs 30 times more in
-/// the arbitration for a while, and may take the slot from a VM that is not
-/// raised at once instead of at the end of its quantum. 1 turns this off.
+/// for a start after a quiet spell is, like a process that starts doing I/O
+/// after a long idle time, most likely starting an application: it is
+/// raised for a while, boosted at once beyond the slots (taking a slot from
+/// a VM that is not raised), and weighs 30 times more in the arbitration.
+/// 1 turns this off.
 pub const DEFAULT_NEWCOMER_FACTOR: u32 = 30;
 
 /// Default [`PolicyConfig::newcomer_quiet_ns`]: 2 s, BFQ's
@@ -65,7 +67,8 @@ pub struct PolicyConfig {
     /// Largest share of any window a VM may spend boosted, in (0, 1]. At 1 the
     /// budget never binds.
     pub budget_fraction: f64,
-    /// How many VMs may be boosted at once.
+    /// How many VMs that are not raised as newcomers may be boosted at
+    /// once, less one for each raised one boosted (those are all boosted).
     pub max_boosted: usize,
     /// How long a boosted VM keeps its slot before the slots are shared out
     /// again, when more VMs ask than there are slots.

@@ -125,7 +125,18 @@ impl Driver {
             self.arbiter.boosted(),
             "the changes and the arbiter disagree"
         );
-        assert!(boosted.len() <= self.arbiter.config().max_boosted);
+        // Raised newcomers are boosted beyond the slots; the others fit in
+        // the slots left.
+        let raised = self.arbiter.raised();
+        let others = boosted
+            .iter()
+            .filter(|vm| raised.binary_search(vm).is_err())
+            .count();
+        assert!(
+            others + raised.len() <= self.arbiter.config().max_boosted.max(raised.len()),
+            "at {t}: boosted {boosted:?}, raised {raised:?}, {} slots",
+            self.arbiter.config().max_boosted
+        );
     }
 
     /// Closed intervals of `vm`, counting an open one as ending at `self.now`.
