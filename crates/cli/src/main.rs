@@ -183,7 +183,8 @@ struct SimKnobs {
     /// Arbitration quantum among VMs asking for help at once, in ms.
     #[arg(long, value_name = "MS")]
     quantum_ms: Option<u64>,
-    /// VMs the host boosts at once.
+    /// Boost slots: VMs the host boosts at once besides those raised as
+    /// newcomers (starting applications), which are all boosted.
     #[arg(long, value_name = "N")]
     max_boosted: Option<usize>,
     /// How long into a BFQ raising a guest asks for help, in seconds.
