@@ -545,6 +545,17 @@ mod tests {
     }
     use crate::{MS, SEC};
 
+    /// The newcomer raise on, long leases, no budget, 1 s quanta.
+    fn raise_cfg() -> PolicyConfig {
+        PolicyConfig {
+            max_lease_ns: 100 * SEC,
+            budget_fraction: 1.0,
+            quantum_ns: SEC,
+            newcomer_factor: crate::config::DEFAULT_NEWCOMER_FACTOR,
+            ..test_cfg()
+        }
+    }
+
     fn arbiter(cfg: PolicyConfig, vms: &[(VmId, u32)]) -> Arbiter {
         let mut a = Arbiter::new(cfg);
         for &(vm, w) in vms {
@@ -590,13 +601,7 @@ mod tests {
     /// almost all of it while raised, and the greedy one gets it back after.
     #[test]
     fn a_newcomer_after_a_quiet_spell_preempts_and_is_favoured() {
-        let cfg = PolicyConfig {
-            max_lease_ns: 100 * SEC,
-            budget_fraction: 1.0,
-            quantum_ns: SEC,
-            newcomer_factor: crate::config::DEFAULT_NEWCOMER_FACTOR,
-            ..test_cfg()
-        };
+        let cfg = raise_cfg();
         let mut a = arbiter(cfg.clone(), &[(1, 1), (2, 1)]);
         a.help(1, 0, 100 * SEC);
         assert_eq!(a.update(0), vec![BoostChange::Boost(1)]);
@@ -646,13 +651,7 @@ mod tests {
     /// its guest asks for a start.
     #[test]
     fn only_a_start_is_raised() {
-        let cfg = PolicyConfig {
-            max_lease_ns: 100 * SEC,
-            budget_fraction: 1.0,
-            quantum_ns: SEC,
-            newcomer_factor: crate::config::DEFAULT_NEWCOMER_FACTOR,
-            ..test_cfg()
-        };
+        let cfg = raise_cfg();
         let mut a = arbiter(cfg, &[(1, 1), (2, 1)]);
         a.help(1, 0, 100 * SEC);
         a.update(0);
@@ -679,13 +678,7 @@ mod tests {
     /// other; the VM that asks all the time gets the slot back after.
     #[test]
     fn two_starts_at_once_are_boosted_together() {
-        let cfg = PolicyConfig {
-            max_lease_ns: 100 * SEC,
-            budget_fraction: 1.0,
-            quantum_ns: SEC,
-            newcomer_factor: crate::config::DEFAULT_NEWCOMER_FACTOR,
-            ..test_cfg()
-        };
+        let cfg = raise_cfg();
         let mut a = arbiter(cfg.clone(), &[(1, 1), (2, 1), (3, 1)]);
         a.help(1, 0, 100 * SEC);
         a.update(0);
