@@ -82,6 +82,43 @@ const RAND_READER_CPU_NS: Nanos = 5_000;
 /// page, i.e. right after the previous window arrives. So each reader has
 /// one 128 KiB sync read in flight, re-issued right after completion.
 pub const READAHEAD_BYTES: u64 = 128 << 10;
+
+/// Readahead state of one open file (`struct file_ra_state`), for QEMU's
+/// buffered reads of a VM's image (`aio=threads` through the host page
+/// cache): where a sequential read would continue, and the last window.
+#[derive(Clone, Copy, Debug, Default)]
+struct ReadaheadState {
+    next_page: u64,
+    window_pages: u64,
+}
+
+impl ReadaheadState {
+    /// Pages to read for a miss at `[first, last)` (`ondemand_readahead()`,
+    /// without the async marker): a read that continues the previous one
+    /// doubles the window (up to `read_ahead_kb`); any other starts one from
+    /// the request's size (`get_init_ra_size()`: 4x a request of at most
+    /// 1/32 of the maximum, 2x one of at most 1/4, else the maximum).
+    fn window(&mut self, first: u64, last: u64) -> u64 {
+        let max = READAHEAD_BYTES / PAGE;
+        let req = (last - first).max(1);
+        let size = if first == self.next_page && self.window_pages > 0 {
+            (self.window_pages * 2).min(max)
+        } else {
+            let pow = req.next_power_of_two();
+            if pow <= max / 32 {
+                pow * 4
+            } else if pow <= max / 4 {
+                pow * 2
+            } else {
+                max
+            }
+        };
+        let size = size.max(req);
+        self.next_page = first + size;
+        self.window_pages = size;
+        size
+    }
+}
 /// Write size of sequential writers (64 KiB `write()` calls).
 const WRITER_CHUNK: u64 = 64 << 10;
 /// Background workload files: each reader and writer has its own file of
@@ -255,6 +292,8 @@ struct Vm {
     /// one priority).
     idle_workers: VecDeque<Pid>,
     workers: usize,
+    /// The host's readahead on the image file (buffered reads only).
+    image_ra: ReadaheadState,
     iothread: Option<Pid>,
     /// Every QEMU thread the VM ever had.
     threads: Vec<Pid>,
@@ -426,6 +465,7 @@ impl Machine {
             waiting: VecDeque::new(),
             idle_workers: VecDeque::new(),
             workers: 0,
+            image_ra: ReadaheadState::default(),
             iothread: None,
             threads: Vec::new(),
             guest_coord: None,
@@ -1178,6 +1218,13 @@ impl Machine {
                     self.q.push(now + copy, Ev::JobDone(job));
                     return;
                 }
+                // A miss reads ahead in the image, as the host kernel does
+                // for any buffered reader; the pages beyond the request go
+                // in the same bios, and the request waits for them all.
+                let image_pages = self.kernels[HOST].layout.file(image).size.div_ceil(PAGE);
+                let window = self.vms[vm].image_ra.window(first, last);
+                let ra_last = (first + window).min(image_pages).max(last);
+                let holes = self.kernels[HOST].cache[image].missing(first, ra_last);
                 let mut bios = 0;
                 for (s, e) in holes {
                     self.kernels[HOST].cache[image].insert(s, e);
@@ -1494,4 +1541,28 @@ pub fn to_secs(ns: Nanos) -> f64 {
 
 pub const fn ms(n: u64) -> Nanos {
     n * MSEC
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `ondemand_readahead()`'s windows: a one-page miss reads 4 pages, a
+    /// read that goes on where the window ended doubles it up to
+    /// `read_ahead_kb` (32 pages), and a jump starts over from the request.
+    #[test]
+    fn readahead_windows_ramp_up_on_sequential_reads_and_restart_on_jumps() {
+        let mut ra = ReadaheadState::default();
+        assert_eq!(ra.window(100, 101), 4);
+        assert_eq!(ra.window(104, 105), 8);
+        assert_eq!(ra.window(112, 113), 16);
+        assert_eq!(ra.window(128, 129), 32);
+        assert_eq!(ra.window(160, 161), 32);
+        assert_eq!(ra.window(5000, 5001), 4);
+        // Larger requests: 2x up to a quarter of the maximum, then all of it.
+        assert_eq!(ra.window(9000, 9008), 16);
+        assert_eq!(ra.window(20000, 20016), 32);
+        // A request larger than the maximum is read whole.
+        assert_eq!(ra.window(30000, 30064), 64);
+    }
 }

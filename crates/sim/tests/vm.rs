@@ -76,6 +76,29 @@ fn thread_pool_grows_on_demand_to_64_and_shrinks_when_idle() {
     assert_eq!(m.qemu_stats(v).threads_alive, 0);
 }
 
+/// QEMU's pool reads the image through the host page cache, and the host
+/// reads ahead as for any buffered reader: a guest's 4 KiB random reads
+/// become 16 KiB host reads (`get_init_ra_size()`: 4x a one-page miss).
+/// The iothread reads with O_DIRECT: the host reads what the guest asked.
+#[test]
+fn the_pool_reads_ahead_in_the_image_and_the_iothread_does_not() {
+    let ratio = |aio: Aio| {
+        let mut m = machine("hdd-1.8in");
+        let cfg = VmConfig { aio, ..vm("noop") };
+        let (g, _) = m.add_vm(&cfg, "/images/vm1.img").unwrap();
+        guest_rand_readers(&mut m, g, 1);
+        m.run_until(secs(5.0), |_| false);
+        let (guest, host) = (m.sectors_done(g).0, m.sectors_done(HOST).0);
+        assert!(guest > 100, "{aio:?}: the guest read {guest} sectors");
+        host as f64 / guest as f64
+    };
+    let pool = ratio(Aio::Threads);
+    let iothread = ratio(Aio::IoThread);
+    eprintln!("host/guest sectors read: pool {pool:.2}, iothread {iothread:.2}");
+    assert!((pool - 4.0).abs() < 0.2, "pool: {pool:.2}");
+    assert!((iothread - 1.0).abs() < 0.01, "iothread: {iothread:.2}");
+}
+
 #[test]
 fn iothread_mode_issues_everything_from_one_thread() {
     let mut m = machine("emmc");
