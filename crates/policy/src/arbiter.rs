@@ -359,13 +359,13 @@ impl Arbiter {
         // compete for them again.
         let room = self.cfg.max_boosted.saturating_sub(raised.len());
         let others_holding = keepers.iter().filter(|&&(_, raised)| !raised).count();
-        if raised_waiting || others_holding > room {
-            let (stay, go): (Vec<_>, Vec<_>) = keepers.into_iter().partition(|&(_, raised)| raised);
-            keepers = stay;
-            candidates.extend(go.into_iter().map(|(c, _)| c));
+        let displace = raised_waiting || others_holding > room;
+        if displace {
+            let others = keepers.into_iter().filter(|&(_, raised)| !raised);
+            candidates.extend(others.map(|(c, _)| c));
             candidates.sort_by_key(|c| c.vm);
         }
-        let others_keeping = keepers.iter().filter(|&&(_, raised)| !raised).count();
+        let others_keeping = if displace { 0 } else { others_holding };
 
         let min_start = self
             .vms

@@ -1995,7 +1995,7 @@ impl IoScheduler for Bfq {
     /// back after a pause (`bfq_wr_min_inter_arr_async`), but no one waits
     /// for it, and boosting a VM's write-back only costs the host
     /// throughput (random writes on the card model: the host's aggregate
-    /// fell by up to half in `vbfq-throughput` when the guests asked for
+    /// fell by up to 31.8% in `vbfq-throughput` when the guests asked for
     /// it).
     fn raised_busy_queues(&self, since: Nanos) -> (usize, usize) {
         let mut counts = (0, 0);

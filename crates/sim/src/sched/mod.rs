@@ -306,13 +306,6 @@ impl BfqVersion {
             )),
         }
     }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            BfqVersion::V7r2 => "v7r2",
-            BfqVersion::Mainline => "mainline",
-        }
-    }
 }
 
 impl Default for SchedConfig {
