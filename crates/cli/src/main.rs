@@ -141,15 +141,31 @@ struct SimKnobs {
     /// 3.12's, the published runs').
     #[arg(long, default_value = "mainline")]
     host_bfq: String,
+    /// The host's CFQ and BFQ count `slice_idle` in whole jiffies (HZ /
+    /// 125), as Linux before 4.10 and BFQ v7 did: 8 ms at HZ=250, none at
+    /// HZ=100.
+    #[arg(long)]
+    slice_idle_jiffies: bool,
     /// Override the device's command queue depth (NCQ).
     #[arg(long)]
     queue_depth: Option<usize>,
+    /// Set one parameter of the HDD model (repeatable; flash devices are
+    /// left as they are), to calibrate it: rpm, media_mb_s,
+    /// track_to_track_ms, avg_seek_ms, full_stroke_ms, write_settle_ms,
+    /// miss_overhead_ms, hit_overhead_ms, host_mb_s, cache_segments,
+    /// segment_kib.
+    #[arg(long = "hdd-param", value_name = "NAME=VALUE")]
+    hdd_params: Vec<String>,
     /// Kernel tick rate of the guests (CONFIG_HZ; the published ARM guests ran at 100).
     #[arg(long, default_value_t = sim::vm::DEFAULT_GUEST_HZ)]
     guest_hz: u32,
     /// Turn off the "+4 ticks" slack of the guests' BFQ soft real-time test.
     #[arg(long)]
     guest_no_softrt_slack: bool,
+    /// The guests' CFQ and BFQ count `slice_idle` in whole jiffies (HZ /
+    /// 125, so none at the default --guest-hz 100), as Linux 3.12 did.
+    #[arg(long)]
+    guest_slice_idle_jiffies: bool,
     /// Which BFQ the guests run: v7r2 (Linux 3.12's, the published guests')
     /// or mainline.
     #[arg(long, default_value = "v7r2")]
@@ -277,10 +293,23 @@ fn knobs_to_opts(k: &SimKnobs) -> Result<sim::bench::SimOptions, Failure> {
     opts.sched_cfg.hz = k.hz;
     opts.sched_cfg.bfq_softrt_tick_slack = !k.no_softrt_slack;
     opts.sched_cfg.low_latency = !k.no_low_latency;
+    opts.sched_cfg.slice_idle_in_jiffies = k.slice_idle_jiffies;
     opts.queue_depth = k.queue_depth;
+    for p in &k.hdd_params {
+        let setting =
+            devmodel::parse_hdd_param(p).map_err(|e| Failure::Usage(format!("--hdd-param {e}")))?;
+        opts.hdd_params.push(setting);
+    }
+    if let Some(mut p) = devmodel::hdd_preset_params("hdd-1.8in") {
+        for (k, v) in &opts.hdd_params {
+            p.set(k, *v)
+                .map_err(|e| Failure::Usage(format!("--hdd-param: {e}")))?;
+        }
+    }
     opts.vm.sched_cfg.hz = k.guest_hz;
     opts.vm.sched_cfg.bfq_softrt_tick_slack = !k.guest_no_softrt_slack;
     opts.vm.sched_cfg.low_latency = !k.no_low_latency;
+    opts.vm.sched_cfg.slice_idle_in_jiffies = k.guest_slice_idle_jiffies;
     opts.vm.lagging_ticks = !k.guest_exact_ticks;
     opts.vm.aio = aio;
     opts.vm.virtqueue_depth = k.virtqueue_depth;
@@ -469,8 +498,17 @@ fn sim_run(a: RunArgs) -> Result<(), Failure> {
     );
     extra.insert("low_latency".into(), (!a.knobs.no_low_latency).into());
     extra.insert("bfq_version".into(), a.knobs.host_bfq.clone().into());
+    extra.insert("slice_idle_ns".into(), opts.sched_cfg.slice_idle().into());
     if let Some(d) = a.knobs.queue_depth {
         extra.insert("queue_depth".into(), d.into());
+    }
+    if !opts.hdd_params.is_empty() {
+        let params: serde_json::Map<String, serde_json::Value> = opts
+            .hdd_params
+            .iter()
+            .map(|(k, v)| (k.clone(), (*v).into()))
+            .collect();
+        extra.insert("hdd_params".into(), params.into());
     }
     if let Some(share) = a.knobs.app_metadata_share {
         extra.insert("app_metadata_share".into(), share.into());
@@ -486,6 +524,10 @@ fn sim_run(a: RunArgs) -> Result<(), Failure> {
             (!a.knobs.guest_exact_ticks).into(),
         );
         extra.insert("guest_bfq_version".into(), a.knobs.guest_bfq.clone().into());
+        extra.insert(
+            "guest_slice_idle_ns".into(),
+            opts.vm.sched_cfg.slice_idle().into(),
+        );
         extra.insert(
             "guest_sync_writes_async".into(),
             (!a.knobs.guest_sync_writes_sync).into(),

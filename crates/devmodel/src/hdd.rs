@@ -171,6 +171,92 @@ pub const MK6006GAH: HddParams = HddParams {
     queue_depth: 1,
 };
 
+/// The parameters of an HDD preset that a calibration may set
+/// ([`HddParams::set`]; `tandem sim run --hdd-param NAME=VALUE`), with
+/// their units. Capacity and surfaces are left out: they place files, and a
+/// calibration against published start-up times should not move them.
+pub const HDD_PARAM_NAMES: &[(&str, &str)] = &[
+    ("rpm", "revolutions per minute"),
+    (
+        "media_mb_s",
+        "MB/s streamed from the platter; sets sectors per track",
+    ),
+    ("track_to_track_ms", "ms, seek of one cylinder"),
+    ("avg_seek_ms", "ms, seek of a third of the stroke"),
+    ("full_stroke_ms", "ms, seek across the stroke"),
+    ("write_settle_ms", "ms added to a write seek"),
+    (
+        "miss_overhead_ms",
+        "ms of command overhead when the media is read",
+    ),
+    ("hit_overhead_ms", "ms of command overhead for a buffer hit"),
+    ("host_mb_s", "MB/s from the drive's buffer to the host"),
+    ("cache_segments", "read-ahead buffer segments, 1 to 8"),
+    ("segment_kib", "KiB per buffer segment"),
+];
+
+fn ms_to_ns(v: f64) -> Nanos {
+    (v * 1e6).round() as Nanos
+}
+
+impl HddParams {
+    /// Sets one parameter by its name in [`HDD_PARAM_NAMES`]. The error
+    /// names the parameter, the value and what is accepted.
+    pub fn set(&mut self, name: &str, value: f64) -> Result<(), String> {
+        if !value.is_finite() || value <= 0.0 {
+            return Err(format!(
+                "{name}={value}: the value must be a positive number"
+            ));
+        }
+        let whole = |max: f64| -> Result<f64, String> {
+            if value.fract() != 0.0 || value > max {
+                Err(format!(
+                    "{name}={value}: a whole number from 1 to {max} is accepted"
+                ))
+            } else {
+                Ok(value)
+            }
+        };
+        match name {
+            "rpm" => self.rpm = whole(100_000.0)? as u32,
+            "media_mb_s" => self.media_bytes_per_s = value * 1e6,
+            "track_to_track_ms" => self.track_to_track_ns = ms_to_ns(value),
+            "avg_seek_ms" => self.avg_seek_ns = ms_to_ns(value),
+            "full_stroke_ms" => self.full_stroke_ns = ms_to_ns(value),
+            "write_settle_ms" => self.write_settle_ns = ms_to_ns(value),
+            "miss_overhead_ms" => self.miss_overhead_ns = ms_to_ns(value),
+            "hit_overhead_ms" => self.hit_overhead_ns = ms_to_ns(value),
+            "host_mb_s" => self.host_bytes_per_s = value * 1e6,
+            "cache_segments" => self.cache_segments = whole(MAX_CACHE_SEGMENTS as f64)? as usize,
+            "segment_kib" => self.segment_bytes = whole(1024.0 * 1024.0)? as u64 * 1024,
+            _ => {
+                let names: Vec<&str> = HDD_PARAM_NAMES.iter().map(|(n, _)| *n).collect();
+                return Err(format!(
+                    "unknown HDD parameter \"{name}\"; known: {}",
+                    names.join(", ")
+                ));
+            }
+        }
+        self.validate()
+    }
+
+    /// Checks what the seek curve needs: track-to-track <= average <=
+    /// full stroke, as every datasheet has them.
+    pub fn validate(&self) -> Result<(), String> {
+        if !(self.track_to_track_ns <= self.avg_seek_ns && self.avg_seek_ns <= self.full_stroke_ns)
+        {
+            return Err(format!(
+                "seek times out of order: track_to_track_ms {} <= avg_seek_ms {} <= \
+                 full_stroke_ms {} is needed",
+                self.track_to_track_ns as f64 / 1e6,
+                self.avg_seek_ns as f64 / 1e6,
+                self.full_stroke_ns as f64 / 1e6
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// How a disk request was served.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum AccessKind {

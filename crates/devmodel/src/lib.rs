@@ -68,7 +68,7 @@ pub mod hdd;
 
 pub use device::{Device, SPTF_AGE_DIVISOR};
 pub use flash::{FlashModel, FlashParams};
-pub use hdd::{AccessKind, Breakdown, HddModel, HddParams};
+pub use hdd::{AccessKind, Breakdown, HddModel, HddParams, HDD_PARAM_NAMES};
 
 /// Time in nanoseconds (the simulator's clock).
 pub type Nanos = u64;
@@ -180,8 +180,10 @@ impl std::error::Error for UnknownPreset {}
 
 /// Build the model for a preset name (see [`PRESETS`]).
 pub fn preset(name: &str) -> Result<Box<dyn ServiceModel>, UnknownPreset> {
+    if let Some(p) = hdd_preset_params(name) {
+        return Ok(Box::new(HddModel::new(&p)));
+    }
     match name {
-        "hdd-1.8in" => Ok(Box::new(HddModel::new(&hdd::MK6006GAH))),
         "microsd-class6" => Ok(Box::new(FlashModel::new(&flash::MICROSD_CLASS6))),
         "emmc" => Ok(Box::new(FlashModel::new(&flash::EMMC_SEM16G))),
         "ssd-sata" => Ok(Box::new(FlashModel::new(&flash::SSD_850EVO))),
@@ -189,6 +191,46 @@ pub fn preset(name: &str) -> Result<Box<dyn ServiceModel>, UnknownPreset> {
         _ => Err(UnknownPreset {
             name: name.to_string(),
         }),
+    }
+}
+
+/// The parameters of an HDD preset, for calibration (see
+/// [`HddParams::set`]); `None` for the flash presets and unknown names.
+pub fn hdd_preset_params(name: &str) -> Option<HddParams> {
+    match name {
+        "hdd-1.8in" => Some(hdd::MK6006GAH),
+        _ => None,
+    }
+}
+
+/// Parses one `NAME=VALUE` HDD parameter setting (`--hdd-param`).
+pub fn parse_hdd_param(s: &str) -> Result<(String, f64), String> {
+    let (name, value) = s
+        .split_once('=')
+        .ok_or_else(|| format!("\"{s}\": NAME=VALUE expected, e.g. avg_seek_ms=18"))?;
+    let v: f64 = value
+        .trim()
+        .parse()
+        .map_err(|_| format!("\"{s}\": \"{value}\" is not a number"))?;
+    let mut probe = hdd::MK6006GAH;
+    probe.set(name.trim(), v)?;
+    Ok((name.trim().to_string(), v))
+}
+
+/// The model of a preset with HDD parameters set, in order. The settings
+/// apply to HDD presets only; a flash preset is built as it is.
+pub fn preset_with_hdd_params(
+    name: &str,
+    settings: &[(String, f64)],
+) -> Result<Box<dyn ServiceModel>, String> {
+    match hdd_preset_params(name) {
+        Some(mut p) if !settings.is_empty() => {
+            for (k, v) in settings {
+                p.set(k, *v)?;
+            }
+            Ok(Box::new(HddModel::new(&p)))
+        }
+        _ => preset(name).map_err(|e| e.to_string()),
     }
 }
 

@@ -471,3 +471,62 @@ fn presets_describe_themselves() {
     assert_eq!(qd("ssd-sata"), 32);
     assert_eq!(qd("nvme"), 64);
 }
+
+/// Mean service time of 400 random 4 KiB reads, one at a time.
+fn mean_random_read_ns(m: &mut dyn ServiceModel) -> f64 {
+    let cap = m.info().capacity_sectors;
+    let mut r = Rng(7);
+    let mut now: Nanos = 0;
+    let n = 400;
+    for _ in 0..n {
+        let req = read(r.sector4k(cap), 8);
+        now += m.start(0, &req, now);
+    }
+    now as f64 / n as f64
+}
+
+/// The calibration knobs of an HDD preset move what they name: a slower
+/// seek and a slower spindle make random reads slower, by about the
+/// added seek and half the added rotation.
+#[test]
+fn hdd_params_change_the_model_they_name() {
+    let base = mean_random_read_ns(&mut *devmodel::preset("hdd-1.8in").unwrap());
+    let set = |s: &[(&str, f64)]| {
+        let s: Vec<(String, f64)> = s.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+        mean_random_read_ns(&mut *devmodel::preset_with_hdd_params("hdd-1.8in", &s).unwrap())
+    };
+    let slow_seek = set(&[("avg_seek_ms", 20.0), ("full_stroke_ms", 36.0)]);
+    assert!(
+        slow_seek > base + 3.0e6,
+        "avg seek 15 -> 20 ms: {base} -> {slow_seek} ns"
+    );
+    // 4200 -> 3600 rpm: half a revolution is 7.14 -> 8.33 ms.
+    let slow_spin = set(&[("rpm", 3600.0)]);
+    assert!(
+        slow_spin > base + 0.6e6,
+        "4200 -> 3600 rpm: {base} -> {slow_spin} ns"
+    );
+    // No setting: the preset itself.
+    assert_eq!(set(&[]), base);
+}
+
+#[test]
+fn hdd_params_are_refused_by_name_and_left_alone_on_flash() {
+    let bad = |s: &str| devmodel::parse_hdd_param(s).unwrap_err();
+    assert!(bad("seek=3").contains("unknown HDD parameter \"seek\""));
+    assert!(bad("avg_seek_ms").contains("NAME=VALUE"));
+    assert!(bad("avg_seek_ms=fast").contains("not a number"));
+    assert!(bad("rpm=-1").contains("positive"));
+    assert!(bad("cache_segments=9").contains("whole number from 1 to 8"));
+    assert!(bad("avg_seek_ms=40").contains("seek times out of order"));
+    assert_eq!(
+        devmodel::parse_hdd_param(" miss_overhead_ms = 2.5").unwrap(),
+        ("miss_overhead_ms".to_string(), 2.5)
+    );
+    // Flash presets have no HDD parameters: built as they are.
+    let s = vec![("avg_seek_ms".to_string(), 20.0)];
+    let mut emmc = devmodel::preset_with_hdd_params("emmc", &s).unwrap();
+    let plain = mean_random_read_ns(&mut *preset("emmc").unwrap());
+    assert_eq!(mean_random_read_ns(&mut *emmc), plain);
+    assert!(devmodel::preset_with_hdd_params("floppy", &s).is_err());
+}

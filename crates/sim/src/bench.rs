@@ -33,6 +33,9 @@ pub struct SimOptions {
     pub sched_cfg: SchedConfig,
     /// Override the device's queue depth.
     pub queue_depth: Option<usize>,
+    /// HDD parameters set over the preset's (`--hdd-param`): the knobs of
+    /// a device calibration. Flash devices ignore them.
+    pub hdd_params: Vec<(String, f64)>,
     /// What every VM is made of (its `sched` is replaced by the cell's
     /// guest scheduler, or for the other VMs by the same).
     pub vm: VmConfig,
@@ -50,6 +53,7 @@ impl Default for SimOptions {
         SimOptions {
             sched_cfg: SchedConfig::default(),
             queue_depth: None,
+            hdd_params: Vec::new(),
             vm: guest_defaults(),
             coord: CoordConfig::default(),
             app_metadata_share: None,
@@ -119,6 +123,7 @@ pub fn setup(cell: &Cell, opts: &SimOptions, seed: u64) -> Result<Setup, String>
     let cfg = MachineConfig {
         device: cell.device.clone(),
         queue_depth: opts.queue_depth,
+        hdd_params: opts.hdd_params.clone(),
         sched: cell.host_sched.clone(),
         sched_cfg: opts.sched_cfg.clone(),
         ..MachineConfig::default()

@@ -33,6 +33,9 @@ pub struct MachineConfig {
     pub device: String,
     /// The device's command queue depth; `None` takes the preset's.
     pub queue_depth: Option<usize>,
+    /// HDD parameters set over the preset's, in order
+    /// (`devmodel::preset_with_hdd_params`; flash presets ignore them).
+    pub hdd_params: Vec<(String, f64)>,
     /// Elevator name (see `sched::SCHEDULERS`).
     pub sched: String,
     pub sched_cfg: SchedConfig,
@@ -46,6 +49,7 @@ impl Default for MachineConfig {
         MachineConfig {
             device: "hdd-1.8in".into(),
             queue_depth: None,
+            hdd_params: Vec::new(),
             sched: "bfq".into(),
             sched_cfg: SchedConfig::default(),
             memory_bytes: 2 << 30,
@@ -350,7 +354,7 @@ pub struct Machine {
 
 impl Machine {
     pub fn new(cfg: &MachineConfig, seed: u64) -> Result<Machine, String> {
-        let model = devmodel::preset(&cfg.device).map_err(|e| e.to_string())?;
+        let model = devmodel::preset_with_hdd_params(&cfg.device, &cfg.hdd_params)?;
         let depth = cfg
             .queue_depth
             .unwrap_or(model.info().default_queue_depth)

@@ -51,9 +51,6 @@ const FIFO_EXPIRE: [Nanos; 2] = [250 * MSEC, 125 * MSEC];
 const BACK_MAX_SECTORS: u64 = 16 * 1024 * 2;
 /// `bfq_back_penalty`: a backward seek costs twice a forward one.
 const BACK_PENALTY: u64 = 2;
-/// `bfq_slice_idle`: idle 8 ms (NSEC_PER_SEC / 125) for a sync queue's
-/// next request.
-const SLICE_IDLE: Nanos = SEC / 125;
 /// `BFQ_MIN_TT`: idling for seeky queues is cut to 2 ms.
 const MIN_TT: Nanos = 2 * MSEC;
 /// `bfq_default_max_budget`: 16384 sectors before autotuning has samples.
@@ -1103,18 +1100,44 @@ impl Bfq {
             || tot == 1
     }
 
-    /// `bfq_better_to_idle()`.
+    /// `bfq_better_to_idle()`: "idling is performed only if slice_idle >
+    /// 0", and if the queue may idle.
     fn better_to_idle(&self, ctx: &SchedCtx, q: QueueId) -> bool {
+        self.cfg.slice_idle() > 0 && self.may_idle(ctx, q)
+    }
+
+    /// Whether the queue in service keeps the device while it has requests
+    /// in flight and none queued. Mainline keeps it only if it would idle
+    /// after them (`bfq_better_to_idle()`, which needs `slice_idle > 0`);
+    /// v7 asks `bfq_bfqq_may_idle()`, which does not look at `slice_idle`,
+    /// and only its idle timer needs it (`bfq_bfqq_must_idle()`). So a v7
+    /// BFQ whose `slice_idle` is 0 (HZ=100,
+    /// `SchedConfig::slice_idle_in_jiffies`) still serves one queue at a
+    /// time, and moves on as soon as the queue's last request completes.
+    fn keeps_device_while_in_flight(&self, ctx: &SchedCtx, q: QueueId) -> bool {
+        if self.mainline() {
+            self.better_to_idle(ctx, q)
+        } else {
+            self.may_idle(ctx, q)
+        }
+    }
+
+    /// `bfq_bfqq_may_idle()` (v7; mainline merged it into
+    /// `bfq_better_to_idle()`).
+    fn may_idle(&self, ctx: &SchedCtx, q: QueueId) -> bool {
         let qq = &self.queues[q];
         if !qq.sync || qq.class == IoPrioClass::Idle {
             return false;
         }
-        // v7r2's idle window: `enable_idle = 0` when the think-time mean
-        // (valid above 80 samples) exceeds `slice_idle`, or on a queueing
-        // device for a seeky queue; raised queues keep it.
+        // v7r2's idle window: `enable_idle = 0` when `slice_idle` is 0,
+        // when the think-time mean (valid above 80 samples) exceeds
+        // `slice_idle`, or on a queueing device for a seeky queue; raised
+        // queues keep it.
+        let slice_idle = self.cfg.slice_idle();
         if self.cfg.bfq_idle_window_by_think_time
             && qq.wr_coeff == 1
-            && ((qq.ttime_samples > 80 && qq.ttime_mean > SLICE_IDLE)
+            && (slice_idle == 0
+                || (qq.ttime_samples > 80 && qq.ttime_mean > slice_idle)
                 || (Self::hw_tag(ctx) && Self::seeky(qq)))
         {
             return false;
@@ -1189,7 +1212,8 @@ impl Bfq {
         let slack = if self.cfg.bfq_softrt_tick_slack { 4 } else { 0 };
         let by_rate = qq.last_idle_bklogged
             + hz * qq.service_from_backlogged as i64 / WR_MAX_SOFTRT_RATE as i64;
-        let by_idle = Self::jiffies(ctx) + ctx.ticks.nsecs_to_jiffies(SLICE_IDLE) as i64 + slack;
+        let by_idle =
+            Self::jiffies(ctx) + ctx.ticks.nsecs_to_jiffies(self.cfg.slice_idle()) as i64 + slack;
         qq.soft_rt_next_start.max(by_rate).max(by_idle)
     }
 
@@ -1402,6 +1426,7 @@ impl Bfq {
     /// `bfq_update_io_thinktime()`: exponentially weighted think time,
     /// measured from the queue's last completion to its next request.
     fn update_thinktime(&mut self, ctx: &SchedCtx, q: QueueId) {
+        let slice_idle = self.cfg.slice_idle();
         let qq = &mut self.queues[q];
         if qq.dispatched > 0 || qq.busy {
             return;
@@ -1409,7 +1434,7 @@ impl Bfq {
         let elapsed = ctx
             .now
             .saturating_sub(qq.last_end_request)
-            .min(2 * SLICE_IDLE);
+            .min(2 * slice_idle);
         qq.ttime_samples = (7 * qq.ttime_samples + 256) / 8;
         qq.ttime_total = (7 * qq.ttime_total + 256 * elapsed) / 8;
         qq.ttime_mean = (qq.ttime_total + 128) / qq.ttime_samples.max(1);
@@ -1417,7 +1442,7 @@ impl Bfq {
         // below half the idle slice (once there are enough samples: 80,
         // `bfq_sample_valid()`).
         if qq.sync && qq.class != IoPrioClass::Idle {
-            qq.has_short_ttime = !(qq.ttime_samples > 80 && qq.ttime_mean > SLICE_IDLE / 2);
+            qq.has_short_ttime = !(qq.ttime_samples > 80 && qq.ttime_mean > slice_idle / 2);
         }
     }
 
@@ -1484,7 +1509,7 @@ impl Bfq {
         let qq = &self.queues[q];
         let idle_for_long_time =
             qq.dispatched == 0 && qq.budget_timeout + Self::ms_to_j(ctx, WR_MIN_IDLE_TIME_MS) < j;
-        let arrived_in_time = ctx.now <= qq.last_end_request + 3 * SLICE_IDLE;
+        let arrived_in_time = ctx.now <= qq.last_end_request + 3 * self.cfg.slice_idle();
         let in_burst = qq.in_large_burst;
         let default_weight = self.entities[qq.entity].orig_weight == DEFAULT_QUEUE_WEIGHT;
         let seeky_filtered = self.mainline() && Self::totally_seeky(qq);
@@ -1645,7 +1670,7 @@ impl Bfq {
         let delta_us = end.saturating_sub(self.last_budget_start) / 1000;
         if delta_us < 1000 {
             let ms = if ctx.rotational {
-                SLICE_IDLE / MSEC
+                self.cfg.slice_idle() / MSEC
             } else {
                 MIN_TT / MSEC
             };
@@ -1823,7 +1848,7 @@ impl Bfq {
     fn arm_slice_timer(&mut self, ctx: &mut SchedCtx, q: QueueId) {
         self.queues[q].wait_request = true;
         let qq = &self.queues[q];
-        let mut sl = SLICE_IDLE;
+        let mut sl = self.cfg.slice_idle();
         if Self::seeky(qq) && qq.wr_coeff == 1 && !self.asymmetric(q) {
             sl = sl.min(MIN_TT);
         } else if qq.wr_coeff > 1 {
@@ -1852,7 +1877,7 @@ impl Bfq {
                     return Some(q);
                 }
             } else if self.queues[q].wait_request
-                || (self.queues[q].dispatched > 0 && self.better_to_idle(ctx, q))
+                || (self.queues[q].dispatched > 0 && self.keeps_device_while_in_flight(ctx, q))
             {
                 // Keep the device for this queue: idle.
                 return None;
@@ -2245,7 +2270,7 @@ impl IoScheduler for Bfq {
             } else if self.may_expire_for_budget_timeout(ctx, q) {
                 self.expire(ctx, q, false, Expiration::BudgetTimeout);
             } else if self.queues[q].sort_list.is_empty()
-                && (self.queues[q].dispatched == 0 || !self.better_to_idle(ctx, q))
+                && (self.queues[q].dispatched == 0 || !self.keeps_device_while_in_flight(ctx, q))
             {
                 self.expire(ctx, q, false, Expiration::NoMoreRequests);
             }

@@ -395,7 +395,7 @@ impl Cfq {
             back_penalty: BACK_PENALTY,
             slice: [SLICE_ASYNC, SLICE_SYNC],
             slice_async_rq: SLICE_ASYNC_RQ,
-            slice_idle: SLICE_IDLE,
+            slice_idle: cfg.slice_idle(),
             latency: cfg.low_latency,
             target_latency: TARGET_LATENCY,
             #[cfg(test)]

@@ -255,6 +255,28 @@ pub struct SchedConfig {
     /// Which BFQ the kernel runs: mainline by default; v7r2 in the guests
     /// of the published runs (see `sim::bench::guest_defaults`).
     pub bfq_version: BfqVersion,
+    /// `slice_idle` is `HZ / 125` whole jiffies, as in CFQ before Linux
+    /// 4.10 and in BFQ v7 (`static int bfq_slice_idle = HZ / 125;`): 8 ms
+    /// at HZ=250 or 1000, but 0 at HZ=100, where integer division leaves
+    /// the elevator with no idling at all. Later kernels count it in
+    /// nanoseconds (`NSEC_PER_SEC / 125`), 8 ms at any HZ. Off by
+    /// default (`tandem sim run --slice-idle-jiffies` for the host,
+    /// `--guest-slice-idle-jiffies` for the guests): the published
+    /// guests ran Linux 3.12 at HZ=100, yet their BFQ must have idled
+    /// (README, "Linux 3.12's idle slice at HZ=100").
+    pub slice_idle_in_jiffies: bool,
+}
+
+impl SchedConfig {
+    /// The idle slice of CFQ and BFQ (`cfq_slice_idle`, `bfq_slice_idle`).
+    pub fn slice_idle(&self) -> Nanos {
+        let ns_slice = SEC / 125;
+        if self.slice_idle_in_jiffies {
+            (self.hz / 125) as Nanos * (SEC / self.hz as Nanos)
+        } else {
+            ns_slice
+        }
+    }
 }
 
 /// The two BFQs the simulator knows. They differ where throughput and
@@ -316,6 +338,7 @@ impl Default for SchedConfig {
             bfq_softrt_tick_slack: true,
             bfq_idle_window_by_think_time: true,
             bfq_version: BfqVersion::Mainline,
+            slice_idle_in_jiffies: false,
         }
     }
 }
@@ -346,4 +369,87 @@ pub fn by_name(name: &str, cfg: &SchedConfig) -> Result<Box<dyn IoScheduler>, St
             ))
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slice_idle_at(hz: u32, in_jiffies: bool) -> Nanos {
+        SchedConfig {
+            hz,
+            slice_idle_in_jiffies: in_jiffies,
+            ..SchedConfig::default()
+        }
+        .slice_idle()
+    }
+
+    /// `HZ / 125` whole jiffies: none at HZ=100, 8 ms at 250 and 1000, and
+    /// what integer division leaves at 300 (2 jiffies, 6.67 ms). In
+    /// nanoseconds it is 8 ms at any HZ.
+    #[test]
+    fn slice_idle_in_jiffies_is_hz_over_125_whole_jiffies() {
+        assert_eq!(slice_idle_at(100, true), 0);
+        assert_eq!(slice_idle_at(250, true), 8 * MSEC);
+        assert_eq!(slice_idle_at(1000, true), 8 * MSEC);
+        assert_eq!(slice_idle_at(300, true), 2 * (SEC / 300));
+        for hz in [100, 250, 300, 1000] {
+            assert_eq!(slice_idle_at(hz, false), 8 * MSEC);
+        }
+    }
+
+    /// A reads with 1 ms of think time between requests, B is greedy, far
+    /// away. With an 8 ms idle slice both elevators wait for A's next
+    /// request and serve A in runs; with `slice_idle` 0 (HZ=100 in
+    /// jiffies) neither waits, and each of A's requests is a run of its
+    /// own, B getting the disk back as soon as A's read is done. BFQ is
+    /// v7r2, the 3.12 one whose `slice_idle` was in jiffies.
+    #[test]
+    fn at_hz_100_in_jiffies_cfq_and_bfq_v7_never_idle() {
+        use testutil::{Harness, Spec, Stream};
+        const SERVICE: Nanos = MSEC;
+        fn longest_run_of_a<S: IoScheduler>(sched: S, hz: u32) -> (usize, usize, usize) {
+            let mut h = Harness::new(sched, SERVICE);
+            h.ticks = TickSource::new(hz);
+            h.add_stream(Stream {
+                think: MSEC,
+                ..Stream::greedy(Spec::read(1, 0))
+            });
+            h.add_stream(Stream::greedy(Spec::read(2, 500_000_000)));
+            h.run_until(2 * SEC);
+            let runs = h.runs();
+            let a = runs.iter().filter(|r| r.0 == 1 && r.1 > SEC / 2);
+            let longest = a.clone().map(|r| r.3).max().unwrap_or(0);
+            (longest, a.count(), h.timer_log.len())
+        }
+        fn run(name: &str, hz: u32, in_jiffies: bool) -> (usize, usize, usize) {
+            let cfg = SchedConfig {
+                hz,
+                slice_idle_in_jiffies: in_jiffies,
+                bfq_version: BfqVersion::V7r2,
+                // No weight raising: two equally raised queues make a
+                // symmetric scenario, where BFQ does not idle anyway.
+                low_latency: false,
+                ..SchedConfig::default()
+            };
+            match name {
+                "cfq" => longest_run_of_a(cfq::Cfq::new(&cfg), hz),
+                _ => longest_run_of_a(bfq::Bfq::new(&cfg), hz),
+            }
+        }
+        for name in ["cfq", "bfq"] {
+            for (hz, in_jiffies) in [(100, false), (250, true)] {
+                let (longest, turns, _) = run(name, hz, in_jiffies);
+                assert!(
+                    longest > 5,
+                    "{name} at HZ={hz}: A's runs are {longest} long"
+                );
+                assert!(turns > 0, "{name} at HZ={hz}");
+            }
+            let (longest, turns, idle_timers) = run(name, 100, true);
+            assert_eq!(longest, 1, "{name}: A keeps the disk at slice_idle 0");
+            assert_eq!(idle_timers, 0, "{name}: an idle timer was armed");
+            assert!(turns > 20, "{name}: A got {turns} turns in 1.5 s");
+        }
+    }
 }
