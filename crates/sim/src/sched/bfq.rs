@@ -373,6 +373,9 @@ struct RateEstimator {
 /// The BFQ scheduler.
 pub struct Bfq {
     cfg: SchedConfig,
+    /// `bfq_slice_idle`, fixed at creation (`SchedConfig::slice_idle`: 8
+    /// ms, or `HZ / 125` whole jiffies as in v7).
+    slice_idle: Nanos,
     entities: Vec<Entity>,
     sds: Vec<SchedData>,
     queues: Vec<Queue>,
@@ -433,6 +436,7 @@ impl Bfq {
         };
         Bfq {
             cfg: cfg.clone(),
+            slice_idle: cfg.slice_idle(),
             entities: Vec::new(),
             sds: vec![root],
             queues: Vec::new(),
@@ -1103,7 +1107,7 @@ impl Bfq {
     /// `bfq_better_to_idle()`: "idling is performed only if slice_idle >
     /// 0", and if the queue may idle.
     fn better_to_idle(&self, ctx: &SchedCtx, q: QueueId) -> bool {
-        self.cfg.slice_idle() > 0 && self.may_idle(ctx, q)
+        self.slice_idle > 0 && self.may_idle(ctx, q)
     }
 
     /// Whether the queue in service keeps the device while it has requests
@@ -1133,11 +1137,10 @@ impl Bfq {
         // when the think-time mean (valid above 80 samples) exceeds
         // `slice_idle`, or on a queueing device for a seeky queue; raised
         // queues keep it.
-        let slice_idle = self.cfg.slice_idle();
         if self.cfg.bfq_idle_window_by_think_time
             && qq.wr_coeff == 1
-            && (slice_idle == 0
-                || (qq.ttime_samples > 80 && qq.ttime_mean > slice_idle)
+            && (self.slice_idle == 0
+                || (qq.ttime_samples > 80 && qq.ttime_mean > self.slice_idle)
                 || (Self::hw_tag(ctx) && Self::seeky(qq)))
         {
             return false;
@@ -1213,7 +1216,7 @@ impl Bfq {
         let by_rate = qq.last_idle_bklogged
             + hz * qq.service_from_backlogged as i64 / WR_MAX_SOFTRT_RATE as i64;
         let by_idle =
-            Self::jiffies(ctx) + ctx.ticks.nsecs_to_jiffies(self.cfg.slice_idle()) as i64 + slack;
+            Self::jiffies(ctx) + ctx.ticks.nsecs_to_jiffies(self.slice_idle) as i64 + slack;
         qq.soft_rt_next_start.max(by_rate).max(by_idle)
     }
 
@@ -1426,7 +1429,7 @@ impl Bfq {
     /// `bfq_update_io_thinktime()`: exponentially weighted think time,
     /// measured from the queue's last completion to its next request.
     fn update_thinktime(&mut self, ctx: &SchedCtx, q: QueueId) {
-        let slice_idle = self.cfg.slice_idle();
+        let slice_idle = self.slice_idle;
         let qq = &mut self.queues[q];
         if qq.dispatched > 0 || qq.busy {
             return;
@@ -1509,7 +1512,7 @@ impl Bfq {
         let qq = &self.queues[q];
         let idle_for_long_time =
             qq.dispatched == 0 && qq.budget_timeout + Self::ms_to_j(ctx, WR_MIN_IDLE_TIME_MS) < j;
-        let arrived_in_time = ctx.now <= qq.last_end_request + 3 * self.cfg.slice_idle();
+        let arrived_in_time = ctx.now <= qq.last_end_request + 3 * self.slice_idle;
         let in_burst = qq.in_large_burst;
         let default_weight = self.entities[qq.entity].orig_weight == DEFAULT_QUEUE_WEIGHT;
         let seeky_filtered = self.mainline() && Self::totally_seeky(qq);
@@ -1670,7 +1673,7 @@ impl Bfq {
         let delta_us = end.saturating_sub(self.last_budget_start) / 1000;
         if delta_us < 1000 {
             let ms = if ctx.rotational {
-                self.cfg.slice_idle() / MSEC
+                self.slice_idle / MSEC
             } else {
                 MIN_TT / MSEC
             };
@@ -1848,7 +1851,7 @@ impl Bfq {
     fn arm_slice_timer(&mut self, ctx: &mut SchedCtx, q: QueueId) {
         self.queues[q].wait_request = true;
         let qq = &self.queues[q];
-        let mut sl = self.cfg.slice_idle();
+        let mut sl = self.slice_idle;
         if Self::seeky(qq) && qq.wr_coeff == 1 && !self.asymmetric(q) {
             sl = sl.min(MIN_TT);
         } else if qq.wr_coeff > 1 {
