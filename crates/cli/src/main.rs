@@ -295,17 +295,8 @@ fn knobs_to_opts(k: &SimKnobs) -> Result<sim::bench::SimOptions, Failure> {
     opts.sched_cfg.low_latency = !k.no_low_latency;
     opts.sched_cfg.slice_idle_in_jiffies = k.slice_idle_jiffies;
     opts.queue_depth = k.queue_depth;
-    for p in &k.hdd_params {
-        let setting =
-            devmodel::parse_hdd_param(p).map_err(|e| Failure::Usage(format!("--hdd-param {e}")))?;
-        opts.hdd_params.push(setting);
-    }
-    if let Some(mut p) = devmodel::hdd_preset_params("hdd-1.8in") {
-        for (k, v) in &opts.hdd_params {
-            p.set(k, *v)
-                .map_err(|e| Failure::Usage(format!("--hdd-param: {e}")))?;
-        }
-    }
+    opts.hdd_params = devmodel::parse_hdd_params(&k.hdd_params)
+        .map_err(|e| Failure::Usage(format!("--hdd-param {e}")))?;
     opts.vm.sched_cfg.hz = k.guest_hz;
     opts.vm.sched_cfg.bfq_softrt_tick_slack = !k.guest_no_softrt_slack;
     opts.vm.sched_cfg.low_latency = !k.no_low_latency;

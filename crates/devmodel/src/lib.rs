@@ -203,7 +203,8 @@ pub fn hdd_preset_params(name: &str) -> Option<HddParams> {
     }
 }
 
-/// Parses one `NAME=VALUE` HDD parameter setting (`--hdd-param`).
+/// Parses one `NAME=VALUE` HDD parameter setting (`--hdd-param`) and
+/// checks it on every HDD preset.
 pub fn parse_hdd_param(s: &str) -> Result<(String, f64), String> {
     let (name, value) = s
         .split_once('=')
@@ -212,9 +213,32 @@ pub fn parse_hdd_param(s: &str) -> Result<(String, f64), String> {
         .trim()
         .parse()
         .map_err(|_| format!("\"{s}\": \"{value}\" is not a number"))?;
-    let mut probe = hdd::MK6006GAH;
-    probe.set(name.trim(), v)?;
-    Ok((name.trim().to_string(), v))
+    let setting = (name.trim().to_string(), v);
+    check_on_hdd_presets(std::slice::from_ref(&setting))?;
+    Ok(setting)
+}
+
+/// Parses `NAME=VALUE` HDD parameter settings, in order, and checks them
+/// together on every HDD preset (one may put the seek times out of order
+/// only with another).
+pub fn parse_hdd_params<S: AsRef<str>>(list: &[S]) -> Result<Vec<(String, f64)>, String> {
+    let settings = list
+        .iter()
+        .map(|s| parse_hdd_param(s.as_ref()))
+        .collect::<Result<Vec<_>, _>>()?;
+    check_on_hdd_presets(&settings)?;
+    Ok(settings)
+}
+
+fn check_on_hdd_presets(settings: &[(String, f64)]) -> Result<(), String> {
+    for name in PRESETS {
+        if let Some(mut p) = hdd_preset_params(name) {
+            for (k, v) in settings {
+                p.set(k, *v)?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The model of a preset with HDD parameters set, in order. The settings

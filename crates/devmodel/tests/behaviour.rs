@@ -523,6 +523,10 @@ fn hdd_params_are_refused_by_name_and_left_alone_on_flash() {
         devmodel::parse_hdd_param(" miss_overhead_ms = 2.5").unwrap(),
         ("miss_overhead_ms".to_string(), 2.5)
     );
+    // Together: each is fine alone, the pair puts the seeks out of order.
+    assert!(devmodel::parse_hdd_params(&["avg_seek_ms=25"]).is_ok());
+    let pair = devmodel::parse_hdd_params(&["avg_seek_ms=25", "full_stroke_ms=20"]);
+    assert!(pair.unwrap_err().contains("seek times out of order"));
     // Flash presets have no HDD parameters: built as they are.
     let s = vec![("avg_seek_ms".to_string(), 20.0)];
     let mut emmc = devmodel::preset_with_hdd_params("emmc", &s).unwrap();
