@@ -1,0 +1,223 @@
+//! cyclictest as the coordinated scheduling study ran it
+//! (`cyclictest -q -n -l 100000 -h 5000`): one thread, `SCHED_OTHER`
+//! unless told otherwise, sleeping with `clock_nanosleep(TIMER_ABSTIME)`
+//! to deadlines 1000 us apart; each sample is the wake-up time (when the
+//! thread runs again) minus the deadline. A deadline already past when
+//! the thread goes back to sleep is skipped, as rt-tests' `timerthread()`
+//! does. Busy loops run in the host and in the guest; without a guest
+//! ("no guest") the thread runs on the host.
+
+use std::fmt::Write as _;
+
+use crate::model::{CompletionKind, CpuModel, KernelId};
+use crate::platform::Platform;
+use crate::task::{Policy, TaskSpec};
+use crate::{FairKind, Nanos, MS, US};
+
+/// cyclictest's `-h 5000`: 1 us buckets up to 5000 us, then overflows.
+pub const HIST_BUCKETS: usize = 5000;
+
+/// A latency histogram in cyclictest's terms (microseconds).
+#[derive(Clone, Debug)]
+pub struct Histogram {
+    pub buckets: Vec<u64>,
+    pub overflow: u64,
+    pub count: u64,
+    pub sum_ns: u128,
+    pub min_ns: Nanos,
+    pub max_ns: Nanos,
+}
+
+impl Default for Histogram {
+    fn default() -> Self {
+        Histogram {
+            buckets: vec![0; HIST_BUCKETS],
+            overflow: 0,
+            count: 0,
+            sum_ns: 0,
+            min_ns: Nanos::MAX,
+            max_ns: 0,
+        }
+    }
+}
+
+impl Histogram {
+    pub fn record(&mut self, lat: Nanos) {
+        let us = (lat / US) as usize;
+        match self.buckets.get_mut(us) {
+            Some(b) => *b += 1,
+            None => self.overflow += 1,
+        }
+        self.count += 1;
+        self.sum_ns += lat as u128;
+        self.min_ns = self.min_ns.min(lat);
+        self.max_ns = self.max_ns.max(lat);
+    }
+
+    pub fn avg_us(&self) -> f64 {
+        if self.count == 0 {
+            return 0.0;
+        }
+        self.sum_ns as f64 / self.count as f64 / 1000.0
+    }
+
+    pub fn max_us(&self) -> f64 {
+        self.max_ns as f64 / 1000.0
+    }
+
+    /// The share of samples in `[lo_us, hi_us)` (overflows count above
+    /// 5000 us).
+    pub fn share_between(&self, lo_us: usize, hi_us: usize) -> f64 {
+        let mut n: u64 = self.buckets[lo_us.min(HIST_BUCKETS)..hi_us.min(HIST_BUCKETS)]
+            .iter()
+            .sum();
+        if hi_us > HIST_BUCKETS {
+            n += self.overflow;
+        }
+        n as f64 / self.count.max(1) as f64
+    }
+
+    /// The output of `cyclictest -h`: one `bucket count` line per
+    /// microsecond, then the summary lines.
+    pub fn to_cyclictest_text(&self) -> String {
+        let mut s = String::from("# Histogram\n");
+        for (i, n) in self.buckets.iter().enumerate() {
+            let _ = writeln!(s, "{i:06} {n:06}");
+        }
+        let _ = writeln!(s, "# Total: {:09}", self.count);
+        let min = if self.count == 0 { 0 } else { self.min_ns / US };
+        let _ = writeln!(s, "# Min Latencies: {min:05}");
+        let _ = writeln!(s, "# Avg Latencies: {:05}", self.avg_us().round() as u64);
+        let _ = writeln!(s, "# Max Latencies: {:05}", self.max_ns / US);
+        let _ = writeln!(s, "# Histogram Overflows: {:05}", self.overflow);
+        s
+    }
+}
+
+/// One cell of the latency benchmark.
+#[derive(Clone, Debug)]
+pub struct LatencySetup {
+    pub platform: Platform,
+    pub host_sched: FairKind,
+    pub guest_sched: FairKind,
+    pub host_loops: usize,
+    /// `None`: no guest, cyclictest on the host.
+    pub guest_loops: Option<usize>,
+    /// cyclictest's policy (`-p`/`--policy`); `SCHED_OTHER` by default.
+    pub policy: Policy,
+    /// Samples to take (`-l`; the study ran 2 x 100000).
+    pub loops: u64,
+    /// Coordination of the vCPU threads.
+    pub coordination: CpuCoordination,
+}
+
+/// How the host treats the VM's vCPU threads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CpuCoordination {
+    Off,
+    /// `static-cpu`: vCPU threads always `SCHED_RR` priority 8, as
+    /// pvsched's boost.
+    StaticCpu,
+}
+
+/// pvsched's boost priority for vCPU threads.
+pub const PVSCHED_RR_PRIO: u8 = 8;
+
+/// cyclictest's interval (`-i`, default 1000 us).
+pub const INTERVAL: Nanos = MS;
+/// The CPU work of one cyclictest cycle (read the clock, update the
+/// histogram, compute the next deadline): a few microseconds on the
+/// study's cores; an assumption, not a measurement.
+pub const CYCLE_WORK: Nanos = 2 * US;
+/// The loops start this long before cyclictest, so the balancer has
+/// settled them.
+pub const WARMUP: Nanos = 200 * MS;
+
+impl LatencySetup {
+    pub fn new(platform: Platform, sched: FairKind, host_loops: usize, guest_loops: Option<usize>) -> Self {
+        LatencySetup {
+            platform,
+            host_sched: sched,
+            guest_sched: sched,
+            host_loops,
+            guest_loops,
+            policy: Policy::NORMAL,
+            loops: 20_000,
+            coordination: CpuCoordination::Off,
+        }
+    }
+}
+
+/// Builds the model of a cell: host loops, the VM and its loops, and the
+/// cyclictest thread; returns the model, the thread's kernel and task.
+fn build(s: &LatencySetup) -> Result<(CpuModel, KernelId, crate::TaskId), String> {
+    let mut m = CpuModel::new(s.platform.clone(), s.host_sched);
+    let cores = s.platform.cores;
+    for i in 0..s.host_loops {
+        let spec = TaskSpec {
+            cpu: i % cores,
+            ..TaskSpec::busy_loop(&format!("host-loop{i}"))
+        };
+        m.spawn(KernelId::HOST, spec);
+    }
+    let mut k = KernelId::HOST;
+    if let Some(gl) = s.guest_loops {
+        let (vm, gk) = m.add_vm(1, s.guest_sched, 1024)?;
+        if s.coordination == CpuCoordination::StaticCpu {
+            let t = m.vcpu_task(vm, 0);
+            m.set_policy(KernelId::HOST, t, Policy::Rr { prio: PVSCHED_RR_PRIO });
+        }
+        for i in 0..gl {
+            m.spawn(gk, TaskSpec::busy_loop(&format!("guest-loop{i}")));
+        }
+        k = gk;
+    }
+    while m.now() < WARMUP {
+        let next = m.next_event_time().unwrap_or(WARMUP).min(WARMUP);
+        m.advance_to(next);
+    }
+    let spec = TaskSpec {
+        name: "cyclictest".into(),
+        policy: s.policy,
+        group: None,
+        cpu: 0,
+        burst: Some(CYCLE_WORK),
+        report_start: true,
+    };
+    let t = m.spawn(k, spec);
+    Ok((m, k, t))
+}
+
+/// Runs one cell and returns the histogram of `s.loops` samples.
+pub fn run_latency(s: &LatencySetup) -> Result<Histogram, String> {
+    let (mut m, k, t) = build(s)?;
+    let mut hist = Histogram::default();
+    let mut deadline: Option<Nanos> = None;
+    let mut next = m.now() + INTERVAL;
+    while hist.count < s.loops {
+        let Some(at) = m.next_event_time() else {
+            return Err("the CPU model ran out of events".into());
+        };
+        let done: Vec<_> = m.advance_to(at).to_vec();
+        for c in done.into_iter().filter(|c| c.kernel == k && c.task == t) {
+            match c.kind {
+                CompletionKind::Started => {
+                    if let Some(d) = deadline.take() {
+                        hist.record(c.at.saturating_sub(d));
+                    }
+                }
+                CompletionKind::BurstDone => {
+                    let now = m.now();
+                    while next <= now {
+                        next += INTERVAL;
+                    }
+                    deadline = Some(next);
+                    m.set_burst(k, t, CYCLE_WORK);
+                    m.sleep_until(k, t, next);
+                    next += INTERVAL;
+                }
+            }
+        }
+    }
+    Ok(hist)
+}

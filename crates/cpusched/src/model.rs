@@ -1,0 +1,429 @@
+//! The CPU model: the host kernel, one kernel per guest whose CPUs are
+//! vCPUs, and the event queue that drives them (ticks, burst ends, timer
+//! expiries). A vCPU is a host task: while the host runs it, its guest
+//! CPU executes; otherwise the guest makes no progress and the guest's
+//! interrupts (its tick, its timers) wait for the host to run it again.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use crate::class::SchedClass;
+use crate::kernel::{Event, Kernel, KernelCfg};
+use crate::platform::Platform;
+use crate::rt::Rt;
+use crate::task::{GroupId, Policy, TaskId, TaskSpec, TaskState};
+use crate::{bfs, cfs, eevdf, FairKind, Nanos};
+
+/// A kernel of the model: 0 is the host, then one per VM.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct KernelId(pub usize);
+
+impl KernelId {
+    pub const HOST: KernelId = KernelId(0);
+}
+
+/// A virtual machine: its vCPU threads on the host, its guest kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VmId(pub usize);
+
+/// What the driver must react to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Completion {
+    pub kernel: KernelId,
+    pub task: TaskId,
+    pub kind: CompletionKind,
+    pub at: Nanos,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CompletionKind {
+    /// The task ran for the first time since its wake-up.
+    Started,
+    /// The task finished its burst: give it another, block it or sleep.
+    BurstDone,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Ev {
+    Step { k: usize, cpu: usize, gen: u32 },
+    Tick { k: usize, cpu: usize, gen: u32 },
+    Timer { k: usize, task: TaskId, gen: u32 },
+}
+
+/// Event bookkeeping of one CPU of one kernel.
+#[derive(Clone, Debug, Default)]
+struct CpuEv {
+    step_gen: u32,
+    tick_gen: u32,
+    tick_armed: bool,
+    tick_pending: bool,
+    /// Guest timers that fired while the vCPU was not running.
+    pending: Vec<TaskId>,
+}
+
+struct Vm {
+    kernel: usize,
+    vcpus: Vec<TaskId>,
+    group: GroupId,
+}
+
+pub struct CpuModel {
+    pub platform: Platform,
+    kernels: Vec<Kernel>,
+    cpu_ev: Vec<Vec<CpuEv>>,
+    vms: Vec<Vm>,
+    /// Host task -> (guest kernel, guest CPU) for vCPU threads.
+    vcpu_of: Vec<Option<(usize, usize)>>,
+    host_seen: Vec<Option<TaskId>>,
+    host_groups: u32,
+    heap: BinaryHeap<Reverse<(Nanos, u64, Ev)>>,
+    seq: u64,
+    now: Nanos,
+    out: Vec<Completion>,
+    processed: u64,
+}
+
+/// A kernel's classes: RT over the chosen fair class.
+fn make_kernel(cfg: KernelCfg, fair: FairKind) -> Kernel {
+    let n = cfg.cpus;
+    let fair: Box<dyn SchedClass> = match fair {
+        FairKind::Cfs => Box::new(cfs::new(n)),
+        FairKind::Eevdf => Box::new(eevdf::new(n)),
+        FairKind::Bfs => Box::new(bfs::Bfs::new()),
+    };
+    Kernel::new(cfg, Box::new(Rt::new(n)), fair)
+}
+
+impl CpuModel {
+    pub fn new(platform: Platform, host: FairKind) -> CpuModel {
+        let cfg = platform.host_cfg();
+        let n = cfg.cpus;
+        CpuModel {
+            platform,
+            kernels: vec![make_kernel(cfg, host)],
+            cpu_ev: vec![vec![CpuEv::default(); n]],
+            vms: Vec::new(),
+            vcpu_of: Vec::new(),
+            host_seen: vec![None; n],
+            host_groups: 0,
+            heap: BinaryHeap::new(),
+            seq: 0,
+            now: 0,
+            out: Vec::new(),
+            processed: 0,
+        }
+    }
+
+    pub fn now(&self) -> Nanos {
+        self.now
+    }
+
+    /// Events handled so far (for the events-per-second benchmark).
+    pub fn events_processed(&self) -> u64 {
+        self.processed
+    }
+
+    pub fn kernel(&self, k: KernelId) -> &Kernel {
+        &self.kernels[k.0]
+    }
+
+    /// A host CPU cgroup with `cpu.shares`.
+    pub fn add_host_group(&mut self, shares: u64) -> GroupId {
+        let g = GroupId(self.host_groups);
+        self.host_groups += 1;
+        self.kernels[0].add_group(g, shares);
+        g
+    }
+
+    /// A VM of `vcpus` vCPUs whose threads sit in a host group of their
+    /// own (as libvirt does), running `guest` as its scheduler.
+    pub fn add_vm(&mut self, vcpus: usize, guest: FairKind, shares: u64) -> Result<(VmId, KernelId), String> {
+        if vcpus == 0 || vcpus > self.platform.max_vcpus {
+            return Err(format!(
+                "a VM on platform '{}' has 1 to {} vCPUs, not {vcpus}",
+                self.platform.name, self.platform.max_vcpus
+            ));
+        }
+        let group = self.add_host_group(shares);
+        let k = self.kernels.len();
+        let mut kern = make_kernel(self.platform.guest_cfg(vcpus), guest);
+        for c in &mut kern.cpus {
+            c.powered = false;
+        }
+        self.kernels.push(kern);
+        self.cpu_ev.push(vec![CpuEv::default(); vcpus]);
+        let mut tasks = Vec::new();
+        for i in 0..vcpus {
+            let spec = TaskSpec {
+                name: format!("vm{}-vcpu{i}", self.vms.len()),
+                group: Some(group),
+                cpu: i % self.platform.cores,
+                ..TaskSpec::busy_loop("vcpu")
+            };
+            let t = self.kernels[0].spawn(&spec, true, self.now);
+            self.vcpu_of.resize(t.idx() + 1, None);
+            self.vcpu_of[t.idx()] = Some((k, i));
+            tasks.push(t);
+        }
+        self.vms.push(Vm {
+            kernel: k,
+            vcpus: tasks,
+            group,
+        });
+        Ok((VmId(self.vms.len() - 1), KernelId(k)))
+    }
+
+    /// The host thread of a VM's vCPU.
+    pub fn vcpu_task(&self, vm: VmId, i: usize) -> TaskId {
+        self.vms[vm.0].vcpus[i]
+    }
+
+    pub fn vm_group(&self, vm: VmId) -> GroupId {
+        self.vms[vm.0].group
+    }
+
+    pub fn spawn(&mut self, k: KernelId, spec: TaskSpec) -> TaskId {
+        let t = self.kernels[k.0].spawn(&spec, false, self.now);
+        self.flush();
+        t
+    }
+
+    /// Changes a task's policy (`sched_setscheduler`): off its queue,
+    /// new policy, back on.
+    pub fn set_policy(&mut self, k: KernelId, t: TaskId, policy: Policy) {
+        self.kernels[k.0].set_policy(t, policy, self.now);
+        self.flush();
+    }
+
+    pub fn set_burst(&mut self, k: KernelId, t: TaskId, work: Nanos) {
+        self.kernels[k.0].set_burst(t, work, self.now);
+        self.flush();
+    }
+
+    pub fn block(&mut self, k: KernelId, t: TaskId) {
+        self.kernels[k.0].block(t, self.now);
+        self.flush();
+    }
+
+    pub fn wake(&mut self, k: KernelId, t: TaskId) {
+        self.kernels[k.0].wake(t, self.now);
+        self.flush();
+    }
+
+    /// Blocks `t` until the absolute time `deadline`
+    /// (`clock_nanosleep(TIMER_ABSTIME)`); its timer fires on the CPU it
+    /// last ran on.
+    pub fn sleep_until(&mut self, k: KernelId, t: TaskId, deadline: Nanos) {
+        self.kernels[k.0].block(t, self.now);
+        let gen = self.kernels[k.0].tasks[t.idx()].timer_gen;
+        let at = deadline.max(self.now) + self.platform.timer_irq_ns;
+        self.push(at, Ev::Timer { k: k.0, task: t, gen });
+        self.flush();
+    }
+
+    /// CPU time task `t` has made progress with.
+    pub fn progress(&self, k: KernelId, t: TaskId) -> Nanos {
+        self.kernels[k.0].tasks[t.idx()].progress
+    }
+
+    /// Brings every CPU's accounting up to now (before reading progress).
+    pub fn settle_all(&mut self) {
+        for k in 0..self.kernels.len() {
+            for cpu in 0..self.kernels[k].cpus.len() {
+                self.kernels[k].settle(cpu, self.now);
+            }
+        }
+    }
+
+    pub fn next_event_time(&self) -> Option<Nanos> {
+        self.heap.peek().map(|Reverse((t, _, _))| *t)
+    }
+
+    /// Handles every event up to `limit`, stopping early after the first
+    /// instant that produced completions; returns them.
+    pub fn advance_to(&mut self, limit: Nanos) -> &[Completion] {
+        self.out.clear();
+        while let Some(&Reverse((at, _, ev))) = self.heap.peek() {
+            if at > limit {
+                break;
+            }
+            if !self.out.is_empty() && at > self.now {
+                return &self.out;
+            }
+            self.heap.pop();
+            self.now = at;
+            self.handle(ev);
+            self.flush();
+        }
+        if self.out.is_empty() {
+            self.now = self.now.max(limit);
+        }
+        &self.out
+    }
+
+    fn push(&mut self, at: Nanos, ev: Ev) {
+        self.seq += 1;
+        self.heap.push(Reverse((at, self.seq, ev)));
+    }
+
+    fn handle(&mut self, ev: Ev) {
+        let now = self.now;
+        match ev {
+            Ev::Step { k, cpu, gen } => {
+                if self.cpu_ev[k][cpu].step_gen == gen {
+                    self.processed += 1;
+                    self.kernels[k].step(cpu, now);
+                }
+            }
+            Ev::Tick { k, cpu, gen } => {
+                let ce = &mut self.cpu_ev[k][cpu];
+                if ce.tick_gen != gen {
+                    return;
+                }
+                self.processed += 1;
+                ce.tick_armed = false;
+                if self.kernels[k].cpus[cpu].powered {
+                    self.kernels[k].tick(cpu, now);
+                } else {
+                    ce.tick_pending = true;
+                }
+                self.kernels[k].dirty.push(cpu);
+            }
+            Ev::Timer { k, task, gen } => {
+                let t = &self.kernels[k].tasks[task.idx()];
+                if t.timer_gen != gen || t.state != TaskState::Blocked {
+                    return;
+                }
+                self.processed += 1;
+                self.timer_fired(k, task);
+            }
+        }
+    }
+
+    /// A sleeper's timer fired: on the host it wakes at once; in a guest
+    /// it is a virtual interrupt for the vCPU the task last ran on, taken
+    /// now if the vCPU runs (at the cost of a VM exit), else when it next
+    /// runs.
+    fn timer_fired(&mut self, k: usize, task: TaskId) {
+        let now = self.now;
+        if k == 0 {
+            self.kernels[0].wake(task, now);
+            return;
+        }
+        let cpu = self.kernels[k].tasks[task.idx()].cpu;
+        if self.kernels[k].cpus[cpu].powered {
+            self.kernels[k].settle(cpu, now);
+            self.kernels[k].cpus[cpu].overhead += self.platform.vm_exit_ns;
+            self.kernels[k].wake(task, now);
+        } else {
+            self.cpu_ev[k][cpu].pending.push(task);
+        }
+        self.kernels[k].dirty.push(cpu);
+    }
+
+    /// Reacts to every CPU whose state changed, until nothing changes.
+    fn flush(&mut self) {
+        loop {
+            let mut any = false;
+            for k in 0..self.kernels.len() {
+                for ev in std::mem::take(&mut self.kernels[k].events) {
+                    let (task, kind, at) = match ev {
+                        Event::Started(t, at) => (t, CompletionKind::Started, at),
+                        Event::BurstDone(t, at) => (t, CompletionKind::BurstDone, at),
+                    };
+                    self.out.push(Completion {
+                        kernel: KernelId(k),
+                        task,
+                        kind,
+                        at,
+                    });
+                }
+                let mut dirty = std::mem::take(&mut self.kernels[k].dirty);
+                dirty.sort_unstable();
+                dirty.dedup();
+                for cpu in dirty {
+                    any = true;
+                    self.cpu_changed(k, cpu);
+                }
+            }
+            if !any {
+                break;
+            }
+        }
+    }
+
+    fn cpu_changed(&mut self, k: usize, cpu: usize) {
+        let now = self.now;
+        let ce = &mut self.cpu_ev[k][cpu];
+        ce.step_gen += 1;
+        let gen = ce.step_gen;
+        if let Some(at) = self.kernels[k].next_step(cpu) {
+            self.push(at, Ev::Step { k, cpu, gen });
+        }
+        self.arm_tick(k, cpu);
+        if k == 0 {
+            let cur = self.kernels[0].curr[cpu];
+            let seen = self.host_seen[cpu];
+            if cur != seen {
+                self.host_seen[cpu] = cur;
+                if let Some((gk, gc)) = seen.and_then(|t| self.vcpu_of.get(t.idx()).copied().flatten()) {
+                    self.power(gk, gc, false);
+                }
+                if let Some((gk, gc)) = cur.and_then(|t| self.vcpu_of.get(t.idx()).copied().flatten()) {
+                    self.power(gk, gc, true);
+                }
+            }
+            return;
+        }
+        let vm = self.vms.iter().position(|v| v.kernel == k).unwrap();
+        let vcpu = self.vms[vm].vcpus[cpu];
+        let g = &self.kernels[k];
+        let has_work = g.curr[cpu].is_some() || !self.cpu_ev[k][cpu].pending.is_empty();
+        let host_state = self.kernels[0].tasks[vcpu.idx()].state;
+        if g.cpus[cpu].powered && !has_work {
+            // The guest idles: WFI traps and the vCPU thread blocks
+            // (`kvm_vcpu_block()`).
+            self.kernels[0].block(vcpu, now);
+        } else if !g.cpus[cpu].powered && has_work && host_state == TaskState::Blocked {
+            // `kvm_vcpu_kick()`: the halted vCPU thread wakes.
+            self.kernels[0].wake(vcpu, now);
+        }
+    }
+
+    /// Ticks run on busy, executing CPUs at multiples of 1/HZ (`NO_HZ`
+    /// idle stops them on idle ones).
+    fn arm_tick(&mut self, k: usize, cpu: usize) {
+        let busy = self.kernels[k].curr[cpu].is_some() && self.kernels[k].cpus[cpu].powered;
+        let tick = self.kernels[k].cfg.tick_ns();
+        let ce = &mut self.cpu_ev[k][cpu];
+        if busy && !ce.tick_armed {
+            ce.tick_armed = true;
+            ce.tick_gen += 1;
+            let (gen, at) = (ce.tick_gen, (self.now / tick + 1) * tick);
+            self.push(at, Ev::Tick { k, cpu, gen });
+        } else if !busy && ce.tick_armed && self.kernels[k].curr[cpu].is_none() {
+            ce.tick_armed = false;
+            ce.tick_gen += 1;
+        }
+    }
+
+    /// The host starts or stops running a vCPU thread.
+    fn power(&mut self, k: usize, cpu: usize, on: bool) {
+        let now = self.now;
+        let g = &mut self.kernels[k];
+        g.settle(cpu, now);
+        g.cpus[cpu].powered = on;
+        g.cpus[cpu].since = now;
+        g.dirty.push(cpu);
+        if !on {
+            return;
+        }
+        g.cpus[cpu].overhead += self.platform.vm_entry_ns;
+        for t in std::mem::take(&mut self.cpu_ev[k][cpu].pending) {
+            self.kernels[k].wake(t, now);
+        }
+        if std::mem::take(&mut self.cpu_ev[k][cpu].tick_pending) {
+            self.kernels[k].tick(cpu, now);
+        }
+    }
+}
