@@ -104,6 +104,12 @@ pub trait SchedClass {
     /// Whether a task of this class waits to run on `cpu`.
     fn has_queued(&self, ctx: &Ctx, cpu: usize) -> bool;
 
+    /// Whether the class needs the CPU's timer while nothing runs (RT's
+    /// period timer of a throttled CPU).
+    fn needs_timer(&self, _cpu: usize) -> bool {
+        false
+    }
+
     /// Per-CPU housekeeping at every tick whatever runs (RT's period
     /// timer): true asks for a reschedule.
     fn cpu_tick(&mut self, _ctx: &Ctx, _cpu: usize) -> bool {

@@ -21,6 +21,8 @@ pub struct KernelCfg {
     /// `min_interval` (= its CPU count, in ms) times `busy_factor` 32
     /// (kernel/sched/topology.c `sd_init()`, 3.x `SD_*_INIT`).
     pub balance_busy_ns: Nanos,
+    /// `sched_feat(RT_RUNTIME_SHARE)` (on until Linux 5.17).
+    pub rt_runtime_share: bool,
 }
 
 impl KernelCfg {
@@ -380,6 +382,21 @@ impl Kernel {
         if let Some(idle) = (0..self.cfg.cpus).find(|&i| self.curr[i].is_none()) {
             self.schedule(idle, now);
         }
+    }
+
+    /// The lag of a fair task against its queue, while it is queued
+    /// (EEVDF and CFS; `None` for BFS or a sleeping task).
+    pub fn fair_lag(&self, t: TaskId) -> Option<i64> {
+        if self.tasks[t.idx()].policy.is_rt() {
+            return None;
+        }
+        self.classes[FAIR].lag(t)
+    }
+
+    /// Whether `cpu` needs its periodic timer: it runs something, or a
+    /// class waits for time to pass (a throttled RT queue).
+    pub fn needs_tick(&self, cpu: usize) -> bool {
+        self.curr[cpu].is_some() || self.classes.iter().any(|c| c.needs_timer(cpu))
     }
 
     /// Whether `cpu` has nothing to run at all.

@@ -91,7 +91,8 @@ fn make_kernel(cfg: KernelCfg, fair: FairKind) -> Kernel {
         FairKind::Eevdf => Box::new(eevdf::new(n)),
         FairKind::Bfs => Box::new(bfs::Bfs::new()),
     };
-    Kernel::new(cfg, Box::new(Rt::new(n)), fair)
+    let share = cfg.rt_runtime_share;
+    Kernel::new(cfg, Box::new(Rt::new(n, share)), fair)
 }
 
 impl CpuModel {
@@ -233,6 +234,19 @@ impl CpuModel {
                 self.kernels[k].settle(cpu, self.now);
             }
         }
+    }
+
+    /// Runs up to `t`, ignoring completions (for workloads that need no
+    /// answers, such as busy loops), and settles every CPU.
+    pub fn run_until(&mut self, t: Nanos) {
+        while let Some(n) = self.next_event_time() {
+            if n > t {
+                break;
+            }
+            self.advance_to(n);
+        }
+        self.advance_to(t);
+        self.settle_all();
     }
 
     pub fn next_event_time(&self) -> Option<Nanos> {
@@ -393,7 +407,8 @@ impl CpuModel {
     /// Ticks run on busy, executing CPUs at multiples of 1/HZ (`NO_HZ`
     /// idle stops them on idle ones).
     fn arm_tick(&mut self, k: usize, cpu: usize) {
-        let busy = self.kernels[k].curr[cpu].is_some() && self.kernels[k].cpus[cpu].powered;
+        let needs = self.kernels[k].needs_tick(cpu);
+        let busy = needs && self.kernels[k].cpus[cpu].powered;
         let tick = self.kernels[k].cfg.tick_ns();
         let ce = &mut self.cpu_ev[k][cpu];
         if busy && !ce.tick_armed {
@@ -401,7 +416,7 @@ impl CpuModel {
             ce.tick_gen += 1;
             let (gen, at) = (ce.tick_gen, (self.now / tick + 1) * tick);
             self.push(at, Ev::Tick { k, cpu, gen });
-        } else if !busy && ce.tick_armed && self.kernels[k].curr[cpu].is_none() {
+        } else if !needs && ce.tick_armed {
             ce.tick_armed = false;
             ce.tick_gen += 1;
         }

@@ -43,6 +43,8 @@ pub struct Platform {
     pub vm_entry_ns: Nanos,
     /// The most vCPUs one VM may have.
     pub max_vcpus: usize,
+    /// `RT_RUNTIME_SHARE`: on in the 3.x kernels, off from 5.17.
+    pub rt_runtime_share: bool,
 }
 
 /// The names [`Platform::preset`] knows.
@@ -74,6 +76,7 @@ impl Platform {
             vm_exit_ns: 4_000,
             vm_entry_ns: 5_000,
             max_vcpus: 2,
+            rt_runtime_share: true,
         }
     }
 
@@ -94,6 +97,7 @@ impl Platform {
             vm_exit_ns: 1_500,
             vm_entry_ns: 2_000,
             max_vcpus: 4,
+            rt_runtime_share: false,
         }
     }
 
@@ -111,16 +115,16 @@ impl Platform {
 
     /// The host kernel's configuration.
     pub fn host_cfg(&self) -> KernelCfg {
-        kernel_cfg(self.cores, self.hz, self.switch_ns)
+        kernel_cfg(self.cores, self.hz, self.switch_ns, self.rt_runtime_share)
     }
 
     /// A guest kernel's configuration for `vcpus` vCPUs.
     pub fn guest_cfg(&self, vcpus: usize) -> KernelCfg {
-        kernel_cfg(vcpus, self.guest_hz, self.guest_switch_ns)
+        kernel_cfg(vcpus, self.guest_hz, self.guest_switch_ns, self.rt_runtime_share)
     }
 }
 
-fn kernel_cfg(cpus: usize, hz: u32, switch_ns: Nanos) -> KernelCfg {
+fn kernel_cfg(cpus: usize, hz: u32, switch_ns: Nanos, rt_runtime_share: bool) -> KernelCfg {
     // MC domain: min_interval = span weight in ms, busy_factor 32.
     let balance_busy_ns = cpus as Nanos * 32 * crate::MS;
     KernelCfg {
@@ -128,5 +132,6 @@ fn kernel_cfg(cpus: usize, hz: u32, switch_ns: Nanos) -> KernelCfg {
         hz,
         switch_ns,
         balance_busy_ns,
+        rt_runtime_share,
     }
 }

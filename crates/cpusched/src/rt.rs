@@ -2,10 +2,13 @@
 //! above the fair class, a queue per CPU ordered by priority then arrival,
 //! round-robin slices, and RT throttling.
 //!
-//! Throttling is per CPU, without `RT_RUNTIME_SHARE` borrowing between
-//! CPUs (the feature Linux turned off by default in 5.x); the period is
-//! checked at the tick, so a throttled CPU resumes RT work up to one tick
-//! after the period ends where the kernel's hrtimer is exact.
+//! Throttling is per CPU. With `RT_RUNTIME_SHARE` (a default scheduler
+//! feature until Linux 5.17 turned it off) a CPU that used up its runtime
+//! borrows the unused runtime of the others (`do_balance_runtime()`), up
+//! to the whole period, so one RT hog on an otherwise RT-free machine is
+//! never throttled. The period is checked at the tick, so a throttled CPU
+//! resumes RT work up to one tick after the period ends where the
+//! kernel's hrtimer is exact.
 
 use crate::class::{Balance, Ctx, Dequeue, Enqueue, SchedClass};
 use crate::task::{Policy, TaskId};
@@ -23,6 +26,8 @@ struct CpuRt {
     /// (priority, arrival) of each queued, not running, task.
     queue: Vec<(u8, u64, TaskId)>,
     rt_time: Nanos,
+    /// This CPU's runtime, changed by borrowing.
+    rt_runtime: Nanos,
     period_end: Nanos,
     throttled: bool,
 }
@@ -39,14 +44,17 @@ pub struct Rt {
     seq: u64,
     /// `sched_rt_runtime_us`; `None` is -1 (no throttling).
     pub runtime: Option<Nanos>,
+    /// `sched_feat(RT_RUNTIME_SHARE)`.
+    pub share: bool,
 }
 
 impl Rt {
-    pub fn new(cpus: usize) -> Rt {
+    pub fn new(cpus: usize, share: bool) -> Rt {
         Rt {
             cpus: vec![
                 CpuRt {
                     period_end: RT_PERIOD,
+                    rt_runtime: RT_RUNTIME,
                     ..Default::default()
                 };
                 cpus
@@ -54,6 +62,22 @@ impl Rt {
             tasks: Vec::new(),
             seq: 0,
             runtime: Some(RT_RUNTIME),
+            share,
+        }
+    }
+
+    /// `do_balance_runtime()`: takes a share of each other CPU's unused
+    /// runtime (its spare over the CPU count), up to the whole period.
+    fn borrow_runtime(&mut self, cpu: usize) {
+        let n = self.cpus.len() as Nanos;
+        for j in 0..self.cpus.len() {
+            if j == cpu || self.cpus[cpu].rt_runtime >= RT_PERIOD {
+                continue;
+            }
+            let spare = self.cpus[j].rt_runtime.saturating_sub(self.cpus[j].rt_time) / n;
+            let diff = spare.min(RT_PERIOD - self.cpus[cpu].rt_runtime);
+            self.cpus[j].rt_runtime -= diff;
+            self.cpus[cpu].rt_runtime += diff;
         }
     }
 
@@ -177,12 +201,15 @@ impl SchedClass for Rt {
         let ts = &mut self.tasks[t.idx()];
         let delta = ctx.now.saturating_sub(ts.exec_start);
         ts.exec_start = ctx.now;
-        let Some(runtime) = self.runtime else {
+        if self.runtime.is_none() {
             return false;
-        };
+        }
+        self.cpus[cpu].rt_time += delta;
+        if self.share && self.cpus[cpu].rt_time > self.cpus[cpu].rt_runtime {
+            self.borrow_runtime(cpu);
+        }
         let c = &mut self.cpus[cpu];
-        c.rt_time += delta;
-        if !c.throttled && c.rt_time > runtime {
+        if !c.throttled && c.rt_time > c.rt_runtime {
             c.throttled = true;
             return true;
         }
@@ -193,11 +220,15 @@ impl SchedClass for Rt {
         !self.cpus[cpu].throttled && !self.cpus[cpu].queue.is_empty()
     }
 
+    fn needs_timer(&self, cpu: usize) -> bool {
+        self.cpus[cpu].throttled && !self.cpus[cpu].queue.is_empty()
+    }
+
     /// `do_sched_rt_period_timer()`: each period forgives one runtime.
     fn cpu_tick(&mut self, _ctx: &Ctx, cpu: usize) -> bool {
         let now = _ctx.now;
-        let runtime = self.runtime.unwrap_or(RT_PERIOD);
         let c = &mut self.cpus[cpu];
+        let runtime = c.rt_runtime;
         if now < c.period_end {
             return false;
         }
