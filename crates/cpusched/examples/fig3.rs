@@ -19,7 +19,7 @@ fn main() {
         p.hz = hz;
         let mut s = LatencySetup::new(p, FairKind::Cfs, host, Some(guest));
         s.loops = 100_000;
-        let h = run_latency(&s).expect("cell runs");
+        let h = run_latency(&s).expect("cell runs").hist;
         println!(
             "host HZ={hz} {host} host + {guest} guest: avg {:.1} us, max {:.0} us, <200 us {:.4}, 200..5000 us {:.4}, >5000 us {:.4}",
             h.avg_us(),

@@ -2,7 +2,7 @@
 //! (CFS or BFS on the Chromebook): `cargo run --release -p cpusched
 //! --example study -- [cfs|bfs] [samples]`.
 
-use cpusched::cyclictest::{run_latency, LatencySetup};
+use cpusched::cyclictest::{run_latency, CpuCoordination, LatencySetup};
 use cpusched::{FairKind, Platform};
 
 fn main() {
@@ -22,7 +22,10 @@ fn main() {
             std::process::exit(2);
         }
     };
-    println!("{:>6} {:>10} {:>10} {:>10} {:>10}", "total", "no guest", "0 guest", "1 guest", "2 guest");
+    println!(
+        "{:>6} {:>10} {:>10} {:>10} {:>10}",
+        "total", "no guest", "0 guest", "1 guest", "2 guest"
+    );
     for total in 0..=8usize {
         let mut row = format!("{total:>6}");
         for guest in [None, Some(0), Some(1), Some(2)] {
@@ -33,8 +36,29 @@ fn main() {
             }
             let mut s = LatencySetup::new(Platform::chromebook_2014(), sched, host as usize, guest);
             s.loops = samples;
-            let h = run_latency(&s).expect("cell runs");
+            let h = run_latency(&s).expect("cell runs").hist;
             row += &format!(" {:>10.1}", h.avg_us());
+        }
+        println!("{row}");
+    }
+    println!();
+    println!("1 guest loop, coordination: avg latency us (host loops' share of the 2 cores)");
+    println!(
+        "{:>6} {:>18} {:>18} {:>18}",
+        "host", "off", "static-cpu", "help-cpu"
+    );
+    for host in 0..=8usize {
+        let mut row = format!("{host:>6}");
+        for c in [
+            CpuCoordination::Off,
+            CpuCoordination::StaticCpu,
+            CpuCoordination::HelpCpu,
+        ] {
+            let mut s = LatencySetup::new(Platform::chromebook_2014(), sched, host, Some(1));
+            s.loops = samples;
+            s.coordination = c;
+            let r = run_latency(&s).expect("cell runs");
+            row += &format!(" {:>9.1} ({:.3})", r.hist.avg_us(), r.host_loops_share);
         }
         println!("{row}");
     }

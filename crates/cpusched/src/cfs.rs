@@ -114,7 +114,8 @@ impl FairPolicy for Cfs {
 
     /// `pick_next_entity()` without buddies: the smallest vruntime.
     fn pick(&self, f: &FairCore, rq: RqId) -> Option<EntId> {
-        f.entities(rq).min_by_key(|&e| (f.ents[e].vruntime, f.ents[e].seq))
+        f.entities(rq)
+            .min_by_key(|&e| (f.ents[e].vruntime, f.ents[e].seq))
     }
 
     /// `check_preempt_tick()`.

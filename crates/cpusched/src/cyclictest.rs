@@ -9,6 +9,9 @@
 
 use std::fmt::Write as _;
 
+use policy::PolicyConfig;
+
+use crate::coord::{BoostChange, HelpCpu};
 use crate::model::{CompletionKind, CpuModel, KernelId};
 use crate::platform::Platform;
 use crate::task::{Policy, TaskSpec};
@@ -118,6 +121,53 @@ pub enum CpuCoordination {
     /// `static-cpu`: vCPU threads always `SCHED_RR` priority 8, as
     /// pvsched's boost.
     StaticCpu,
+    /// `help-cpu`: the guest asks for help each time it wakes a task that
+    /// slept (here cyclictest's thread), with a lease of two intervals that
+    /// the next wake-up renews; the host boosts the vCPU thread to
+    /// `SCHED_RR` 8 while helped, within the `policy` crate's lease cap and
+    /// budget ([`crate::coord::HelpCpu`]). Each HELP costs a hypercall on
+    /// the vCPU.
+    HelpCpu,
+}
+
+impl CpuCoordination {
+    pub fn name(self) -> &'static str {
+        match self {
+            CpuCoordination::Off => "off",
+            CpuCoordination::StaticCpu => "static-cpu",
+            CpuCoordination::HelpCpu => "help-cpu",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "off" => Ok(CpuCoordination::Off),
+            "static-cpu" => Ok(CpuCoordination::StaticCpu),
+            "help-cpu" => Ok(CpuCoordination::HelpCpu),
+            _ => Err(format!(
+                "unknown CPU coordination '{s}' (accepted: off, static-cpu, help-cpu)"
+            )),
+        }
+    }
+}
+
+/// The cost of one HELP hypercall: about 2000 cycles (the study's HVC,
+/// section VI.B), in ns at the platform's clock.
+pub fn hypercall_ns(p: &Platform) -> Nanos {
+    2000 * 1000 / p.mhz.max(1) as Nanos
+}
+
+/// What one cell measured.
+#[derive(Clone, Debug)]
+pub struct LatencyResult {
+    pub hist: Histogram,
+    /// CPU time the host's loops got during the measurement, as a share
+    /// of all cores.
+    pub host_loops_share: f64,
+    /// Time the vCPU thread was boosted by `help-cpu`.
+    pub boosted_ns: Nanos,
+    /// Simulated time of the measurement.
+    pub measured_ns: Nanos,
 }
 
 /// pvsched's boost priority for vCPU threads.
@@ -134,7 +184,12 @@ pub const CYCLE_WORK: Nanos = 2 * US;
 pub const WARMUP: Nanos = 200 * MS;
 
 impl LatencySetup {
-    pub fn new(platform: Platform, sched: FairKind, host_loops: usize, guest_loops: Option<usize>) -> Self {
+    pub fn new(
+        platform: Platform,
+        sched: FairKind,
+        host_loops: usize,
+        guest_loops: Option<usize>,
+    ) -> Self {
         LatencySetup {
             platform,
             host_sched: sched,
@@ -148,24 +203,43 @@ impl LatencySetup {
     }
 }
 
+/// A built cell: the model, cyclictest's kernel and task, the host
+/// loops, and the vCPU thread if there is a guest.
+struct Cell {
+    m: CpuModel,
+    k: KernelId,
+    t: crate::TaskId,
+    host_loops: Vec<crate::TaskId>,
+    vcpu: Option<crate::TaskId>,
+}
+
 /// Builds the model of a cell: host loops, the VM and its loops, and the
-/// cyclictest thread; returns the model, the thread's kernel and task.
-fn build(s: &LatencySetup) -> Result<(CpuModel, KernelId, crate::TaskId), String> {
+/// cyclictest thread.
+fn build(s: &LatencySetup) -> Result<Cell, String> {
     let mut m = CpuModel::new(s.platform.clone(), s.host_sched);
     let cores = s.platform.cores;
+    let mut host_loops = Vec::new();
     for i in 0..s.host_loops {
         let spec = TaskSpec {
             cpu: i % cores,
             ..TaskSpec::busy_loop(&format!("host-loop{i}"))
         };
-        m.spawn(KernelId::HOST, spec);
+        host_loops.push(m.spawn(KernelId::HOST, spec));
     }
     let mut k = KernelId::HOST;
+    let mut vcpu = None;
     if let Some(gl) = s.guest_loops {
         let (vm, gk) = m.add_vm(1, s.guest_sched, 1024)?;
+        vcpu = Some(m.vcpu_task(vm, 0));
         if s.coordination == CpuCoordination::StaticCpu {
             let t = m.vcpu_task(vm, 0);
-            m.set_policy(KernelId::HOST, t, Policy::Rr { prio: PVSCHED_RR_PRIO });
+            m.set_policy(
+                KernelId::HOST,
+                t,
+                Policy::Rr {
+                    prio: PVSCHED_RR_PRIO,
+                },
+            );
         }
         for i in 0..gl {
             m.spawn(gk, TaskSpec::busy_loop(&format!("guest-loop{i}")));
@@ -185,25 +259,57 @@ fn build(s: &LatencySetup) -> Result<(CpuModel, KernelId, crate::TaskId), String
         report_start: true,
     };
     let t = m.spawn(k, spec);
-    Ok((m, k, t))
+    Ok(Cell {
+        m,
+        k,
+        t,
+        host_loops,
+        vcpu,
+    })
 }
 
-/// Runs one cell and returns the histogram of `s.loops` samples.
-pub fn run_latency(s: &LatencySetup) -> Result<Histogram, String> {
-    let (mut m, k, t) = build(s)?;
+/// Runs one cell: `s.loops` samples, and what the host loops got.
+pub fn run_latency(s: &LatencySetup) -> Result<LatencyResult, String> {
+    let Cell {
+        mut m,
+        k,
+        t,
+        host_loops,
+        vcpu,
+    } = build(s)?;
+    let help = s.coordination == CpuCoordination::HelpCpu && vcpu.is_some();
+    let mut coord = HelpCpu::new(PolicyConfig::default());
+    let boost = Policy::Rr {
+        prio: PVSCHED_RR_PRIO,
+    };
+    let work = CYCLE_WORK + if help { hypercall_ns(&s.platform) } else { 0 };
+    let start = m.now();
+    let loops_before: Nanos = host_loops
+        .iter()
+        .map(|&h| m.progress(KernelId::HOST, h))
+        .sum();
     let mut hist = Histogram::default();
     let mut deadline: Option<Nanos> = None;
     let mut next = m.now() + INTERVAL;
     while hist.count < s.loops {
-        let Some(at) = m.next_event_time() else {
+        let Some(mut at) = m.next_event_time() else {
             return Err("the CPU model ran out of events".into());
         };
+        if let Some(c) = coord.next_check(m.now()) {
+            at = at.min(c.max(m.now()));
+        }
         let done: Vec<_> = m.advance_to(at).to_vec();
+        if help && coord.settle(m.now()) == BoostChange::Unboost {
+            m.set_policy(KernelId::HOST, vcpu.unwrap(), Policy::NORMAL);
+        }
         for c in done.into_iter().filter(|c| c.kernel == k && c.task == t) {
             match c.kind {
                 CompletionKind::Started => {
                     if let Some(d) = deadline.take() {
                         hist.record(c.at.saturating_sub(d));
+                    }
+                    if help && coord.help(m.now(), 2 * INTERVAL) == BoostChange::Boost {
+                        m.set_policy(KernelId::HOST, vcpu.unwrap(), boost);
                     }
                 }
                 CompletionKind::BurstDone => {
@@ -212,12 +318,25 @@ pub fn run_latency(s: &LatencySetup) -> Result<Histogram, String> {
                         next += INTERVAL;
                     }
                     deadline = Some(next);
-                    m.set_burst(k, t, CYCLE_WORK);
+                    m.set_burst(k, t, work);
                     m.sleep_until(k, t, next);
                     next += INTERVAL;
                 }
             }
         }
     }
-    Ok(hist)
+    m.settle_all();
+    let measured_ns = m.now() - start;
+    let loops_after: Nanos = host_loops
+        .iter()
+        .map(|&h| m.progress(KernelId::HOST, h))
+        .sum();
+    let boosted_ns = coord.boosted_total(m.now());
+    Ok(LatencyResult {
+        hist,
+        host_loops_share: (loops_after - loops_before) as f64
+            / (measured_ns.max(1) as f64 * s.platform.cores as f64),
+        boosted_ns,
+        measured_ns,
+    })
 }

@@ -18,6 +18,7 @@
 pub mod bfs;
 pub mod cfs;
 pub mod class;
+pub mod coord;
 pub mod cyclictest;
 pub mod eevdf;
 pub mod fair;

@@ -138,7 +138,12 @@ impl CpuModel {
 
     /// A VM of `vcpus` vCPUs whose threads sit in a host group of their
     /// own (as libvirt does), running `guest` as its scheduler.
-    pub fn add_vm(&mut self, vcpus: usize, guest: FairKind, shares: u64) -> Result<(VmId, KernelId), String> {
+    pub fn add_vm(
+        &mut self,
+        vcpus: usize,
+        guest: FairKind,
+        shares: u64,
+    ) -> Result<(VmId, KernelId), String> {
         if vcpus == 0 || vcpus > self.platform.max_vcpus {
             return Err(format!(
                 "a VM on platform '{}' has 1 to {} vCPUs, not {vcpus}",
@@ -218,7 +223,14 @@ impl CpuModel {
         self.kernels[k.0].block(t, self.now);
         let gen = self.kernels[k.0].tasks[t.idx()].timer_gen;
         let at = deadline.max(self.now) + self.platform.timer_irq_ns;
-        self.push(at, Ev::Timer { k: k.0, task: t, gen });
+        self.push(
+            at,
+            Ev::Timer {
+                k: k.0,
+                task: t,
+                gen,
+            },
+        );
         self.flush();
     }
 
@@ -380,10 +392,14 @@ impl CpuModel {
             let seen = self.host_seen[cpu];
             if cur != seen {
                 self.host_seen[cpu] = cur;
-                if let Some((gk, gc)) = seen.and_then(|t| self.vcpu_of.get(t.idx()).copied().flatten()) {
+                if let Some((gk, gc)) =
+                    seen.and_then(|t| self.vcpu_of.get(t.idx()).copied().flatten())
+                {
                     self.power(gk, gc, false);
                 }
-                if let Some((gk, gc)) = cur.and_then(|t| self.vcpu_of.get(t.idx()).copied().flatten()) {
+                if let Some((gk, gc)) =
+                    cur.and_then(|t| self.vcpu_of.get(t.idx()).copied().flatten())
+                {
                     self.power(gk, gc, true);
                 }
             }

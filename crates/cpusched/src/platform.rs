@@ -120,7 +120,12 @@ impl Platform {
 
     /// A guest kernel's configuration for `vcpus` vCPUs.
     pub fn guest_cfg(&self, vcpus: usize) -> KernelCfg {
-        kernel_cfg(vcpus, self.guest_hz, self.guest_switch_ns, self.rt_runtime_share)
+        kernel_cfg(
+            vcpus,
+            self.guest_hz,
+            self.guest_switch_ns,
+            self.rt_runtime_share,
+        )
     }
 }
 

@@ -43,7 +43,10 @@ fn cfs_nice_minus5_gets_3121_to_1024() {
         m.run_until(20_000 * MS);
         let ratio = m.progress(HOST, a) as f64 / m.progress(HOST, b) as f64;
         let want = 3121.0 / 1024.0;
-        assert!((ratio / want - 1.0).abs() < 0.02, "HZ={hz}: ratio {ratio}, want {want}");
+        assert!(
+            (ratio / want - 1.0).abs() < 0.02,
+            "HZ={hz}: ratio {ratio}, want {want}"
+        );
     }
 }
 
@@ -54,7 +57,10 @@ fn wake_latency(m: &mut CpuModel, sleeper: TaskId, at: Nanos) -> Nanos {
     loop {
         let t = m.next_event_time().expect("events");
         let done = m.advance_to(t).to_vec();
-        if done.iter().any(|c| c.task == sleeper && c.kind == CompletionKind::BurstDone) {
+        if done
+            .iter()
+            .any(|c| c.task == sleeper && c.kind == CompletionKind::BurstDone)
+        {
             break;
         }
     }
@@ -63,7 +69,10 @@ fn wake_latency(m: &mut CpuModel, sleeper: TaskId, at: Nanos) -> Nanos {
     loop {
         let t = m.next_event_time().expect("events");
         let done = m.advance_to(t).to_vec();
-        if let Some(c) = done.iter().find(|c| c.task == sleeper && c.kind == CompletionKind::Started) {
+        if let Some(c) = done
+            .iter()
+            .find(|c| c.task == sleeper && c.kind == CompletionKind::Started)
+        {
             return c.at - at;
         }
     }
@@ -88,7 +97,10 @@ fn cfs_task_waking_after_long_sleep_preempts_a_loop_within_wakeup_granularity() 
     let lat = wake_latency(&mut m, s, 2_000 * MS + 3 * MS);
     // Wake-up granularity on one CPU is 1 ms; a tick is 10 ms. The
     // sleeper runs after the interrupt and one switch.
-    assert!(lat < cpusched::cfs::WAKEUP_GRANULARITY as Nanos, "latency {lat} ns");
+    assert!(
+        lat < cpusched::cfs::WAKEUP_GRANULARITY as Nanos,
+        "latency {lat} ns"
+    );
     assert!(lat < 20_000, "latency {lat} ns");
 }
 
@@ -172,7 +184,10 @@ fn rt_runtime_share_lets_one_rt_hog_borrow_an_idle_cpus_runtime() {
         let rt = m.spawn(HOST, loop_with(Policy::Fifo { prio: 50 }));
         m.run_until(10_000 * MS);
         let got = m.progress(HOST, rt) as f64 / (10_000 * MS) as f64;
-        assert!((got - want).abs() < 0.005, "share={share}: RT hog got {got}");
+        assert!(
+            (got - want).abs() < 0.005,
+            "share={share}: RT hog got {got}"
+        );
     }
 }
 
@@ -216,7 +231,9 @@ fn cfs_groups_share_by_cpu_shares() {
 fn the_same_inputs_give_the_same_run() {
     let run = || {
         let mut m = CpuModel::new(Platform::chromebook_2014(), FairKind::Cfs);
-        let t: Vec<TaskId> = (0..3).map(|_| m.spawn(HOST, loop_with(Policy::NORMAL))).collect();
+        let t: Vec<TaskId> = (0..3)
+            .map(|_| m.spawn(HOST, loop_with(Policy::NORMAL)))
+            .collect();
         m.run_until(3_000 * MS);
         t.iter().map(|&x| m.progress(HOST, x)).collect::<Vec<_>>()
     };

@@ -18,10 +18,21 @@ fn guest_loop_on_a_vcpu_sharing_a_core_with_a_host_loop_gets_half_the_core() {
         let (_vm, gk) = m.add_vm(1, sched, 1024).unwrap();
         let g = m.spawn(gk, TaskSpec::busy_loop("guest"));
         m.run_until(10_000 * MS);
-        let (pg, ph) = (m.progress(gk, g) as f64, m.progress(KernelId::HOST, h) as f64);
+        let (pg, ph) = (
+            m.progress(gk, g) as f64,
+            m.progress(KernelId::HOST, h) as f64,
+        );
         let total = 10_000.0 * MS as f64;
-        assert!((pg / total - 0.5).abs() < 0.02, "{sched:?}: guest loop got {}", pg / total);
-        assert!((ph / total - 0.5).abs() < 0.02, "{sched:?}: host loop got {}", ph / total);
+        assert!(
+            (pg / total - 0.5).abs() < 0.02,
+            "{sched:?}: guest loop got {}",
+            pg / total
+        );
+        assert!(
+            (ph / total - 0.5).abs() < 0.02,
+            "{sched:?}: host loop got {}",
+            ph / total
+        );
     }
 }
 
@@ -47,7 +58,7 @@ fn guest_latency_rises_when_its_vcpu_is_preempted() {
     let cell = |host_loops| {
         let mut s = LatencySetup::new(one_core(), FairKind::Cfs, host_loops, Some(1));
         s.loops = 3_000;
-        run_latency(&s).unwrap()
+        run_latency(&s).unwrap().hist
     };
     let alone = cell(0);
     let shared = cell(1);
@@ -66,7 +77,12 @@ fn guest_latency_rises_when_its_vcpu_is_preempted() {
 fn too_many_vcpus_is_an_error_that_names_the_platform() {
     let mut m = CpuModel::new(Platform::chromebook_2014(), FairKind::Cfs);
     let err = m.add_vm(3, FairKind::Cfs, 1024).unwrap_err();
-    assert!(err.contains("chromebook-2014") && err.contains('3'), "{err}");
-    assert!(Platform::preset("nope").unwrap_err().contains("chromebook-2014"));
+    assert!(
+        err.contains("chromebook-2014") && err.contains('3'),
+        "{err}"
+    );
+    assert!(Platform::preset("nope")
+        .unwrap_err()
+        .contains("chromebook-2014"));
     assert!(FairKind::parse("o1").unwrap_err().contains("cfs"));
 }

@@ -176,14 +176,20 @@ impl FairCore {
     /// Sum of w_i over `rq`'s entities, curr included.
     pub fn entities(&self, rq: RqId) -> impl Iterator<Item = EntId> + '_ {
         let r = &self.rqs[rq];
-        r.queue.iter().copied().chain(r.curr.filter(|&c| self.ents[c].on_rq))
+        r.queue
+            .iter()
+            .copied()
+            .chain(r.curr.filter(|&c| self.ents[c].on_rq))
     }
 
     /// `update_min_vruntime()`: follows the smallest of curr and queue,
     /// never going back.
     pub fn update_min_vruntime(&mut self, rq: RqId) {
         let r = &self.rqs[rq];
-        let curr = r.curr.filter(|&c| self.ents[c].on_rq).map(|c| self.ents[c].vruntime);
+        let curr = r
+            .curr
+            .filter(|&c| self.ents[c].on_rq)
+            .map(|c| self.ents[c].vruntime);
         let left = r.queue.iter().map(|&e| self.ents[e].vruntime).min();
         let v = match (curr, left) {
             (Some(c), Some(l)) => c.min(l),
