@@ -11,6 +11,7 @@ use std::sync::Mutex;
 
 mod agent_cmd;
 mod bench_cmd;
+mod cpu_cmd;
 mod devemu_cmd;
 mod vm_cmd;
 
@@ -104,6 +105,8 @@ enum SimCommand {
     Bench(BenchArgs),
     /// List devices, schedulers, apps and embedded scenarios.
     List,
+    /// The coordinated task scheduling study's latency tables on the CPU model.
+    CpuStudy(cpu_cmd::CpuStudyArgs),
 }
 
 #[derive(Args)]
@@ -233,6 +236,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Sim(SimCommand::Run(a)) => sim_run(a),
         Command::Sim(SimCommand::Bench(a)) => sim_bench(a),
+        Command::Sim(SimCommand::CpuStudy(a)) => cpu_cmd::run(a),
         Command::Sim(SimCommand::List) => {
             sim_list();
             Ok(())

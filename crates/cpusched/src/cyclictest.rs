@@ -168,6 +168,8 @@ pub struct LatencyResult {
     pub boosted_ns: Nanos,
     /// Simulated time of the measurement.
     pub measured_ns: Nanos,
+    /// Events the model handled for the whole cell.
+    pub events: u64,
 }
 
 /// pvsched's boost priority for vCPU threads.
@@ -338,5 +340,6 @@ pub fn run_latency(s: &LatencySetup) -> Result<LatencyResult, String> {
             / (measured_ns.max(1) as f64 * s.platform.cores as f64),
         boosted_ns,
         measured_ns,
+        events: m.events_processed(),
     })
 }

@@ -26,6 +26,7 @@ pub mod kernel;
 pub mod model;
 pub mod platform;
 pub mod rt;
+pub mod study;
 pub mod task;
 pub mod weights;
 
