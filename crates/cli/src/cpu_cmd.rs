@@ -25,7 +25,8 @@ pub struct CpuStudyArgs {
 
 pub fn run(a: CpuStudyArgs) -> Result<(), Failure> {
     let sched = FairKind::parse(&a.sched).map_err(|e| Failure::Usage(format!("--sched: {e}")))?;
-    let p = Platform::preset(&a.platform).map_err(|e| Failure::Usage(format!("--platform: {e}")))?;
+    let p =
+        Platform::preset(&a.platform).map_err(|e| Failure::Usage(format!("--platform: {e}")))?;
     if a.samples == 0 || a.samples > 10_000_000 {
         return Err(Failure::Usage(format!(
             "--samples {}: out of range; accepted: 1 to 10000000",
@@ -43,8 +44,14 @@ pub fn run(a: CpuStudyArgs) -> Result<(), Failure> {
         );
         return Ok(());
     }
-    print!("{}", study::latency_table(&p, sched, a.samples).map_err(Failure::Run)?);
+    print!(
+        "{}",
+        study::latency_table(&p, sched, a.samples).map_err(Failure::Run)?
+    );
     println!();
-    print!("{}", study::coordination_table(&p, sched, a.samples).map_err(Failure::Run)?);
+    print!(
+        "{}",
+        study::coordination_table(&p, sched, a.samples).map_err(Failure::Run)?
+    );
     Ok(())
 }

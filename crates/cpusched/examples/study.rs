@@ -23,7 +23,10 @@ fn main() {
         }
     };
     let p = Platform::chromebook_2014();
-    for t in [latency_table(&p, sched, samples), coordination_table(&p, sched, samples)] {
+    for t in [
+        latency_table(&p, sched, samples),
+        coordination_table(&p, sched, samples),
+    ] {
         match t {
             Ok(s) => println!("{s}"),
             Err(e) => {

@@ -81,6 +81,9 @@ pub struct CpuModel {
     now: Nanos,
     out: Vec<Completion>,
     processed: u64,
+    /// Reused buffers for [`Self::flush`] (it runs after every event).
+    scratch_dirty: Vec<usize>,
+    scratch_events: Vec<Event>,
 }
 
 /// A kernel's classes: RT over the chosen fair class.
@@ -112,6 +115,8 @@ impl CpuModel {
             now: 0,
             out: Vec::new(),
             processed: 0,
+            scratch_dirty: Vec::new(),
+            scratch_events: Vec::new(),
         }
     }
 
@@ -352,7 +357,12 @@ impl CpuModel {
         loop {
             let mut any = false;
             for k in 0..self.kernels.len() {
-                for ev in std::mem::take(&mut self.kernels[k].events) {
+                if self.kernels[k].events.is_empty() && self.kernels[k].dirty.is_empty() {
+                    continue;
+                }
+                let mut events = std::mem::take(&mut self.scratch_events);
+                std::mem::swap(&mut events, &mut self.kernels[k].events);
+                for &ev in &events {
                     let (task, kind, at) = match ev {
                         Event::Started(t, at) => (t, CompletionKind::Started, at),
                         Event::BurstDone(t, at) => (t, CompletionKind::BurstDone, at),
@@ -364,13 +374,18 @@ impl CpuModel {
                         at,
                     });
                 }
-                let mut dirty = std::mem::take(&mut self.kernels[k].dirty);
+                events.clear();
+                self.scratch_events = events;
+                let mut dirty = std::mem::take(&mut self.scratch_dirty);
+                std::mem::swap(&mut dirty, &mut self.kernels[k].dirty);
                 dirty.sort_unstable();
                 dirty.dedup();
-                for cpu in dirty {
+                for &cpu in &dirty {
                     any = true;
                     self.cpu_changed(k, cpu);
                 }
+                dirty.clear();
+                self.scratch_dirty = dirty;
             }
             if !any {
                 break;

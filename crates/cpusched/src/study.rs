@@ -22,7 +22,11 @@ pub fn latency_table(p: &Platform, sched: FairKind, samples: u64) -> Result<Stri
         sched.name(),
         p.name
     );
-    let _ = writeln!(out, "{:>6} {:>10} {:>10} {:>10} {:>10}", "total", "no guest", "0 guest", "1 guest", "2 guest");
+    let _ = writeln!(
+        out,
+        "{:>6} {:>10} {:>10} {:>10} {:>10}",
+        "total", "no guest", "0 guest", "1 guest", "2 guest"
+    );
     for total in 0..=MAX_HOST_LOOPS {
         let _ = write!(out, "{total:>6}");
         for guest in [None, Some(0), Some(1), Some(2)] {
@@ -44,8 +48,13 @@ pub fn latency_table(p: &Platform, sched: FairKind, samples: u64) -> Result<Stri
 /// One guest loop and 0 to 8 host loops under each coordination mode:
 /// average latency and the host loops' share of the cores.
 pub fn coordination_table(p: &Platform, sched: FairKind, samples: u64) -> Result<String, String> {
-    let modes = [CpuCoordination::Off, CpuCoordination::StaticCpu, CpuCoordination::HelpCpu];
-    let mut out = String::from("1 guest loop: average latency us (host loops' share of the cores)\n");
+    let modes = [
+        CpuCoordination::Off,
+        CpuCoordination::StaticCpu,
+        CpuCoordination::HelpCpu,
+    ];
+    let mut out =
+        String::from("1 guest loop: average latency us (host loops' share of the cores)\n");
     let _ = write!(out, "{:>6}", "host");
     for c in modes {
         let _ = write!(out, " {:>18}", c.name());

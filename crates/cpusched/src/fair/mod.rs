@@ -295,6 +295,24 @@ impl FairCore {
     }
 }
 
+/// The deepest entity chain: a task, its group's entity (groups hang off
+/// the root here, one level as libvirt's VM groups), and room to spare.
+const MAX_DEPTH: usize = 4;
+
+/// A chain of entities on the stack (the hot paths walk one per call).
+#[derive(Clone, Copy)]
+struct Chain {
+    ents: [EntId; MAX_DEPTH],
+    len: usize,
+}
+
+impl std::ops::Deref for Chain {
+    type Target = [EntId];
+    fn deref(&self) -> &[EntId] {
+        &self.ents[..self.len]
+    }
+}
+
 /// The fair scheduling class over a policy.
 pub struct Fair<P: FairPolicy> {
     pub core: FairCore,
@@ -315,13 +333,18 @@ impl<P: FairPolicy> Fair<P> {
         Fair { core, policy }
     }
 
-    /// Walks a task's entity and its ancestors.
-    fn chain(&self, t: TaskId) -> Vec<EntId> {
-        let mut v = vec![self.core.task_se[t.idx()]];
-        while let Some(p) = self.core.parent(*v.last().unwrap()) {
-            v.push(p);
+    /// A task's entity and its ancestors, bottom up.
+    fn chain(&self, t: TaskId) -> Chain {
+        let mut c = Chain {
+            ents: [0; MAX_DEPTH],
+            len: 1,
+        };
+        c.ents[0] = self.core.task_se[t.idx()];
+        while let Some(p) = self.core.parent(c.ents[c.len - 1]) {
+            c.ents[c.len] = p;
+            c.len += 1;
         }
-        v
+        c
     }
 
     fn refresh_shares(&mut self, chain: &[EntId]) {
@@ -388,7 +411,7 @@ impl<P: FairPolicy> SchedClass for Fair<P> {
             }
         }
         let chain = self.chain(t);
-        for &e in &chain {
+        for &e in chain.iter() {
             let rq = self.core.ents[e].rq;
             self.core.rqs[rq].h_nr_running += 1;
         }
@@ -399,7 +422,7 @@ impl<P: FairPolicy> SchedClass for Fair<P> {
         self.core.sync(ctx);
         let chain = self.chain(t);
         let mut how = how;
-        for &se in &chain {
+        for &se in chain.iter() {
             let rq = self.core.ents[se].rq;
             self.core.dequeue_entity(&self.policy, rq, se, how);
             if self.core.rqs[rq].load > 0 {
@@ -407,7 +430,7 @@ impl<P: FairPolicy> SchedClass for Fair<P> {
             }
             how = Dequeue::Sleep;
         }
-        for &e in &chain {
+        for &e in chain.iter() {
             let rq = self.core.ents[e].rq;
             self.core.rqs[rq].h_nr_running -= 1;
         }
@@ -462,7 +485,7 @@ impl<P: FairPolicy> SchedClass for Fair<P> {
 
     fn put_prev_task(&mut self, ctx: &Ctx, _cpu: usize, t: TaskId) {
         self.core.sync(ctx);
-        for se in self.chain(t) {
+        for &se in self.chain(t).iter() {
             let rq = self.core.ents[se].rq;
             if self.core.rqs[rq].curr != Some(se) {
                 continue;
@@ -479,7 +502,7 @@ impl<P: FairPolicy> SchedClass for Fair<P> {
         self.core.sync(ctx);
         let chain = self.chain(t);
         let mut resched = false;
-        for &se in &chain {
+        for &se in chain.iter() {
             let rq = self.core.ents[se].rq;
             resched |= self.core.update_curr_rq(&self.policy, rq);
             if self.core.rqs[rq].nr_running > 1 {
@@ -501,7 +524,7 @@ impl<P: FairPolicy> SchedClass for Fair<P> {
     fn update_curr(&mut self, ctx: &Ctx, _cpu: usize, t: TaskId) -> bool {
         self.core.sync(ctx);
         let mut resched = false;
-        for se in self.chain(t) {
+        for &se in self.chain(t).iter() {
             let rq = self.core.ents[se].rq;
             resched |= self.core.update_curr_rq(&self.policy, rq);
         }
