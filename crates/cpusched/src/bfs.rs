@@ -56,6 +56,8 @@ struct TaskBfs {
     last_charge: Nanos,
     sticky: bool,
     last_cpu: usize,
+    /// Queued or running in this class (dequeued tasks are not put back).
+    on_rq: bool,
 }
 
 pub struct Bfs {
@@ -138,10 +140,12 @@ impl SchedClass for Bfs {
         if how == Enqueue::New {
             self.expire(ctx, t);
         }
+        self.tasks[t.idx()].on_rq = true;
         self.queue.push(t);
     }
 
     fn dequeue_task(&mut self, _ctx: &Ctx, _cpu: usize, t: TaskId, _how: Dequeue) {
+        self.tasks[t.idx()].on_rq = false;
         self.queue.retain(|&q| q != t);
     }
 
@@ -181,7 +185,8 @@ impl SchedClass for Bfs {
     /// (`swap_sticky()`).
     fn put_prev_task(&mut self, ctx: &Ctx, cpu: usize, t: TaskId) {
         self.check_deadline(ctx, t);
-        if ctx.tasks[t.idx()].state != TaskState::Runnable || self.queue.contains(&t) {
+        let b = &self.tasks[t.idx()];
+        if !b.on_rq || ctx.tasks[t.idx()].state != TaskState::Runnable || self.queue.contains(&t) {
             return;
         }
         let others = !self.queue.is_empty();

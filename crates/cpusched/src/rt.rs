@@ -36,6 +36,8 @@ struct CpuRt {
 struct TaskRt {
     time_slice: Nanos,
     exec_start: Nanos,
+    /// Queued or running in this class (dequeued tasks are not put back).
+    on_rq: bool,
 }
 
 pub struct Rt {
@@ -107,6 +109,7 @@ impl SchedClass for Rt {
         self.tasks.push(TaskRt {
             time_slice: RR_TIMESLICE,
             exec_start: 0,
+            on_rq: false,
         });
     }
 
@@ -125,10 +128,12 @@ impl SchedClass for Rt {
 
     fn enqueue_task(&mut self, ctx: &Ctx, cpu: usize, t: TaskId, _how: Enqueue) {
         let prio = ctx.tasks[t.idx()].policy.rt_prio();
+        self.tasks[t.idx()].on_rq = true;
         self.push(cpu, prio, t);
     }
 
     fn dequeue_task(&mut self, _ctx: &Ctx, cpu: usize, t: TaskId, _how: Dequeue) {
+        self.tasks[t.idx()].on_rq = false;
         self.cpus[cpu].queue.retain(|e| e.2 != t);
     }
 
@@ -153,8 +158,8 @@ impl SchedClass for Rt {
     /// FIFO order); a task whose RR slice ran out was moved to the tail
     /// by the tick.
     fn put_prev_task(&mut self, ctx: &Ctx, cpu: usize, t: TaskId) {
-        if ctx.tasks[t.idx()].state != crate::task::TaskState::Runnable
-            || !ctx.tasks[t.idx()].policy.is_rt()
+        if !self.tasks[t.idx()].on_rq
+            || ctx.tasks[t.idx()].state != crate::task::TaskState::Runnable
         {
             return;
         }

@@ -239,3 +239,31 @@ fn the_same_inputs_give_the_same_run() {
     };
     assert_eq!(run(), run());
 }
+
+#[test]
+fn changing_policy_back_and_forth_never_runs_a_task_twice() {
+    for sched in [FairKind::Cfs, FairKind::Eevdf, FairKind::Bfs] {
+        let mut m = CpuModel::new(Platform::chromebook_2014(), sched);
+        let a = m.spawn(HOST, loop_with(Policy::NORMAL));
+        let b = m.spawn(
+            HOST,
+            TaskSpec {
+                cpu: 1,
+                ..loop_with(Policy::NORMAL)
+            },
+        );
+        for i in 1..=200u64 {
+            m.run_until(i * 5 * MS);
+            let p = if i % 2 == 1 {
+                Policy::Rr { prio: 8 }
+            } else {
+                Policy::NORMAL
+            };
+            m.set_policy(HOST, a, p);
+        }
+        let (pa, pb) = (m.progress(HOST, a), m.progress(HOST, b));
+        // Two loops on two cores: each close to a core, never more.
+        assert!(pa <= 1_000 * MS && pb <= 1_000 * MS, "{sched:?}: {pa} {pb}");
+        assert!(pa + pb >= 1_900 * MS, "{sched:?}: {pa} {pb}");
+    }
+}
