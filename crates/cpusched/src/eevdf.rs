@@ -41,12 +41,7 @@ impl Eevdf {
     /// `entity_eligible()`: v_i <= V, compared without dividing.
     fn eligible(f: &FairCore, rq: RqId, se: EntId) -> bool {
         let base = f.rqs[rq].min_vruntime;
-        let (mut avg, mut load) = (0i128, 0i128);
-        for e in f.entities(rq) {
-            let w = f.ents[e].weight as i128;
-            avg += w * (f.ents[e].vruntime - base) as i128;
-            load += w;
-        }
+        let (avg, load) = f.vruntime_sums(rq);
         avg >= (f.ents[se].vruntime - base) as i128 * load
     }
 }

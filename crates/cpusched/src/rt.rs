@@ -230,8 +230,8 @@ impl SchedClass for Rt {
     }
 
     /// `do_sched_rt_period_timer()`: each period forgives one runtime.
-    fn cpu_tick(&mut self, _ctx: &Ctx, cpu: usize) -> bool {
-        let now = _ctx.now;
+    fn cpu_tick(&mut self, ctx: &Ctx, cpu: usize) -> bool {
+        let now = ctx.now;
         let c = &mut self.cpus[cpu];
         let runtime = c.rt_runtime;
         if now < c.period_end {

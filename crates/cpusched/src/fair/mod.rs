@@ -112,18 +112,23 @@ impl FairCore {
     /// queue, curr included; the queue's `min_vruntime` when empty.
     pub fn avg_vruntime(&self, rq: RqId) -> i64 {
         let base = self.rqs[rq].min_vruntime;
-        let (mut sum, mut load) = (0i128, 0i128);
-        for e in self.entities(rq) {
-            let w = self.ents[e].weight as i128;
-            sum += w * (self.ents[e].vruntime - base) as i128;
-            load += w;
-        }
+        let (sum, load) = self.vruntime_sums(rq);
         if load == 0 {
             return base;
         }
         // Round towards minus infinity, as the kernel's div_s64 of a
         // negative sum is fixed up to do.
         base + sum.div_euclid(load) as i64
+    }
+
+    /// `cfs_rq->avg_vruntime` and `avg_load`: the sum of w_i * (v_i -
+    /// min_vruntime) and of w_i over the queue, curr included.
+    pub fn vruntime_sums(&self, rq: RqId) -> (i128, i128) {
+        let base = self.rqs[rq].min_vruntime;
+        self.entities(rq).fold((0, 0), |(sum, load), e| {
+            let w = self.ents[e].weight as i128;
+            (sum + w * (self.ents[e].vruntime - base) as i128, load + w)
+        })
     }
 
     /// The lag of a task's entity against its queue (`V - v_i`).
@@ -260,11 +265,9 @@ impl FairCore {
         for cpu in 0..self.ncpus {
             let (rq, se) = (self.groups[g].rq[cpu], self.groups[g].se[cpu]);
             let shares = self.groups[g].shares;
-            let w = if total == 0 {
-                shares
-            } else {
-                (shares * self.rqs[rq].load / total).clamp(MIN_SHARES, shares)
-            };
+            let w = (shares * self.rqs[rq].load)
+                .checked_div(total)
+                .map_or(shares, |w| w.clamp(MIN_SHARES, shares));
             let old = self.ents[se].weight;
             if old == w {
                 continue;
