@@ -1,6 +1,8 @@
 //! `tandem sim cpu-study`: the coordinated task scheduling study's tables
 //! on the CPU model (crate `cpusched`), and its events-per-second figure.
 
+use std::io::Write as _;
+
 use clap::Args;
 use cpusched::{study, FairKind, Platform};
 
@@ -33,25 +35,25 @@ pub fn run(a: CpuStudyArgs) -> Result<(), Failure> {
             a.samples
         )));
     }
-    if a.bench {
+    let text = if a.bench {
         let (events, secs) = study::bench_cell(&p, sched, a.samples).map_err(Failure::Run)?;
-        println!(
-            "{} on {}, 8 host loops + 1 guest loop, {} samples: {events} events in {secs:.3} s = {:.2} M events/s",
+        format!(
+            "{} on {}, 8 host loops + 1 guest loop, {} samples: {events} events in {secs:.3} s = {:.2} M events/s\n",
             sched.name(),
             p.name,
             a.samples,
             events as f64 / secs.max(1e-9) / 1e6
-        );
-        return Ok(());
+        )
+    } else {
+        let lat = study::latency_table(&p, sched, a.samples).map_err(Failure::Run)?;
+        let coord = study::coordination_table(&p, sched, a.samples).map_err(Failure::Run)?;
+        format!("{lat}\n{coord}")
+    };
+    // A closed pipe (`| head`) ends the output quietly instead of a panic.
+    match std::io::stdout().lock().write_all(text.as_bytes()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(Failure::Run(format!("writing the tables: {e}")))
+        }
+        _ => Ok(()),
     }
-    print!(
-        "{}",
-        study::latency_table(&p, sched, a.samples).map_err(Failure::Run)?
-    );
-    println!();
-    print!(
-        "{}",
-        study::coordination_table(&p, sched, a.samples).map_err(Failure::Run)?
-    );
-    Ok(())
 }

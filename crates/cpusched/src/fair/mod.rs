@@ -398,7 +398,15 @@ impl<P: FairPolicy> SchedClass for Fair<P> {
     fn enqueue_task(&mut self, ctx: &Ctx, cpu: usize, t: TaskId, how: Enqueue) {
         self.core.sync(ctx);
         let mut se = self.core.task_se[t.idx()];
-        self.core.ents[se].rq = self.core.task_rq(ctx, t, cpu);
+        let (old, new) = (self.core.ents[se].rq, self.core.task_rq(ctx, t, cpu));
+        if how == Enqueue::Wakeup && old != new {
+            // `task_waking_fair()` and `ENQUEUE_WAKING`: a task that wakes
+            // on another CPU keeps its vruntime relative to the queue's
+            // `min_vruntime`, not its absolute value.
+            let shift = self.core.rqs[new].min_vruntime - self.core.rqs[old].min_vruntime;
+            self.core.ents[se].vruntime += shift;
+        }
+        self.core.ents[se].rq = new;
         self.core.ents[se].weight = ctx.tasks[t.idx()].weight;
         let mut how = how;
         loop {
