@@ -54,6 +54,8 @@ enum Ev {
 #[derive(Clone, Debug, Default)]
 struct CpuEv {
     step_gen: u32,
+    /// When the armed step event fires, if one is armed.
+    step_at: Option<Nanos>,
     tick_gen: u32,
     tick_armed: bool,
     tick_pending: bool,
@@ -62,7 +64,6 @@ struct CpuEv {
 }
 
 struct Vm {
-    kernel: usize,
     vcpus: Vec<TaskId>,
     group: GroupId,
 }
@@ -177,7 +178,6 @@ impl CpuModel {
             tasks.push(t);
         }
         self.vms.push(Vm {
-            kernel: k,
             vcpus: tasks,
             group,
         });
@@ -302,6 +302,7 @@ impl CpuModel {
         match ev {
             Ev::Step { k, cpu, gen } => {
                 if self.cpu_ev[k][cpu].step_gen == gen {
+                    self.cpu_ev[k][cpu].step_at = None;
                     self.processed += 1;
                     self.kernels[k].step(cpu, now);
                 }
@@ -395,11 +396,16 @@ impl CpuModel {
 
     fn cpu_changed(&mut self, k: usize, cpu: usize) {
         let now = self.now;
+        let next = self.kernels[k].next_step(cpu);
         let ce = &mut self.cpu_ev[k][cpu];
-        ce.step_gen += 1;
-        let gen = ce.step_gen;
-        if let Some(at) = self.kernels[k].next_step(cpu) {
-            self.push(at, Ev::Step { k, cpu, gen });
+        // An event already armed for the same time stays valid.
+        if next != ce.step_at {
+            ce.step_gen += 1;
+            ce.step_at = next;
+            let gen = ce.step_gen;
+            if let Some(at) = next {
+                self.push(at, Ev::Step { k, cpu, gen });
+            }
         }
         self.arm_tick(k, cpu);
         if k == 0 {
@@ -420,8 +426,8 @@ impl CpuModel {
             }
             return;
         }
-        let vm = self.vms.iter().position(|v| v.kernel == k).unwrap();
-        let vcpu = self.vms[vm].vcpus[cpu];
+        // Guest kernels follow the host in VM order.
+        let vcpu = self.vms[k - 1].vcpus[cpu];
         let g = &self.kernels[k];
         let has_work = g.curr[cpu].is_some() || !self.cpu_ev[k][cpu].pending.is_empty();
         let host_state = self.kernels[0].tasks[vcpu.idx()].state;
