@@ -293,6 +293,7 @@ pub fn run_latency(s: &LatencySetup) -> Result<LatencyResult, String> {
     let mut hist = Histogram::default();
     let mut deadline: Option<Nanos> = None;
     let mut next = m.now() + INTERVAL;
+    let mut done = Vec::new();
     while hist.count < s.loops {
         let Some(mut at) = m.next_event_time() else {
             return Err("the CPU model ran out of events".into());
@@ -300,11 +301,12 @@ pub fn run_latency(s: &LatencySetup) -> Result<LatencyResult, String> {
         if let Some(c) = coord.next_check(m.now()) {
             at = at.min(c.max(m.now()));
         }
-        let done: Vec<_> = m.advance_to(at).to_vec();
+        done.clear();
+        done.extend_from_slice(m.advance_to(at));
         if help && coord.settle(m.now()) == BoostChange::Unboost {
             m.set_policy(KernelId::HOST, vcpu.unwrap(), Policy::NORMAL);
         }
-        for c in done.into_iter().filter(|c| c.kernel == k && c.task == t) {
+        for c in done.iter().filter(|c| c.kernel == k && c.task == t) {
             match c.kind {
                 CompletionKind::Started => {
                     if let Some(d) = deadline.take() {

@@ -86,3 +86,22 @@ fn too_many_vcpus_is_an_error_that_names_the_platform() {
         .contains("chromebook-2014"));
     assert!(FairKind::parse("o1").unwrap_err().contains("cfs"));
 }
+
+#[test]
+fn the_guest_scheduler_shares_its_vcpu_fairly_under_steal() {
+    // One core: a host loop and a 1-vCPU guest running two loops. The
+    // guest's CFS charges its running loop for the time its vCPU waited
+    // (no steal accounting on 3.x ARM guests), and still splits what the
+    // vCPU gets evenly: a quarter of the core each.
+    let mut m = CpuModel::new(one_core(), FairKind::Cfs);
+    m.spawn(KernelId::HOST, TaskSpec::busy_loop("host"));
+    let (_vm, gk) = m.add_vm(1, FairKind::Cfs, 1024).unwrap();
+    let a = m.spawn(gk, TaskSpec::busy_loop("g1"));
+    let b = m.spawn(gk, TaskSpec::busy_loop("g2"));
+    m.run_until(20_000 * MS);
+    let total = (20_000 * MS) as f64;
+    for t in [a, b] {
+        let share = m.progress(gk, t) as f64 / total;
+        assert!((share - 0.25).abs() < 0.03, "guest loop got {share}");
+    }
+}
