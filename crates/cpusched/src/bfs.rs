@@ -21,8 +21,11 @@ pub const RR_INTERVAL_MS: u64 = 6;
 const MS_TO_NS_1: u64 = 1 << 20;
 /// `MS_TO_US(1)` in bfs.c is `1 << 10` us.
 const MS_TO_US_1: u64 = 1 << 10;
-/// `RESCHED_US` (bfs.c): a slice below 100 us counts as used up.
-pub const RESCHED_NS: Nanos = 100_000;
+/// BFS's microsecond: slices are kept in units of `NS_TO_US(ns)` =
+/// `ns >> 10` (bfs.c `update_cpu_clock()`), 1024 ns each.
+const BFS_US_NS: Nanos = 1 << 10;
+/// `RESCHED_US` (bfs.c): a slice below 100 (BFS) us counts as used up.
+pub const RESCHED_NS: Nanos = 100 * BFS_US_NS;
 /// `cpu_locality` of two cores that share a cache (bfs.c
 /// `sched_init_smp()`: 0 same CPU, 1 SMT sibling, 2 shared cache).
 pub const LOCALITY_SHARED_CACHE: u32 = 2;
@@ -44,9 +47,10 @@ pub fn deadline_diff(nice: i8) -> Nanos {
     prio_ratios()[user_prio] * RR_INTERVAL_MS * (MS_TO_NS_1 / 128)
 }
 
-/// `timeslice()`: `rr_interval` in BFS's microseconds, as ns.
+/// `timeslice()`: `rr_interval` in BFS's microseconds (`MS_TO_US`),
+/// as ns: 6 x 1024 x 1024 ns = 6.29 ms.
 pub fn timeslice() -> Nanos {
-    RR_INTERVAL_MS * MS_TO_US_1 * 1_000
+    RR_INTERVAL_MS * MS_TO_US_1 * BFS_US_NS
 }
 
 #[derive(Clone, Debug, Default)]
