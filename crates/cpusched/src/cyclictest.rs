@@ -345,3 +345,28 @@ pub fn run_latency(s: &LatencySetup) -> Result<LatencyResult, String> {
         events: m.events_processed(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_prints_as_cyclictest_h_does() {
+        let mut h = Histogram::default();
+        for lat in [3_400, 3_900, 12_000, 7_000_000] {
+            h.record(lat);
+        }
+        let text = h.to_cyclictest_text();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "# Histogram");
+        assert_eq!(lines.len(), 1 + HIST_BUCKETS + 5);
+        assert_eq!(lines[1 + 3], "000003 000002");
+        assert_eq!(lines[1 + 12], "000012 000001");
+        assert!(text.contains("# Total: 000000004\n"));
+        assert!(text.contains("# Min Latencies: 00003\n"));
+        assert!(text.contains("# Max Latencies: 07000\n"));
+        assert!(text.contains("# Histogram Overflows: 00001\n"));
+        assert_eq!(h.share_between(0, 5000), 0.75);
+        assert_eq!(h.share_between(5000, 5001), 0.25);
+    }
+}

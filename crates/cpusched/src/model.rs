@@ -211,6 +211,12 @@ impl CpuModel {
         self.flush();
     }
 
+    /// `sched_yield()` by a running task.
+    pub fn yield_task(&mut self, k: KernelId, t: TaskId) {
+        self.kernels[k.0].yield_now(t, self.now);
+        self.flush();
+    }
+
     pub fn block(&mut self, k: KernelId, t: TaskId) {
         self.kernels[k.0].block(t, self.now);
         self.flush();

@@ -267,3 +267,31 @@ fn changing_policy_back_and_forth_never_runs_a_task_twice() {
         assert!(pa + pb >= 1_900 * MS, "{sched:?}: {pa} {pb}");
     }
 }
+
+#[test]
+fn cfs_yield_lets_the_other_task_run_first() {
+    // One core, two tasks with 1 ms bursts: A yields after each of its
+    // bursts instead of sleeping, so B, queued behind it, runs next.
+    let mut m = CpuModel::new(one_core(1000), FairKind::Cfs);
+    let burst = |name: &str| TaskSpec {
+        burst: Some(MS),
+        ..TaskSpec::busy_loop(name)
+    };
+    let a = m.spawn(HOST, burst("a"));
+    let b = m.spawn(HOST, burst("b"));
+    let mut order = Vec::new();
+    while order.len() < 6 {
+        let t = m.next_event_time().expect("events");
+        let done = m.advance_to(t).to_vec();
+        for c in done.iter().filter(|c| c.kind == CompletionKind::BurstDone) {
+            order.push(c.task);
+            m.set_burst(HOST, c.task, MS);
+            m.yield_task(HOST, c.task);
+        }
+    }
+    // Strict alternation: each yield hands the CPU to the other task.
+    for w in order.windows(2) {
+        assert_ne!(w[0], w[1], "{order:?}");
+    }
+    assert!(order.contains(&a) && order.contains(&b));
+}
