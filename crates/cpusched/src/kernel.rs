@@ -63,6 +63,10 @@ pub struct Kernel {
     /// CPUs whose `curr`, work or power changed since the driver looked.
     pub dirty: Vec<usize>,
     pub events: Vec<Event>,
+    /// `jiffies` as this kernel last updated it: at a tick it processed,
+    /// or when a CPU left idle (`tick_do_update_jiffies64()`). A guest's
+    /// jiffies stall while its vCPUs do not run and then jump.
+    pub jiffies: u64,
 }
 
 macro_rules! ctx {
@@ -98,6 +102,7 @@ impl Kernel {
             classes: [rt, fair],
             dirty: Vec::new(),
             events: Vec::new(),
+            jiffies: 0,
         }
     }
 
@@ -351,6 +356,7 @@ impl Kernel {
     /// `scheduler_tick()` on `cpu`: charge, class housekeeping, the
     /// running task's tick, then periodic and no-HZ idle balancing.
     pub fn tick(&mut self, cpu: usize, now: Nanos) {
+        self.catch_up_jiffies(now);
         self.update_curr(cpu, now);
         let mut resched = false;
         for c in 0..2 {
@@ -370,6 +376,12 @@ impl Kernel {
             }
         }
         self.nohz_kick(cpu, now);
+    }
+
+    /// `tick_do_update_jiffies64()`: jiffies follow the clock whenever the
+    /// kernel runs its timer code.
+    pub fn catch_up_jiffies(&mut self, now: Nanos) {
+        self.jiffies = self.jiffies.max(now / self.cfg.tick_ns());
     }
 
     /// `nohz_balancer_kick()`: a busy CPU with waiting tasks makes an

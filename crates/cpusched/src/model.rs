@@ -245,6 +245,16 @@ impl CpuModel {
         self.flush();
     }
 
+    /// A kernel's `jiffies`: the host's follow the clock; a guest's are
+    /// as its kernel last saw the clock (at a tick it processed or when a
+    /// vCPU came back), so they stall and jump.
+    pub fn jiffies(&self, k: KernelId) -> u64 {
+        if k == KernelId::HOST {
+            return self.now / self.kernels[0].cfg.tick_ns();
+        }
+        self.kernels[k.0].jiffies
+    }
+
     /// CPU time task `t` has made progress with.
     pub fn progress(&self, k: KernelId, t: TaskId) -> Nanos {
         self.kernels[k.0].tasks[t.idx()].progress
@@ -477,6 +487,7 @@ impl CpuModel {
             return;
         }
         g.cpus[cpu].overhead += self.platform.vm_entry_ns;
+        g.catch_up_jiffies(now);
         for t in std::mem::take(&mut self.cpu_ev[k][cpu].pending) {
             self.kernels[k].wake(t, now);
         }

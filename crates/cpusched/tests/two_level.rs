@@ -105,3 +105,26 @@ fn the_guest_scheduler_shares_its_vcpu_fairly_under_steal() {
         assert!((share - 0.25).abs() < 0.03, "guest loop got {share}");
     }
 }
+
+#[test]
+fn guest_jiffies_stall_while_the_vcpu_waits_and_then_jump() {
+    // One core: a host loop and a guest loop; the guest's ticks fall while
+    // its vCPU waits half the time, so its jiffies advance in jumps.
+    let mut m = CpuModel::new(one_core(), FairKind::Cfs);
+    m.spawn(KernelId::HOST, TaskSpec::busy_loop("host"));
+    let (_vm, gk) = m.add_vm(1, FairKind::Cfs, 1024).unwrap();
+    m.spawn(gk, TaskSpec::busy_loop("guest"));
+    let (mut last, mut biggest_jump, mut behind) = (0u64, 0u64, 0u64);
+    for ms in 1..=2_000u64 {
+        m.run_until(ms * MS);
+        let (g, h) = (m.jiffies(gk), m.jiffies(KernelId::HOST));
+        assert!(g <= h, "guest jiffies {g} ahead of the host's {h}");
+        biggest_jump = biggest_jump.max(g - last);
+        behind = behind.max(h - g);
+        last = g;
+    }
+    // HZ=100: a 10 ms wait of the vCPU skips a tick.
+    assert!(biggest_jump >= 2, "largest step {biggest_jump}");
+    assert!(behind >= 1, "never behind the host");
+    assert!(last >= 195, "guest jiffies {last} after 2 s at HZ=100");
+}
