@@ -295,3 +295,33 @@ fn cfs_yield_lets_the_other_task_run_first() {
     }
     assert!(order.contains(&a) && order.contains(&b));
 }
+
+#[test]
+fn bfs_task_with_a_later_deadline_waits_for_the_running_slice() {
+    // A new nice 19 task gets a deadline far beyond the running loop's
+    // (its nice ratio is ~7x nice 0's): it does not preempt, and waits
+    // while the loop's renewed deadlines stay earlier than its own.
+    let mut m = CpuModel::new(one_core(100), FairKind::Bfs);
+    m.spawn(HOST, loop_with(Policy::NORMAL));
+    let at = 100 * MS + 3 * MS;
+    m.run_until(at);
+    let s = m.spawn(
+        HOST,
+        TaskSpec {
+            burst: Some(50_000),
+            ..loop_with(Policy::Normal { nice: 19 })
+        },
+    );
+    let done = loop {
+        let t = m.next_event_time().expect("events");
+        let out = m.advance_to(t).to_vec();
+        if let Some(c) = out
+            .iter()
+            .find(|c| c.task == s && c.kind == CompletionKind::BurstDone)
+        {
+            break c.at;
+        }
+    };
+    assert!(done - at > MS, "ran after {} ns", done - at);
+    assert!(cpusched::bfs::deadline_diff(19) > 6 * cpusched::bfs::deadline_diff(0));
+}
