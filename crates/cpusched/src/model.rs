@@ -81,6 +81,8 @@ pub struct CpuModel {
     seq: u64,
     now: Nanos,
     out: Vec<Completion>,
+    /// How many of `out` the last `advance_to` returned.
+    delivered: usize,
     processed: u64,
     /// Reused buffers for [`Self::flush`] (it runs after every event).
     scratch_dirty: Vec<usize>,
@@ -115,6 +117,7 @@ impl CpuModel {
             seq: 0,
             now: 0,
             out: Vec::new(),
+            delivered: 0,
             processed: 0,
             scratch_dirty: Vec::new(),
             scratch_events: Vec::new(),
@@ -289,12 +292,16 @@ impl CpuModel {
     /// Handles every event up to `limit`, stopping early after the first
     /// instant that produced completions; returns them.
     pub fn advance_to(&mut self, limit: Nanos) -> &[Completion] {
-        self.out.clear();
+        // Completions that commands produced since the last call (a wake
+        // with no switch cost starts its task at once) are returned now;
+        // those returned last time are dropped.
+        self.out.drain(..self.delivered);
         while let Some(&Reverse((at, _, ev))) = self.heap.peek() {
             if at > limit {
                 break;
             }
             if !self.out.is_empty() && at > self.now {
+                self.delivered = self.out.len();
                 return &self.out;
             }
             self.heap.pop();
@@ -305,6 +312,7 @@ impl CpuModel {
         if self.out.is_empty() {
             self.now = self.now.max(limit);
         }
+        self.delivered = self.out.len();
         &self.out
     }
 

@@ -325,3 +325,24 @@ fn bfs_task_with_a_later_deadline_waits_for_the_running_slice() {
     assert!(done - at > MS, "ran after {} ns", done - at);
     assert!(cpusched::bfs::deadline_diff(19) > 6 * cpusched::bfs::deadline_diff(0));
 }
+
+#[test]
+fn a_start_produced_by_a_command_is_not_lost() {
+    // With no switch cost a woken task starts at once, inside `wake()`:
+    // the next advance_to still returns it.
+    let mut p = one_core(1000);
+    p.switch_ns = 0;
+    let mut m = CpuModel::new(p, FairKind::Cfs);
+    let s = m.spawn(HOST, sleeper_spec());
+    m.run_until(MS);
+    m.block(HOST, s);
+    m.set_burst(HOST, s, 10_000);
+    m.wake(HOST, s);
+    let t = m.now() + MS;
+    let out = m.advance_to(t).to_vec();
+    assert!(
+        out.iter()
+            .any(|c| c.task == s && c.kind == CompletionKind::Started),
+        "{out:?}"
+    );
+}
