@@ -13,6 +13,7 @@ pub mod naming;
 pub mod other_vms;
 pub mod output;
 pub mod paper;
+pub mod provenance;
 pub mod result;
 pub mod scenario;
 pub mod side_by_side;
@@ -35,11 +36,12 @@ pub use paper::{
     compare_with_reference, parse_reference, read_reference, render_comparison, Comparison,
     ComparisonRow, ComparisonSummary, PaperValue, Reference, ReferenceCell, TandemValue,
 };
-pub use result::{CellResult, Metric, RunMeta, RunResult};
+pub use provenance::{Host, Provenance, OPTIONS_KEY, PROVENANCE_KEY};
+pub use result::{CellResult, Finished, Metric, RunMeta, RunResult};
 pub use scenario::{
     Accepted, Benchmark, Matrix, Scenario, ScenarioError, MATRIX_KEYS, SCENARIO_KEYS,
 };
-pub use stats::{student_t_cdf, summarize, t_quantile, Summary};
+pub use stats::{percentiles, summarize, t_quantile, IntervalNote, Percentiles, Summary};
 pub use svg::{
     build_chart, idle_reference, plot_startup, plot_throughput, render_bar_chart, Bar, BarChart,
 };
