@@ -9,6 +9,7 @@
 
 pub mod apptrace;
 pub mod cell;
+pub mod incremental;
 pub mod naming;
 pub mod other_vms;
 pub mod output;
@@ -24,6 +25,7 @@ pub mod table;
 pub mod workload;
 
 pub use cell::{cell_seed, fnv1a64, splitmix64, Cell, Filter};
+pub use incremental::{prepare_out_dir, IncrementalWriter};
 pub use naming::{
     format_g, sanitize_component, stat_file_contents, stat_file_header, stat_file_name,
 };

@@ -74,18 +74,22 @@ fn num_or_empty(x: f64) -> String {
 /// `<stat_file_name>`, or `<device>/<stat_file_name>` when the results span several
 /// devices (device sanitized by [`sanitize_component`]).
 pub fn stat_file_paths(results: &[CellResult]) -> Vec<String> {
+    stat_file_paths_of(results.iter().map(|r| &r.cell))
+}
+
+/// [`stat_file_paths`] of cells (e.g. those a run plans, before their results).
+pub fn stat_file_paths_of<'a>(cells: impl Iterator<Item = &'a Cell> + Clone) -> Vec<String> {
     let mut devices: Vec<&str> = Vec::new();
-    for r in results {
-        if !devices.contains(&r.cell.device.as_str()) {
-            devices.push(&r.cell.device);
+    for c in cells.clone() {
+        if !devices.contains(&c.device.as_str()) {
+            devices.push(&c.device);
         }
     }
-    results
-        .iter()
-        .map(|r| {
-            let name = stat_file_name(&r.cell);
+    cells
+        .map(|c| {
+            let name = stat_file_name(c);
             if devices.len() > 1 {
-                format!("{}/{}", sanitize_component(&r.cell.device), name)
+                format!("{}/{}", sanitize_component(&c.device), name)
             } else {
                 name
             }
