@@ -9,6 +9,7 @@
 
 pub mod apptrace;
 pub mod cell;
+pub mod estimate;
 pub mod incremental;
 pub mod naming;
 pub mod other_vms;
