@@ -89,6 +89,7 @@ pub struct SimKnobs {
     /// miss_overhead_ms, hit_overhead_ms, host_mb_s, cache_segments,
     /// segment_kib.
     #[arg(long = "hdd-param", value_name = "NAME=VALUE")]
+    #[serde(rename = "hdd_param")]
     hdd_params: Vec<String>,
     /// Kernel tick rate of the guests (CONFIG_HZ; the published ARM guests ran at 100).
     #[arg(long, default_value_t = sim::vm::DEFAULT_GUEST_HZ)]
@@ -367,13 +368,12 @@ pub fn sim_run(a: RunArgs) -> Result<(), Failure> {
         .min(runs as usize);
     let signals = Signals::install().map_err(|e| Failure::Run(format!("signal handlers: {e}")))?;
     let pb = progress_bar(runs);
-    let mut provenance = Provenance::start(
+    let provenance = Provenance::start(
         env!("CARGO_PKG_VERSION"),
         env!("TANDEM_GIT_COMMIT"),
         std::env::args().collect(),
         cells.len(),
     );
-    provenance.cells_planned = cells.len();
     let meta = run_meta(&a, &opts, &scenario);
     let started = std::time::Instant::now();
     let pool = Pool::start(cells.clone(), opts, jobs, signals.stop.clone(), pb.clone());
