@@ -2,12 +2,12 @@
 
 use clap::{Args, Parser, Subcommand};
 use experiment::Scenario;
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 mod agent_cmd;
 mod bench_cmd;
 mod devemu_cmd;
+mod report_cmd;
 mod sim_cmd;
 mod sim_pool;
 mod vm_cmd;
@@ -61,8 +61,8 @@ enum Command {
     /// The deterministic simulator.
     #[command(subcommand)]
     Sim(SimCommand),
-    /// Print the tables of a results directory, or its comparison with published numbers.
-    Report(ReportArgs),
+    /// Print the tables of a run, or set it against a baseline run or published numbers.
+    Report(report_cmd::ReportArgs),
     /// Emulated slow block devices (FUSE + loop device; needs root).
     #[command(subcommand)]
     Devemu(devemu_cmd::DevemuCommand),
@@ -79,18 +79,6 @@ enum Command {
     /// Real QEMU guests for the benchmark runner: the guest image.
     #[command(subcommand)]
     Vm(vm_cmd::VmCommand),
-}
-
-#[derive(Args)]
-struct ReportArgs {
-    /// Output directory of a run (holding results.json), or a results.json file.
-    dir: PathBuf,
-    /// A second run (e.g. the real runner's, against the simulator's in DIR): the two
-    /// side by side, cell by cell, with their ratio.
-    other: Option<PathBuf>,
-    /// Compare with a reference file of published numbers (e.g. reference/cloud2014-hdd.toml).
-    #[arg(long, value_name = "FILE")]
-    paper: Option<PathBuf>,
 }
 
 #[allow(clippy::large_enum_variant)]
@@ -120,7 +108,7 @@ fn main() -> ExitCode {
             sim_list();
             Ok(())
         }
-        Command::Report(a) => report(a),
+        Command::Report(a) => report_cmd::report(a),
         Command::Devemu(c) => devemu_cmd::run(c),
         Command::Bench(c) => bench_cmd::run(c),
         Command::Hostd(c) => agent_cmd::run_hostd(c),
@@ -198,40 +186,4 @@ fn sim_list() {
             .collect::<Vec<_>>()
             .join(", ")
     );
-}
-
-/// `tandem report`: unreadable or malformed inputs are usage errors (exit code 2).
-fn report(a: ReportArgs) -> Result<(), Failure> {
-    let read = |p: &PathBuf| {
-        let f = if p.is_file() {
-            p.clone()
-        } else {
-            p.join("results.json")
-        };
-        experiment::read_results_json(&f).map_err(Failure::Usage)
-    };
-    let (meta, results) = read(&a.dir)?;
-    if let Some(other) = &a.other {
-        if a.paper.is_some() {
-            return Err(Failure::Usage(
-                "--paper compares one run with published numbers; give one directory".into(),
-            ));
-        }
-        let (other_meta, other_results) = read(other)?;
-        let (rows, missing) = experiment::side_by_side::compare(&results, &other_results);
-        print!(
-            "{}",
-            experiment::side_by_side::render(&meta.runner, &other_meta.runner, &rows, &missing)
-        );
-        return Ok(());
-    }
-    match &a.paper {
-        None => print!("{}", experiment::render_tables(&results)),
-        Some(path) => {
-            let reference = experiment::read_reference(path).map_err(Failure::Usage)?;
-            let cmp = experiment::compare_with_reference(&reference, &results);
-            print!("{}", experiment::render_comparison(&cmp));
-        }
-    }
-    Ok(())
 }

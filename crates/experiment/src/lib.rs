@@ -36,8 +36,9 @@ pub use output::{
     stat_file_paths, write_outputs, CsvRow, CSV_COLUMNS, CSV_EXTRA_COLUMNS, RESULTS_JSON_SCHEMA,
 };
 pub use paper::{
-    compare_with_reference, parse_reference, read_reference, render_comparison, Comparison,
-    ComparisonRow, ComparisonSummary, PaperValue, Reference, ReferenceCell, TandemValue,
+    check_comparable, compare_with_reference, parse_reference, read_reference, render_comparison,
+    Comparison, ComparisonRow, ComparisonSummary, PaperValue, Reference, ReferenceCell,
+    TandemValue,
 };
 pub use provenance::{Host, Provenance, OPTIONS_KEY, PROVENANCE_KEY};
 pub use result::{CellResult, Finished, Metric, RunMeta, RunResult};
