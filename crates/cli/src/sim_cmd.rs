@@ -371,7 +371,9 @@ pub fn sim_run(a: RunArgs) -> Result<(), Failure> {
     let provenance = Provenance::start(
         env!("CARGO_PKG_VERSION"),
         env!("TANDEM_GIT_COMMIT"),
-        std::env::args().collect(),
+        std::env::args_os()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect(),
         cells.len(),
     );
     let meta = run_meta(&a, &opts, &scenario);

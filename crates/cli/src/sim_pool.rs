@@ -1,6 +1,6 @@
 //! The simulator's worker pool for `tandem sim run`: runs the repetitions of a
 //! set of cells on N threads, calibrates first (one repetition each of a few cells
-//! spread over the matrix, timed, kept as results), waits at a gate for the go
+//! drawn from the matrix, timed, kept as results), waits at a gate for the go
 //! once the estimate is made, hands each cell to the output as soon as its last
 //! repetition is done, and stops taking work on SIGINT or SIGTERM.
 
@@ -97,10 +97,38 @@ pub struct Pool {
     cells_sampled: usize,
 }
 
-/// The cells the calibration runs: `k` of them spread evenly over the matrix.
+/// The cells the calibration runs: `k` of them drawn at random (a fixed seed, so
+/// the same matrix gives the same sample), in matrix order. Not evenly spaced: the
+/// matrix's inner keys repeat with a period, and evenly spaced cells can all be
+/// its idle ones.
 fn calibration_cells(n: usize, k: usize) -> Vec<usize> {
     let k = k.min(n);
-    (0..k).map(|i| i * n / k).collect()
+    let mut all: Vec<usize> = (0..n).collect();
+    let mut x = CALIBRATION_SEED;
+    for i in 0..k {
+        x = experiment::splitmix64(x);
+        let j = i + (x % (n - i) as u64) as usize;
+        all.swap(i, j);
+    }
+    let mut sample = all[..k].to_vec();
+    sample.sort_unstable();
+    sample
+}
+
+/// Any fixed value: the seed of the calibration sample.
+const CALIBRATION_SEED: u64 = 0x7461_6e64_656d;
+
+/// How many cells the calibration samples: a fifth of them, at least one per job
+/// and [`MIN_CALIBRATION_RUNS`], at most [`MAX_CALIBRATION_RUNS`]. Run times differ
+/// by 100x between an idle cell and a loaded one (vbfq: 0.001 to 0.14 s), so the
+/// mean needs many of them; a dry run waits for them at most the calibration wait.
+fn calibration_size(cells: usize, jobs: usize) -> usize {
+    (cells / 5)
+        .clamp(
+            jobs.max(MIN_CALIBRATION_RUNS),
+            MAX_CALIBRATION_RUNS.max(jobs),
+        )
+        .min(cells)
 }
 
 /// The work, calibration runs (repetition 0 of `sample`) first, then the rest in
@@ -117,8 +145,11 @@ fn plan(cells: &[Cell], sample: &[usize]) -> Vec<(usize, u32)> {
     work
 }
 
-/// Calibration runs: as many as there are jobs, at least 3 (fewer cells: all).
+/// Fewest calibration runs (fewer cells: all of them).
 const MIN_CALIBRATION_RUNS: usize = 3;
+
+/// Most calibration runs, unless there are more jobs.
+const MAX_CALIBRATION_RUNS: usize = 256;
 
 impl Pool {
     /// Starts `jobs` threads on the cells; they run the calibration and wait at
@@ -130,7 +161,7 @@ impl Pool {
         stop: Arc<AtomicBool>,
         pb: ProgressBar,
     ) -> Pool {
-        let sample = calibration_cells(cells.len(), jobs.max(MIN_CALIBRATION_RUNS));
+        let sample = calibration_cells(cells.len(), calibration_size(cells.len(), jobs));
         let work = plan(&cells, &sample);
         let shared = Arc::new(Shared {
             slots: Mutex::new(
@@ -264,11 +295,14 @@ impl Pool {
     }
 }
 
-/// Bytes a run's result keeps: its values and counters (a B-tree entry: the key,
-/// the value and about 48 bytes of node).
+/// Bytes a run's result takes until the end: its values and counters in memory (a
+/// B-tree entry: the key, the value and about 48 bytes of node), and its text in
+/// results.json, which the end of the run builds whole (measured by writing it).
 fn kept_bytes(r: &RunResult) -> u64 {
     let counters: usize = r.counters.keys().map(|k| k.len() + 8 + 48).sum();
-    (std::mem::size_of::<RunResult>() + r.values.len() * 8 + counters) as u64
+    let memory = std::mem::size_of::<RunResult>() + r.values.len() * 8 + counters;
+    let json = serde_json::to_string_pretty(r).map_or(0, |t| t.len());
+    (memory + json) as u64
 }
 
 fn worker(s: &Shared) {
@@ -281,7 +315,7 @@ fn worker(s: &Shared) {
             break;
         };
         let calibrating = w < s.calibration_len;
-        if !calibrating && !wait_for_go(s) {
+        if !calibrating && (!wait_for_go(s) || s.stop.load(Ordering::SeqCst)) {
             break;
         }
         let started = Instant::now();
@@ -355,9 +389,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn calibration_cells_spread_over_the_matrix() {
-        assert_eq!(calibration_cells(24, 3), vec![0, 8, 16]);
+    fn calibration_samples_distinct_cells() {
+        let s = calibration_cells(90, 9);
+        assert_eq!(s.len(), 9);
+        assert!(s.windows(2).all(|w| w[0] < w[1] && w[1] < 90), "{s:?}");
+        // not the evenly spaced 0, 10, 20, ...
+        assert_ne!(s, (0..9).map(|i| i * 10).collect::<Vec<_>>());
+        assert_eq!(calibration_cells(90, 9), s, "the same sample each time");
         assert_eq!(calibration_cells(2, 3), vec![0, 1]);
         assert_eq!(calibration_cells(5, 5), vec![0, 1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn calibration_size_grows_with_the_matrix() {
+        assert_eq!(calibration_size(4, 1), 3);
+        assert_eq!(calibration_size(2, 2), 2);
+        assert_eq!(calibration_size(90, 2), 18);
+        assert_eq!(calibration_size(10_000, 2), 256);
+        assert_eq!(calibration_size(10_000, 300), 300);
     }
 }

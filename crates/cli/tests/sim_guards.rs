@@ -92,7 +92,7 @@ fn dry_run_prints_the_plan_and_a_measured_estimate() {
         "{total} vs 12 x {per_run}: {text}"
     );
     assert!(
-        text.contains("calibration runs, one repetition of each of 3 cells"),
+        text.contains("calibration runs, one repetition of each of 3 cells drawn"),
         "{text}"
     );
     let mb = number_after(&text, "memory: about ");

@@ -21,7 +21,8 @@ pub struct Calibration {
     pub peak_during: u64,
     /// Runs that ran at once during the calibration.
     pub concurrent: usize,
-    /// Bytes a finished run's result keeps in memory until the end, on average.
+    /// Bytes a finished run's result keeps in memory until the end (its copies and its
+    /// text in results.json), on average.
     pub kept_per_run: u64,
 }
 
@@ -50,22 +51,30 @@ pub struct Limits {
     pub memory_bytes: u64,
 }
 
+/// The mean wall time of a calibration run, and whether it is a lower bound: the
+/// finished runs, with those still running that have already taken longer than
+/// that mean (at their time so far: then a lower bound); the running ones alone
+/// when none finished.
+fn mean_run_time(cal: &Calibration) -> (f64, bool) {
+    let mean = |xs: &[f64]| xs.iter().sum::<f64>() / xs.len().max(1) as f64;
+    let done: Vec<f64> = cal.finished.iter().map(Duration::as_secs_f64).collect();
+    let running = cal.unfinished.iter().map(Duration::as_secs_f64);
+    if done.is_empty() {
+        let running: Vec<f64> = running.collect();
+        return (mean(&running), !running.is_empty());
+    }
+    let base = mean(&done);
+    let long: Vec<f64> = running.filter(|&t| t > base).collect();
+    let all: Vec<f64> = done.iter().copied().chain(long.iter().copied()).collect();
+    (mean(&all), !long.is_empty())
+}
+
 /// Scales a calibration to `runs` runs on `jobs` jobs: time = mean run time ×
 /// runs / jobs (the runs are handed out one at a time, so the jobs stay busy
 /// to the end); memory = resident before + the jobs' runs at their measured peak +
 /// every run's kept result.
 pub fn estimate(cal: &Calibration, runs: u64, jobs: usize) -> Estimate {
-    let times: Vec<f64> = cal
-        .finished
-        .iter()
-        .chain(&cal.unfinished)
-        .map(Duration::as_secs_f64)
-        .collect();
-    let per_run_s = if times.is_empty() {
-        0.0
-    } else {
-        times.iter().sum::<f64>() / times.len() as f64
-    };
+    let (per_run_s, lower_bound) = mean_run_time(cal);
     let jobs = jobs.max(1).min(runs.max(1) as usize);
     let per_run_bytes =
         cal.peak_during.saturating_sub(cal.resident_before) / cal.concurrent.max(1) as u64;
@@ -74,7 +83,7 @@ pub fn estimate(cal: &Calibration, runs: u64, jobs: usize) -> Estimate {
     Estimate {
         per_run_s,
         wall_s: per_run_s * runs as f64 / jobs as f64,
-        lower_bound: !cal.unfinished.is_empty(),
+        lower_bound,
         per_run_bytes,
         memory_bytes,
         runs,
@@ -115,15 +124,20 @@ impl Estimate {
 
     /// Two lines: the time and the memory, and what they come from.
     pub fn describe(&self, cal: &Calibration) -> String {
-        let measured = cal.finished.len() + cal.unfinished.len();
+        let measured = cal.finished.len();
         let pending = if cal.unfinished.is_empty() {
             String::new()
         } else {
-            format!(", {} of them still running", cal.unfinished.len())
+            format!(", {} more still running", cal.unfinished.len())
+        };
+        let secs = || cal.finished.iter().map(Duration::as_secs_f64);
+        let spread = match (secs().min_by(f64::total_cmp), secs().max_by(f64::total_cmp)) {
+            (Some(lo), Some(hi)) => format!("; they took {lo:.3} to {hi:.3} s"),
+            _ => String::new(),
         };
         format!(
             "time: {} {} on {} jobs ({} runs x {:.3} s per run, the mean of {measured} calibration \
-             runs, one repetition of each of {} cells spread over the matrix{pending})\n\
+             runs, one repetition of each of {} cells drawn from the matrix{pending}{spread})\n\
              memory: {} {} MB at the peak ({} MB resident before, {} MB per running job \
              from the peak resident size (VmHWM) during calibration, results kept to the end)\n",
             self.at_least(),
@@ -229,7 +243,26 @@ mod tests {
         });
         assert_eq!(why.len(), 1);
         assert!(why[0].starts_with("at least"), "{why:?}");
-        assert!(e.describe(&c).contains("1 of them still running"));
+        assert!(e.describe(&c).contains("1 more still running"));
+    }
+
+    #[test]
+    fn short_unfinished_runs_say_nothing() {
+        // a calibration cut off by its wait: a run that has taken less than the
+        // mean so far is left out, and the estimate is no lower bound
+        let mut c = cal();
+        c.unfinished.push(Duration::from_millis(100));
+        let e = estimate(&c, 10, 1);
+        assert!(!e.lower_bound);
+        assert!((e.per_run_s - 0.3).abs() < 1e-12);
+        // nothing finished: the running ones, as a lower bound
+        let c = Calibration {
+            finished: Vec::new(),
+            unfinished: vec![Duration::from_secs(2)],
+            ..cal()
+        };
+        let e = estimate(&c, 10, 1);
+        assert!(e.lower_bound && (e.per_run_s - 2.0).abs() < 1e-12);
     }
 
     #[test]

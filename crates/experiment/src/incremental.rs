@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use crate::cell::Cell;
 use crate::output::{
-    csv_header, csv_record, csv_writer, results_json, stat_file_paths_of, write_outputs,
+    csv_header, csv_record, csv_writer, stat_file_paths_of, write_outputs, write_results_json,
 };
 use crate::provenance::{utc_now, Provenance};
 use crate::result::{CellResult, RunMeta};
@@ -132,10 +132,12 @@ impl IncrementalWriter {
         self.stamp(None);
         self.provenance.complete = false;
         self.meta.set_provenance(&self.provenance);
-        let results: Vec<CellResult> = self.results().cloned().collect();
-        let text = results_json(&self.meta, &results);
+        let results: Vec<&CellResult> = self.results().collect();
         let tmp = self.dir.join(".results.json.partial");
-        std::fs::write(&tmp, text)?;
+        let mut file = io::BufWriter::new(File::create(&tmp)?);
+        write_results_json(&mut file, &self.meta, &results)?;
+        io::Write::flush(&mut file)?;
+        drop(file);
         std::fs::rename(&tmp, self.dir.join("results.json"))?;
         self.last_json = Instant::now();
         Ok(())

@@ -219,7 +219,21 @@ struct ResultsIn {
 /// pretty-printed. Deterministic: nothing but `meta` and the results goes in.
 /// Non-finite numbers (the summary of a cell without values) are written as `null`.
 pub fn results_json(meta: &RunMeta, results: &[CellResult]) -> String {
-    let paths = stat_file_paths(results);
+    let refs: Vec<&CellResult> = results.iter().collect();
+    let mut out = Vec::new();
+    write_results_json(&mut out, meta, &refs).expect("writing to memory");
+    String::from_utf8(out).expect("JSON is UTF-8")
+}
+
+/// Writes [`results_json`]'s text to `w` as it goes, without the whole text (or a
+/// copy of the results) in memory: the run's results are written this way while it
+/// runs.
+pub fn write_results_json<W: io::Write>(
+    mut w: W,
+    meta: &RunMeta,
+    results: &[&CellResult],
+) -> io::Result<()> {
+    let paths = stat_file_paths_of(results.iter().map(|r| &r.cell));
     let doc = ResultsOut {
         schema: RESULTS_JSON_SCHEMA,
         meta,
@@ -240,9 +254,8 @@ pub fn results_json(meta: &RunMeta, results: &[CellResult]) -> String {
             })
             .collect(),
     };
-    let mut s = serde_json::to_string_pretty(&doc).expect("results serialize");
-    s.push('\n');
-    s
+    serde_json::to_writer_pretty(&mut w, &doc)?;
+    w.write_all(b"\n")
 }
 
 /// Parses `results.json` text back into its meta and results (summaries are
