@@ -225,6 +225,17 @@ pub fn results_json(meta: &RunMeta, results: &[CellResult]) -> String {
     String::from_utf8(out).expect("JSON is UTF-8")
 }
 
+/// The summary as results.json gives it: without an interval (`null`) when the
+/// cell has none ([`IntervalNote::has_interval`]), as results.csv.
+fn shown_summary(r: &CellResult) -> Summary {
+    let mut s = r.summary();
+    if !r.interval_note().has_interval() {
+        s.ci95_low = f64::NAN;
+        s.ci95_high = f64::NAN;
+    }
+    s
+}
+
 /// Writes [`results_json`]'s text to `w` as it goes, without the whole text (or a
 /// copy of the results) in memory: the run's results are written this way while it
 /// runs.
@@ -244,7 +255,7 @@ pub fn write_results_json<W: io::Write>(
                 cell: &r.cell,
                 runner: &r.runner,
                 metric: r.metric,
-                summary: r.summary(),
+                summary: shown_summary(r),
                 interval: r.interval_note(),
                 timeouts: r.timeouts(),
                 finished: r.finished(),

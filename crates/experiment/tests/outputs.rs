@@ -622,6 +622,14 @@ fn csv_statistics_columns() {
     // a timeout: X, no interval; the finished starts apart (2.0, 4.0 and 3.0)
     let cell = native_cell("noop", "5r-seq", "startup");
     let r = startup_result(cell.clone(), &[&[2.0, 4.0], &[3.0, 60.0]], &[0, 1]);
+    let json: serde_json::Value =
+        serde_json::from_str(&results_json(&RunMeta::default(), std::slice::from_ref(&r))).unwrap();
+    let c = &json["cells"][0];
+    assert!(c["summary"]["ci95_low"].is_null() && c["summary"]["ci95_high"].is_null());
+    assert_eq!(c["interval"], "timeouts");
+    assert_eq!(c["finished"]["n"], 3);
+    assert_eq!(c["finished"]["mean"], 3.0);
+    assert_eq!(c["percentiles"]["median"], 3.5);
     let csv = results_csv(&[r]);
     assert_eq!(col(&csv, "timeouts"), "1");
     assert_eq!(col(&csv, "ci95_low"), "");
