@@ -9,10 +9,13 @@
 
 pub mod apptrace;
 pub mod cell;
+pub mod estimate;
+pub mod incremental;
 pub mod naming;
 pub mod other_vms;
 pub mod output;
 pub mod paper;
+pub mod provenance;
 pub mod result;
 pub mod scenario;
 pub mod side_by_side;
@@ -23,6 +26,7 @@ pub mod table;
 pub mod workload;
 
 pub use cell::{cell_seed, fnv1a64, splitmix64, Cell, Filter};
+pub use incremental::{prepare_out_dir, IncrementalWriter};
 pub use naming::{
     format_g, sanitize_component, stat_file_contents, stat_file_header, stat_file_name,
 };
@@ -32,14 +36,16 @@ pub use output::{
     stat_file_paths, write_outputs, CsvRow, CSV_COLUMNS, CSV_EXTRA_COLUMNS, RESULTS_JSON_SCHEMA,
 };
 pub use paper::{
-    compare_with_reference, parse_reference, read_reference, render_comparison, Comparison,
-    ComparisonRow, ComparisonSummary, PaperValue, Reference, ReferenceCell, TandemValue,
+    check_comparable, compare_with_reference, parse_reference, read_reference, render_comparison,
+    Comparison, ComparisonRow, ComparisonSummary, PaperValue, Reference, ReferenceCell,
+    TandemValue,
 };
-pub use result::{CellResult, Metric, RunMeta, RunResult};
+pub use provenance::{Host, Provenance, OPTIONS_KEY, PROVENANCE_KEY};
+pub use result::{CellResult, Finished, Metric, RunMeta, RunResult};
 pub use scenario::{
     Accepted, Benchmark, Matrix, Scenario, ScenarioError, MATRIX_KEYS, SCENARIO_KEYS,
 };
-pub use stats::{student_t_cdf, summarize, t_quantile, Summary};
+pub use stats::{percentiles, summarize, t_quantile, IntervalNote, Percentiles, Summary};
 pub use svg::{
     build_chart, idle_reference, plot_startup, plot_throughput, render_bar_chart, Bar, BarChart,
 };

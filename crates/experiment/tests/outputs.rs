@@ -600,3 +600,56 @@ fn device_paths_are_sanitized() {
     assert_eq!(sanitize_component(".."), "_");
     assert_eq!(sanitize_component("a b/c"), "a_b_c");
 }
+
+/// The columns after the contract's: the finished starts apart from the timeouts,
+/// percentiles of every start, and a note when the interval is not one.
+#[test]
+fn csv_statistics_columns() {
+    let col = |csv: &str, name: &str| -> String {
+        let mut rows = csv.lines();
+        let header: Vec<&str> = rows.next().unwrap().split(',').collect();
+        let row: Vec<&str> = rows.next().unwrap().split(',').collect();
+        let i = header.iter().position(|h| *h == name).unwrap();
+        row[i].to_string()
+    };
+    let header = results_csv(&[]);
+    assert!(
+        header.trim_end().ends_with(
+            ",timeouts,other_vms,scenario,iterations,repetitions,seed,stat_file,finished_n,finished_mean,median,p90,p99,ci95_note"
+        ),
+        "{header}"
+    );
+    // a timeout: X, no interval; the finished starts apart (2.0, 4.0 and 3.0)
+    let cell = native_cell("noop", "5r-seq", "startup");
+    let r = startup_result(cell.clone(), &[&[2.0, 4.0], &[3.0, 60.0]], &[0, 1]);
+    let json: serde_json::Value =
+        serde_json::from_str(&results_json(&RunMeta::default(), std::slice::from_ref(&r))).unwrap();
+    let c = &json["cells"][0];
+    assert!(c["summary"]["ci95_low"].is_null() && c["summary"]["ci95_high"].is_null());
+    assert_eq!(c["interval"], "timeouts");
+    assert_eq!(c["finished"]["n"], 3);
+    assert_eq!(c["finished"]["mean"], 3.0);
+    assert_eq!(c["percentiles"]["median"], 3.5);
+    let csv = results_csv(&[r]);
+    assert_eq!(col(&csv, "timeouts"), "1");
+    assert_eq!(col(&csv, "ci95_low"), "");
+    assert_eq!(col(&csv, "ci95_high"), "");
+    assert_eq!(col(&csv, "ci95_note"), "timeouts");
+    assert_eq!(col(&csv, "finished_n"), "3");
+    assert_eq!(col(&csv, "finished_mean"), "3.0000");
+    // median of 2, 3, 4, 60
+    assert_eq!(col(&csv, "median"), "3.5000");
+    assert_eq!(col(&csv, "p99"), "60.0000");
+    // deterministic repetitions: a zero-width interval, named
+    let r = startup_result(cell.clone(), &[&[2.5], &[2.5], &[2.5]], &[]);
+    let csv = results_csv(&[r]);
+    assert_eq!(col(&csv, "ci95_low"), "2.5000");
+    assert_eq!(col(&csv, "ci95_note"), "zero-width");
+    // a real interval has no note; percentiles over every start (type 8)
+    let r = startup_result(cell, &[&[1.0, 2.0], &[3.0, 4.0], &[5.0, 6.0]], &[]);
+    let csv = results_csv(&[r]);
+    assert_eq!(col(&csv, "ci95_note"), "");
+    assert_eq!(col(&csv, "median"), "3.5000");
+    assert_eq!(col(&csv, "p90"), "6.0000");
+    assert_eq!(col(&csv, "finished_n"), "6");
+}
