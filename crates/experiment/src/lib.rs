@@ -15,6 +15,7 @@ pub mod output;
 pub mod paper;
 pub mod plot;
 pub mod result;
+pub mod s_suite;
 pub mod scenario;
 pub mod side_by_side;
 pub mod stats;

@@ -10,6 +10,7 @@ use crate::naming::{sanitize_component, stat_file_contents, stat_file_name};
 use crate::other_vms::{OtherVms, NO_OTHER_VMS};
 use crate::plot::{plot_files, write_plots};
 use crate::result::{CellResult, Metric, RunMeta, RunResult};
+use crate::s_suite::{s_tree, S_TREE};
 use crate::scenario::Benchmark;
 use crate::stats::Summary;
 use crate::table::render_tables;
@@ -423,6 +424,8 @@ fn write_file(dir: &Path, rel: &str, text: &str, written: &mut Vec<PathBuf>) -> 
 /// - `results.csv` ([`results_csv`]), `results.json` ([`results_json`]),
 ///   `table.txt` ([`render_tables`]);
 /// - one S-style stat file per result ([`stat_file_paths`], [`stat_file_contents`]);
+/// - S's tree, `S/<test dir>/repetition<i>/<S file name>`, for S's own scripts
+///   ([`s_tree`]);
 /// - one SVG and one PNG per device and benchmark: `<benchmark>-<device>.svg` and
 ///   `.png` (device sanitized), e.g. `startup-hdd-1.8in.svg` ([`write_plots`]).
 ///
@@ -449,7 +452,9 @@ pub fn write_outputs(
             ));
         }
     }
-    plot_files(results).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    let invalid = |e: String| io::Error::new(io::ErrorKind::InvalidInput, e);
+    plot_files(results).map_err(invalid)?;
+    let s_files = s_tree(results).map_err(invalid)?;
     std::fs::create_dir_all(dir)
         .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", dir.display())))?;
     let mut written = Vec::new();
@@ -463,6 +468,14 @@ pub fn write_outputs(
     write_file(dir, "table.txt", &render_tables(results), &mut written)?;
     for (r, p) in results.iter().zip(&stat_paths) {
         write_file(dir, p, &stat_file_contents(r), &mut written)?;
+    }
+    for (rel, text) in &s_files {
+        write_file(
+            dir,
+            &format!("{S_TREE}/{}", rel.display()),
+            text,
+            &mut written,
+        )?;
     }
     written.extend(write_plots(dir, results, None, "")?);
     Ok(written)

@@ -210,18 +210,22 @@ fn bar_value(r: &CellResult) -> BarValue {
 /// `paper`: published values by cell key ([`paper_marks`]); `idle`: the dashed idle
 /// line ([`crate::plot::idle_reference`]). Panels and groups keep the results' order
 /// of first appearance.
-pub fn build_chart(
+pub fn build_chart<'a, I>(
     title: &str,
-    results: &[&CellResult],
+    results: I,
     paper: &BTreeMap<String, PaperValue>,
     idle: Option<(f64, String)>,
-) -> Chart {
-    let dims = Dims::of(results);
+) -> Chart
+where
+    I: IntoIterator<Item = &'a CellResult>,
+{
+    let results: Vec<&CellResult> = results.into_iter().collect();
+    let dims = Dims::of(&results);
     let mut series = Vec::new();
     let mut panel_titles: Vec<String> = Vec::new();
     let mut panels: Vec<Panel> = Vec::new();
     let mut timeout_s: Option<f64> = None;
-    for r in results {
+    for r in &results {
         let p = position(&mut panel_titles, &dims.panel_title(r));
         if p == panels.len() {
             panels.push(Panel {

@@ -122,7 +122,7 @@ pub fn chart_for(
         Benchmark::Throughput => None,
     };
     let title = chart_title(file.benchmark, &file.device, &members);
-    build_chart(&title, &members, paper, idle)
+    build_chart(&title, members, paper, idle)
 }
 
 /// Writes `<stem><suffix>.svg` and `<stem><suffix>.png` for each plot file of
