@@ -90,7 +90,9 @@ struct ReportArgs {
     /// A second run (e.g. the real runner's, against the simulator's in DIR): the two
     /// side by side, cell by cell, with their ratio.
     other: Option<PathBuf>,
-    /// Compare with a reference file of published numbers (e.g. reference/cloud2014-hdd.toml).
+    /// Compare with a reference file of published numbers (e.g. reference/cloud2014-hdd.toml);
+    /// also writes the run's plots with the published values beside the bars
+    /// (`<benchmark>-<device>-vs-paper.svg` and `.png` in the run's directory).
     #[arg(long, value_name = "FILE")]
     paper: Option<PathBuf>,
 }
@@ -627,6 +629,13 @@ fn report(a: ReportArgs) -> Result<(), Failure> {
             let reference = experiment::read_reference(path).map_err(Failure::Usage)?;
             let cmp = experiment::compare_with_reference(&reference, &results);
             print!("{}", experiment::render_comparison(&cmp));
+            // The run's plots with the published values beside the bars, next to them.
+            let dir = a.dir.parent().filter(|_| a.dir.is_file()).unwrap_or(&a.dir);
+            let plots = experiment::write_plots(dir, &results, Some(&reference), "-vs-paper")
+                .map_err(|e| Failure::Run(e.to_string()))?;
+            for p in plots {
+                eprintln!("tandem: wrote {}", p.display());
+            }
         }
     }
     Ok(())

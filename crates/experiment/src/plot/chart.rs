@@ -183,7 +183,7 @@ impl Dims {
     /// it (so a row reads left to right as the host gets busier), else up to 3.
     fn columns(&self, panels: usize) -> usize {
         let by_host = self.host_workloads.len();
-        let cols = if (2..=4).contains(&by_host) && panels % by_host == 0 {
+        let cols = if (2..=4).contains(&by_host) && panels.checked_rem(by_host) == Some(0) {
             by_host
         } else {
             panels.min(3)

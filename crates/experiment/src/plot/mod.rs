@@ -127,8 +127,8 @@ pub fn chart_for(
 
 /// Writes `<stem><suffix>.svg` and `<stem><suffix>.png` for each plot file of
 /// `results` into `dir` (which must exist) and returns the paths written. With a
-/// reference, its published values are drawn beside the bars they match. Same inputs
-/// give byte-identical files.
+/// reference, only the charts of its device are written, with its published values
+/// beside the bars they match. Same inputs give byte-identical files.
 pub fn write_plots(
     dir: &Path,
     results: &[CellResult],
@@ -139,7 +139,13 @@ pub fn write_plots(
     let other = |e: String| std::io::Error::other(e);
     let marks = paper.map(|p| paper_marks(p, results)).unwrap_or_default();
     let mut written = Vec::new();
-    for file in plot_files(results).map_err(invalid)? {
+    let files = plot_files(results).map_err(invalid)?;
+    // A reference holds the numbers of one device: only its charts get markers.
+    let files = files.into_iter().filter(|f| match paper {
+        Some(p) => p.device == f.device,
+        None => true,
+    });
+    for file in files {
         let chart = chart_for(&file, results, &marks);
         let svg_path = dir.join(format!("{}{suffix}.svg", file.stem));
         let svg = render_svg(&chart).map_err(other)?;
