@@ -26,6 +26,7 @@ use statrs::distribution::{ContinuousCDF, StudentsT};
 use crate::naming::{format_g, s_workload, sanitize_component, secs, stat_file_header};
 use crate::result::{CellResult, Metric, RunResult};
 use crate::scenario::Benchmark;
+use crate::stats::summarize;
 
 /// The folder of the output directory that holds the S tree ([`s_tree`]): give it to
 /// S's `calc_overall_stats.sh`.
@@ -81,33 +82,22 @@ pub fn s_conf99(values: &[f64]) -> f64 {
     t * q / 2.0
 }
 
-/// The statistics of `values`, `None` when there are none.
+/// The statistics of `values`, `None` when there are none: those of `results.csv`
+/// ([`summarize`]), with S's `conf99%` beside them.
 pub fn s_stats(values: &[f64]) -> Option<SStats> {
-    let n = values.len();
-    if n == 0 {
+    let s = summarize(values);
+    if s.n == 0 {
         return None;
     }
-    let avg = values.iter().sum::<f64>() / n as f64;
-    let min = values.iter().copied().fold(f64::INFINITY, f64::min);
-    let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    let (std_dev, conf95) = if n < 2 {
-        (f64::NAN, f64::NAN)
-    } else {
-        let ss: f64 = values.iter().map(|v| (v - avg) * (v - avg)).sum();
-        let std = (ss / (n - 1) as f64).sqrt();
-        (
-            std,
-            t_quantile(0.975, (n - 1) as f64) * std / (n as f64).sqrt(),
-        )
-    };
+    let spread = |x: f64| if s.n < 2 { f64::NAN } else { x };
     Some(SStats {
-        n,
-        min,
-        max,
-        avg,
-        std_dev,
+        n: s.n,
+        min: s.min,
+        max: s.max,
+        avg: s.mean,
+        std_dev: spread(s.std),
         conf99_s: s_conf99(values),
-        conf95,
+        conf95: spread(s.ci95_half_width()),
     })
 }
 

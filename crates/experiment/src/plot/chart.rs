@@ -296,7 +296,8 @@ fn scale_of(panels: &[Panel], idle: Option<f64>) -> Scale {
     if hi / lo >= LOG_SPAN {
         Scale::Log {
             min: 10f64.powf(lo.log10().floor()),
-            max: 10f64.powf(hi.log10().ceil()),
+            // headroom above the tallest bar for its interval cap and the X marks
+            max: 10f64.powf((hi * 1.3).log10().ceil()),
         }
     } else {
         Scale::Linear { max: hi * 1.15 }
