@@ -191,7 +191,23 @@ fn draw_chart<DB: DrawingBackend>(
     for (panel, area) in chart.panels.iter().zip(&cells) {
         match chart.scale {
             Scale::Linear { max } => draw_panel(area, chart, panel, 0.0..max, 0.0)?,
-            Scale::Log { min, max } => draw_panel(area, chart, panel, (min..max).log_scale(), min)?,
+            Scale::Log { min, max } => {
+                // Every power of ten labelled (plotters' own log ticks skip the lowest),
+                // 2..9 times each as light grid lines.
+                let decades: Vec<f64> = (min.log10().round() as i32..=max.log10().round() as i32)
+                    .map(|e| 10f64.powi(e))
+                    .collect();
+                let light: Vec<f64> = decades
+                    .iter()
+                    .flat_map(|d| (2..10).map(move |k| d * k as f64))
+                    .filter(|v| *v < max)
+                    .collect();
+                let y = (min..max)
+                    .log_scale()
+                    .with_key_points(decades)
+                    .with_light_points(light);
+                draw_panel(area, chart, panel, y, min)?
+            }
         }
     }
     draw_legend(&legend, &entries, &layout)
