@@ -22,7 +22,9 @@ pub struct ReportArgs {
     baseline: Option<PathBuf>,
     /// Set the run against a file of published numbers (e.g.
     /// reference/cloud2014-hdd.toml); ratio = RUN / PAPER. The file must hold the
-    /// run's kind of cells (VM or native) and its device.
+    /// run's kind of cells (VM or native) and its device. Also writes the run's plots
+    /// with the published values beside the bars (`<benchmark>-<device>-vs-paper.svg`
+    /// and `.png` in the run's directory).
     #[arg(long, value_name = "FILE")]
     paper: Option<PathBuf>,
     /// Ratios within this share either way count as agreeing with --baseline
@@ -94,6 +96,14 @@ pub fn report(a: ReportArgs) -> Result<(), Failure> {
                 .map_err(|e| Failure::Usage(format!("--paper {}: {e}", path.display())))?;
             let cmp = experiment::compare_with_reference(&reference, &results);
             print!("{}", experiment::render_comparison(&cmp));
+            // The run's plots with the published values beside the bars, next to them.
+            let file = results_path(&a.dir);
+            let dir = file.parent().unwrap_or(Path::new("."));
+            let plots = experiment::write_plots(dir, &results, Some(&reference), "-vs-paper")
+                .map_err(|e| Failure::Run(e.to_string()))?;
+            for p in plots {
+                eprintln!("tandem: wrote {}", p.display());
+            }
         }
     }
     Ok(())

@@ -97,7 +97,8 @@ fn report_prints_the_tables() {
         "the same tables as table.txt"
     );
     assert!(
-        out.contains("== hdd-1.8in | startup of xterm | guest bfq, guest workload 1r-seq | sim ==")
+        out.contains("== hdd-1.8in | startup of xterm | VM on host bfq | sim =="),
+        "{out}"
     );
     // a results.json file works as well as its directory
     let o = tandem(&["report", d.join("results.json").to_str().unwrap()]);
@@ -151,6 +152,13 @@ fn report_compares_with_the_paper() {
         "summary: 3 cells compared, 22 missing; 2 of 2 within ±25%; X matches 2 of 3; \
          worst ratio 1.09 (xterm: guest bfq 1r-seq, host bfq none)"
     );
+    // the run's plot with the published values beside the bars, next to its own
+    for ext in ["svg", "png"] {
+        let plot = d.join(format!("startup-hdd-1.8in-vs-paper.{ext}"));
+        assert!(plot.is_file(), "{}: {}", plot.display(), stderr(&o));
+    }
+    let svg = std::fs::read_to_string(d.join("startup-hdd-1.8in-vs-paper.svg")).unwrap();
+    assert!(svg.contains("published value (paper)"));
     let _ = std::fs::remove_dir_all(&d);
 }
 

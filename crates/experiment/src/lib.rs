@@ -1,7 +1,7 @@
 //! Everything about experiments that does not depend on who runs them (the simulator,
 //! the real runner, or published reference numbers): the scenario schema and its
 //! validation, cell expansion, `--only` filters, workload names, the result schema,
-//! statistics, S-style stat file names, text tables, SVG plots, the output directory
+//! statistics, S-style stat file names, text tables, plots (SVG and PNG), the output directory
 //! and the comparison with published reference numbers. A pure library: it never
 //! prints.
 //!
@@ -15,13 +15,14 @@ pub mod naming;
 pub mod other_vms;
 pub mod output;
 pub mod paper;
+pub mod plot;
 pub mod provenance;
 pub mod result;
+pub mod s_suite;
 pub mod scenario;
 pub mod side_by_side;
 pub mod stats;
 pub mod suite;
-pub mod svg;
 pub mod table;
 pub mod workload;
 
@@ -40,14 +41,12 @@ pub use paper::{
     Comparison, ComparisonRow, ComparisonSummary, PaperValue, Reference, ReferenceCell,
     TandemValue,
 };
+pub use plot::{build_chart, idle_reference, plot_files, write_plots, Chart};
 pub use provenance::{Host, Provenance, OPTIONS_KEY, PROVENANCE_KEY};
 pub use result::{CellResult, Finished, Metric, RunMeta, RunResult};
 pub use scenario::{
     Accepted, Benchmark, Matrix, Scenario, ScenarioError, MATRIX_KEYS, SCENARIO_KEYS,
 };
 pub use stats::{percentiles, summarize, t_quantile, IntervalNote, Percentiles, Summary};
-pub use svg::{
-    build_chart, idle_reference, plot_startup, plot_throughput, render_bar_chart, Bar, BarChart,
-};
 pub use table::{cell_text, render_coordination_tables, render_tables};
 pub use workload::{Pattern, WorkloadSpec, ACCEPTED_WORKLOADS};

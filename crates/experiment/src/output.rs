@@ -8,10 +8,11 @@ use serde::{Deserialize, Serialize};
 use crate::cell::Cell;
 use crate::naming::{sanitize_component, stat_file_contents, stat_file_name};
 use crate::other_vms::{OtherVms, NO_OTHER_VMS};
+use crate::plot::{plot_files, write_plots};
 use crate::result::{CellResult, Finished, Metric, RunMeta, RunResult};
+use crate::s_suite::{s_tree, S_TREE};
 use crate::scenario::Benchmark;
 use crate::stats::{IntervalNote, Percentiles, Summary};
-use crate::svg::{build_chart, idle_reference, render_bar_chart};
 use crate::table::render_tables;
 
 /// The columns `results.csv` starts with, in this order (the DESIGN.md contract).
@@ -454,39 +455,16 @@ fn write_file(dir: &Path, rel: &str, text: &str, written: &mut Vec<PathBuf>) -> 
     Ok(())
 }
 
-/// Title of a plot for one device and benchmark.
-fn plot_title(benchmark: Benchmark, device: &str, members: &[&CellResult]) -> String {
-    let mut runners: Vec<&str> = Vec::new();
-    let mut apps: Vec<&str> = Vec::new();
-    for r in members {
-        if !runners.contains(&r.runner.as_str()) {
-            runners.push(&r.runner);
-        }
-        if !apps.contains(&r.cell.app.as_str()) {
-            apps.push(&r.cell.app);
-        }
-    }
-    match benchmark {
-        Benchmark::Startup => format!(
-            "Start-up time of {} on {device} ({})",
-            apps.join(", "),
-            runners.join(", ")
-        ),
-        Benchmark::Throughput => {
-            format!("Aggregate throughput on {device} ({})", runners.join(", "))
-        }
-    }
-}
-
 /// Writes a run's outputs into `dir` (created if missing) and returns the paths
 /// written, in this order:
 ///
 /// - `results.csv` ([`results_csv`]), `results.json` ([`results_json`]),
 ///   `table.txt` ([`render_tables`]);
 /// - one S-style stat file per result ([`stat_file_paths`], [`stat_file_contents`]);
-/// - one SVG per device and benchmark: `<benchmark>-<device>.svg` (device sanitized),
-///   e.g. `startup-hdd-1.8in.svg`; start-up plots get the idle reference line
-///   ([`idle_reference`]).
+/// - S's tree, `S/<test dir>/repetition<i>/<S file name>`, for S's own scripts
+///   ([`s_tree`]);
+/// - one SVG and one PNG per device and benchmark: `<benchmark>-<device>.svg` and
+///   `.png` (device sanitized), e.g. `startup-hdd-1.8in.svg` ([`write_plots`]).
 ///
 /// Same inputs give byte-identical files. Two results that would share a stat file
 /// (same cell twice, or device names equal after sanitizing) are an `InvalidInput`
@@ -511,29 +489,9 @@ pub fn write_outputs(
             ));
         }
     }
-    // (benchmark, device) pairs in first-appearance order, with their plot file names.
-    let mut plots: Vec<(Benchmark, String, String)> = Vec::new();
-    for r in results {
-        let file = format!(
-            "{}-{}.svg",
-            r.cell.benchmark.as_str(),
-            sanitize_component(&r.cell.device)
-        );
-        if let Some((_, dev, _)) = plots.iter().find(|(_, _, f)| *f == file) {
-            if *dev != r.cell.device {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    format!(
-                        "devices \"{dev}\" and \"{}\" map to the same plot file {file}",
-                        r.cell.device
-                    ),
-                ));
-            }
-            continue;
-        }
-        plots.push((r.cell.benchmark, r.cell.device.clone(), file));
-    }
-
+    let invalid = |e: String| io::Error::new(io::ErrorKind::InvalidInput, e);
+    plot_files(results).map_err(invalid)?;
+    let s_files = s_tree(results).map_err(invalid)?;
     std::fs::create_dir_all(dir)
         .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", dir.display())))?;
     let mut written = Vec::new();
@@ -548,18 +506,14 @@ pub fn write_outputs(
     for (r, p) in results.iter().zip(&stat_paths) {
         write_file(dir, p, &stat_file_contents(r), &mut written)?;
     }
-    for (benchmark, device, file) in &plots {
-        let members: Vec<&CellResult> = results
-            .iter()
-            .filter(|r| r.cell.benchmark == *benchmark && r.cell.device == *device)
-            .collect();
-        let title = plot_title(*benchmark, device, &members);
-        let reference = match benchmark {
-            Benchmark::Startup => idle_reference(members.iter().copied()),
-            Benchmark::Throughput => None,
-        };
-        let svg = render_bar_chart(&build_chart(&title, members.iter().copied(), reference));
-        write_file(dir, file, &svg, &mut written)?;
+    for (rel, text) in &s_files {
+        write_file(
+            dir,
+            &format!("{S_TREE}/{}", rel.display()),
+            text,
+            &mut written,
+        )?;
     }
+    written.extend(write_plots(dir, results, None, "")?);
     Ok(written)
 }
