@@ -27,13 +27,15 @@ impl Drop for Scratch {
 
 /// Fails the test unless `tool` is an executable in one of PATH's
 /// directories (the test runs it by name).
+#[track_caller]
 fn require_tool(tool: &str, package: &str) {
     let found = std::env::var_os("PATH")
         .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()));
     assert!(
         found,
-        "this test needs {tool} on PATH (apt-get install {package}); it is #[ignore]d \
-         for that reason and was run anyway (--include-ignored)"
+        "this test needs {tool} on PATH (apt-get install {package}). It is #[ignore]d for \
+         that reason, and was run without it (--include-ignored); tools/test, run as \
+         root, installs what the tests need"
     );
 }
 

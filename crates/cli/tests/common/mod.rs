@@ -119,12 +119,13 @@ pub fn on_path(name: &str) -> bool {
 
 /// Fails the test, naming everything missing, unless all of `needs` hold.
 /// Called first by every `#[ignore = "needs ..."]` test.
+#[track_caller]
 pub fn require(needs: &[Need]) {
     let missing: Vec<String> = needs.iter().filter_map(Need::missing).collect();
     assert!(
         missing.is_empty(),
-        "this test needs {}; it is #[ignore]d for that reason and was run anyway \
-         (--include-ignored): run it where these are, as tools/test does",
+        "this test needs {}. It is #[ignore]d for that reason, and was run without \
+         it (--include-ignored); tools/test, run as root, installs what the tests need",
         missing.join(", ")
     );
 }
