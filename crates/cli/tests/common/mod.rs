@@ -87,8 +87,11 @@ pub const FUSE_AND_LOOP: [Need; 2] = [
 /// What bringing up an emulated device (`tandem devemu up`) needs.
 pub const DEVEMU: [Need; 4] = [Need::Root, FUSE_AND_LOOP[0], FUSE_AND_LOOP[1], LOSETUP];
 
+/// Attaches loop devices (devemu, and the tests' own).
 pub const LOSETUP: Need = Need::Tool("losetup", "mount");
+/// Formats the real runner's work disk and the guest's data disk.
 pub const MKFS_EXT4: Need = Need::Tool("mkfs.ext4", "e2fsprogs");
+/// Runs the trace recorder, and the stand-in VMs of the hostd tests.
 pub const PYTHON3: Need = Need::Tool("python3", "python3");
 
 impl Need {
