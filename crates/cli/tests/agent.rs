@@ -13,7 +13,10 @@
 //! - vsock: hostd's listener binds and shows in `status` (no guest can
 //!   connect on this machine).
 //!
-//! Needs root (and /dev/fuse and loop devices for the end-to-end test); skipped otherwise.
+//! All but the usage errors need root (and /dev/fuse and loop devices for
+//! the end-to-end test): they are `#[ignore = "needs root: ..."]`, run with
+//! `cargo test -- --include-ignored` (as `tools/test` does), and fail there
+//! when a prerequisite is missing.
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
@@ -26,19 +29,13 @@ use agent::sys;
 use policy::{HelpReason, Message, Resource};
 
 mod common;
-use common::{processes_with, Scratch};
+use common::{
+    processes_with, require, Need, Scratch, DEVEMU, FUSE_AND_LOOP, LOSETUP, MKFS_EXT4, PYTHON3,
+};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
 const EXE: &str = env!("CARGO_BIN_EXE_tandem");
-
-fn root() -> bool {
-    if !devemu::is_root() {
-        eprintln!("skipped: needs root");
-        return false;
-    }
-    true
-}
 
 /// A child process, stopped (SIGTERM, then SIGKILL) on drop.
 struct Proc(Child);
@@ -137,6 +134,13 @@ impl Drop for TestCgroup {
 }
 
 const BLKIO_ROOT: &str = "/sys/fs/cgroup/blkio";
+
+/// A cgroup v1 blkio hierarchy at [`BLKIO_ROOT`] with BFQ's files (the
+/// hierarchy's root has no weight file; its children do).
+const BLKIO_BFQ: Need = Need::Path(
+    "/sys/fs/cgroup/blkio/blkio.bfq.io_serviced",
+    "a cgroup v1 blkio hierarchy there, and BFQ: modprobe bfq",
+);
 
 fn hostd(dir: &Scratch, vms: &[(&str, u32)], extra: &[&str]) -> Proc {
     let mut c = Command::new(EXE);
@@ -243,11 +247,10 @@ fn hello_bytes(vm: &str) -> Vec<u8> {
 }
 
 #[test]
+#[ignore = "needs root: hostd sets the I/O priorities of another process"]
 fn malformed_truncated_oversized_and_unknown_version() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    if !root() {
-        return;
-    }
+    require(&[Need::Root]);
     let dir = Scratch::new("agent-malformed");
     let vm = sleeper();
     let orig = sys::ioprio_get(vm.pid()).unwrap();
@@ -315,11 +318,10 @@ fn malformed_truncated_oversized_and_unknown_version() {
 }
 
 #[test]
+#[ignore = "needs root: hostd sets the I/O priorities of another process"]
 fn flood_is_rate_limited_and_another_vm_is_served() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    if !root() {
-        return;
-    }
+    require(&[Need::Root]);
     let dir = Scratch::new("agent-flood");
     let (va, vb) = (sleeper(), sleeper());
     let (oa, ob) = (
@@ -411,11 +413,10 @@ fn flood_is_rate_limited_and_another_vm_is_served() {
 }
 
 #[test]
+#[ignore = "needs root: hostd sets the I/O priorities of another process"]
 fn silent_guest_loses_its_lease_and_a_disconnect_unboosts() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    if !root() {
-        return;
-    }
+    require(&[Need::Root]);
     let dir = Scratch::new("agent-lease");
     let vm = sleeper();
     let orig = sys::ioprio_get(vm.pid()).unwrap();
@@ -452,11 +453,10 @@ fn silent_guest_loses_its_lease_and_a_disconnect_unboosts() {
 }
 
 #[test]
+#[ignore = "needs root: hostd sets the I/O priorities of another process"]
 fn sigkill_of_hostd_is_reverted_at_the_next_start() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    if !root() {
-        return;
-    }
+    require(&[Need::Root]);
     let dir = Scratch::new("agent-sigkill");
     let vm = sleeper();
     let orig = sys::ioprio_get(vm.pid()).unwrap();
@@ -482,16 +482,10 @@ fn sigkill_of_hostd_is_reverted_at_the_next_start() {
     assert!(processes_with(&[dir.0.to_str().unwrap()]).is_empty());
 }
 
-/// hostd's vsock listener on this machine: it binds (VMADDR_CID_ANY) and
-/// listens, `status` and the metrics show it, the port stays taken while
-/// hostd runs (a second hostd is refused with a clear error) and is free
-/// after it stops; the configuration errors are usage errors (exit code 2).
-/// No guest connects: this machine has no vsock loopback transport and no
-/// /dev/vhost-vsock; routing by peer CID is tested in `agent::hostd`.
+/// hostd's vsock configuration errors are usage errors (exit code 2), found
+/// before anything else: no root needed.
 #[test]
-fn hostd_listens_on_vsock_and_status_shows_it() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    // Usage errors come before anything else (no root needed for them).
+fn hostd_vsock_configuration_errors_are_usage_errors() {
     let usage = |args: &[&str], want: &str| {
         let o = Command::new(EXE)
             .args(["hostd", "run"])
@@ -538,11 +532,18 @@ fn hostd_listens_on_vsock_and_status_shows_it() {
         &["--vm", "name=g1,pid=1"],
         "socket=PATH or cid=N (vsock) is missing",
     );
+}
 
-    assert!(
-        devemu::is_root(),
-        "hostd runs as root (this test starts one)"
-    );
+/// hostd's vsock listener on this machine: it binds (VMADDR_CID_ANY) and
+/// listens, `status` and the metrics show it, the port stays taken while
+/// hostd runs (a second hostd is refused with a clear error) and is free
+/// after it stops. No guest connects: this machine has no vsock loopback transport and no
+/// /dev/vhost-vsock; routing by peer CID is tested in `agent::hostd`.
+#[test]
+#[ignore = "needs root: hostd sets the I/O priorities of another process"]
+fn hostd_listens_on_vsock_and_status_shows_it() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    require(&[Need::Root]);
     let dir = Scratch::new("agent-vsock");
     let vm = sleeper();
     let port = 50_000 + std::process::id() % 10_000;
@@ -663,11 +664,11 @@ fn thread_prios(pid: u32) -> Vec<(u32, u32)> {
 }
 
 #[test]
+#[ignore = "needs root: an emulated disk (/dev/fuse, a loop device, losetup), mkfs.ext4 and mount"]
 fn hostd_speeds_up_a_vm_burst_under_5_sequential_readers() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    if !root() || !Path::new("/dev/fuse").exists() || !Path::new("/dev/loop-control").exists() {
-        return;
-    }
+    require(&DEVEMU);
+    require(&[MKFS_EXT4, Need::Tool("mount", "mount")]);
     let reads: u64 = std::env::var("TANDEM_E2E_READS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -807,16 +808,10 @@ fn hostd_speeds_up_a_vm_burst_under_5_sequential_readers() {
 }
 
 #[test]
+#[ignore = "needs root: a group in the cgroup v1 blkio hierarchy with BFQ"]
 fn cgroup_bfq_weight_is_boosted_and_restored() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    if !root() {
-        return;
-    }
-    // A child cgroup of the v1 blkio hierarchy (the root has no weight file).
-    if !Path::new(BLKIO_ROOT).join("blkio.bfq.io_serviced").exists() {
-        eprintln!("skipped: no cgroup v1 blkio hierarchy with BFQ");
-        return;
-    }
+    require(&[Need::Root, BLKIO_BFQ]);
     let dir = Scratch::new("agent-cgroup");
     let group = TestCgroup::new("tandem-test");
     let cg = group.0.clone();
@@ -866,11 +861,10 @@ fn cgroup_bfq_weight_is_boosted_and_restored() {
 /// the hierarchy's root, with the RT class, and go back at NO-HELP, and after
 /// a SIGKILL of hostd, at its next start.
 #[test]
+#[ignore = "needs root: groups in the cgroup v1 blkio hierarchy, and python3 for a stand-in VM"]
 fn boost_cgroup_moves_the_threads_to_the_root_group_and_back() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    if !root() {
-        return;
-    }
+    require(&[Need::Root, BLKIO_BFQ, PYTHON3]);
     let dir = Scratch::new("agent-cgmove");
     let group = TestCgroup::new("tandem-test-move");
     let cg = group.0.clone();
@@ -935,11 +929,10 @@ fn boost_cgroup_moves_the_threads_to_the_root_group_and_back() {
 }
 
 #[test]
+#[ignore = "needs root: hostd sets the I/O priorities of another process"]
 fn guestd_hints_and_reconnects_after_hostd_restarts() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    if !root() {
-        return;
-    }
+    require(&[Need::Root]);
     let dir = Scratch::new("agent-reconnect");
     let vm = sleeper();
     let orig = sys::ioprio_get(vm.pid()).unwrap();
@@ -1002,11 +995,10 @@ fn guestd_hints_and_reconnects_after_hostd_restarts() {
 /// only. QEMU is played by a process with three threads and a QMP server in
 /// this test that names one of them a vCPU and another an iothread.
 #[test]
+#[ignore = "needs root: hostd sets I/O priorities; python3 plays QEMU's threads"]
 fn qmp_names_the_vcpu_threads_and_the_boost_leaves_them_alone() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    if !root() {
-        return;
-    }
+    require(&[Need::Root, PYTHON3]);
     use std::io::BufRead;
     let dir = Scratch::new("agent-qmp");
     let vm = three_threads();
@@ -1122,11 +1114,10 @@ impl Drop for LoopDev {
 /// after a SIGKILL of hostd. A longer slice_idle chosen by the administrator
 /// stays; a device the VM only writes to (a log) is left alone.
 #[test]
+#[ignore = "needs root: BFQ tunables on loop devices (losetup), python3 for a stand-in VM"]
 fn bfq_idling_is_set_on_the_vm_disk_while_boosted() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    if !root() {
-        return;
-    }
+    require(&[Need::Root, LOSETUP, PYTHON3, FUSE_AND_LOOP[1]]);
     let dir = Scratch::new("agent-idling");
     let disk = LoopDev::new(&dir);
     let log_disk = LoopDev::new(&dir);

@@ -2,15 +2,24 @@
 //! none under five sequential readers, and the cleanup guarantee when a run is
 //! interrupted.
 //!
-//! Needs root, /dev/fuse and loop devices (CI runs as root); skipped otherwise.
+//! All but the usage errors need root, /dev/fuse and loop devices: they are
+//! `#[ignore = "needs root: ..."]`, run with `cargo test -- --include-ignored`
+//! (as `tools/test` does, as root), and fail there when one is missing.
+//!
+//! "Nothing left behind" means nothing of the test's own runs: other runs
+//! and emulated devices may be on the machine at the same time and are not
+//! looked at (see `common::leftovers_of_run`).
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{processes_with, tandem, Scratch};
+use common::{
+    adopt_orphans, descendants, leftovers_of_run, note_devemu, require, tandem, DevemuSeen, Need,
+    Scratch, DEVEMU, MKFS_EXT4,
+};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -29,15 +38,19 @@ host_sched = ["bfq", "mq-deadline", "none"]
 host_workload = ["5r-seq"]
 "#;
 
-fn can_run() -> bool {
-    if !devemu::is_root()
-        || !Path::new("/dev/fuse").exists()
-        || !Path::new("/dev/loop-control").exists()
-    {
-        eprintln!("skipped: needs root, /dev/fuse and /dev/loop-control");
-        return false;
-    }
-    true
+/// What a run on an emulated disk needs: the disk, and ext4 to mount on it.
+/// Also makes this test the reaper of what its runs leave behind, for
+/// [`nothing_left`].
+fn require_bench() {
+    require(&DEVEMU);
+    require(&[MKFS_EXT4, Need::Tool("mount", "mount")]);
+    adopt_orphans();
+}
+
+/// Fails unless run `pid` left nothing behind (see `leftovers_of_run`).
+fn nothing_left(pid: u32, devemu: &[DevemuSeen]) {
+    let left = leftovers_of_run(pid, devemu);
+    assert!(left.is_empty(), "run {pid} left: {left:#?}");
 }
 
 fn mounts() -> String {
@@ -59,21 +72,45 @@ fn ci_scenario(name: &str) -> (Scratch, std::path::PathBuf, std::path::PathBuf) 
     (dir, scenario, out)
 }
 
-/// `tandem bench run SCENARIO --out OUT --quiet ARGS...`, which must succeed;
-/// returns its results.csv.
+/// `tandem bench run SCENARIO --out OUT --quiet ARGS...`, which must succeed
+/// and leave nothing behind; returns its results.csv.
 fn bench_run(scenario: &Path, out: &Path, args: &[&str]) -> String {
-    let mut all = vec![
-        "bench",
-        "run",
-        scenario.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        "--quiet",
-    ];
-    all.extend_from_slice(args);
-    let r = tandem(&all);
-    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let log = out.with_extension("stderr");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(["bench", "run"])
+        .arg(scenario)
+        .arg("--out")
+        .arg(out)
+        .arg("--quiet")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let (st, devemu) = wait_watching(&mut child, Duration::from_secs(1200));
+    assert!(
+        st.success(),
+        "{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    nothing_left(child.id(), &devemu);
     std::fs::read_to_string(out.join("results.csv")).unwrap()
+}
+
+/// Waits for `child` to end, at most `limit`, noting the emulated devices it
+/// brings up on the way.
+fn wait_watching(child: &mut Child, limit: Duration) -> (ExitStatus, Vec<DevemuSeen>) {
+    let mut devemu = Vec::new();
+    let t0 = Instant::now();
+    loop {
+        note_devemu(&mut devemu);
+        if let Some(st) = child.try_wait().unwrap() {
+            return (st, devemu);
+        }
+        assert!(t0.elapsed() < limit, "the run took more than {limit:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// The hypervisor's CPU steal over a run, as its results.json records it.
@@ -99,11 +136,10 @@ fn means(csv: &str) -> Vec<(String, f64)> {
 }
 
 #[test]
+#[ignore = "needs root: an emulated disk (/dev/fuse, a loop device), ext4 and I/O schedulers"]
 fn bfq_starts_the_app_in_under_half_the_time_under_5r_seq() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    if !can_run() {
-        return;
-    }
+    require_bench();
     let (_dir, scenario, out) = ci_scenario("bench-bfq");
     let csv = bench_run(
         &scenario,
@@ -127,12 +163,7 @@ fn bfq_starts_the_app_in_under_half_the_time_under_5r_seq() {
     let (bfq, dl, none) = (get("bfq"), get("mq-deadline"), get("none"));
     assert!(bfq * 2.0 < dl, "bfq {bfq:.2} s vs mq-deadline {dl:.2} s");
     assert!(bfq * 2.0 < none, "bfq {bfq:.2} s vs none {none:.2} s");
-    // Nothing left behind.
-    assert!(processes_with(&["bench", "worker"]).is_empty());
-    assert!(!mounts().contains("tandem-devemu"));
-    assert!(!Path::new(&format!("/run/tandem/bench/{}", std::process::id())).exists());
-    let st = tandem(&["devemu", "status"]);
-    assert!(String::from_utf8_lossy(&st.stdout).contains("no emulated devices"));
+    // bench_run checked that nothing was left behind.
 }
 
 /// Starts `tandem bench run` of the CI scenario's bfq cell, quietly, with
@@ -171,23 +202,14 @@ fn own_device() -> (String, String) {
 }
 
 /// Waits until the run `child` has its background workers going (then 2 s
-/// more), so that it has changed what it changes.
-fn wait_for_workers(child: &mut Child) {
-    let pid = child.id();
+/// more), so that it has changed what it changes; returns the emulated
+/// devices it brought up.
+fn wait_for_workers(child: &mut Child) -> Vec<DevemuSeen> {
+    let mut devemu = Vec::new();
     let t0 = Instant::now();
     loop {
-        let workers: Vec<u32> = processes_with(&["bench", "worker", "seq-read"]);
-        let ours = workers.iter().any(|w| {
-            std::fs::read_to_string(format!("/proc/{w}/stat"))
-                .ok()
-                .and_then(|s| {
-                    s.rsplit(')')
-                        .next()
-                        .map(|r| r.split_whitespace().nth(1) == Some(&pid.to_string()))
-                })
-                .unwrap_or(false)
-        });
-        if ours {
+        note_devemu(&mut devemu);
+        if workers_running() {
             break;
         }
         if let Ok(Some(st)) = child.try_wait() {
@@ -200,6 +222,16 @@ fn wait_for_workers(child: &mut Child) {
         std::thread::sleep(Duration::from_millis(100));
     }
     std::thread::sleep(Duration::from_secs(2));
+    devemu
+}
+
+/// Whether a background reader of this test's runs is running.
+fn workers_running() -> bool {
+    descendants().iter().any(|(_, args)| {
+        ["bench", "worker", "seq-read"]
+            .iter()
+            .all(|w| args.iter().any(|a| a == w))
+    })
 }
 
 /// Sends `sig` to the run and waits for it to end.
@@ -219,56 +251,41 @@ fn signal_and_wait(child: &mut Child, sig: i32) -> std::process::ExitStatus {
     }
 }
 
-/// Interrupts the run (Ctrl-C) once its background workers run.
-fn interrupt_midway(mut child: Child) -> std::process::ExitStatus {
-    wait_for_workers(&mut child);
-    signal_and_wait(&mut child, libc::SIGINT)
+/// Interrupts the run (Ctrl-C) once its background workers run; returns
+/// how it ended and the emulated devices it brought up.
+fn interrupt_midway(mut child: Child) -> (ExitStatus, Vec<DevemuSeen>) {
+    let devemu = wait_for_workers(&mut child);
+    (signal_and_wait(&mut child, libc::SIGINT), devemu)
 }
 
 #[test]
+#[ignore = "needs root: an emulated disk (/dev/fuse, a loop device), ext4 and I/O schedulers"]
 fn an_interrupted_run_leaves_nothing_behind() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    if !can_run() {
-        return;
-    }
+    require_bench();
     let (_dir, scenario, out) = ci_scenario("bench-kill");
 
     // 1. On an emulated device the run brings up itself.
     let child = spawn_run(&scenario, &out, &[]);
-    let st = interrupt_midway(child);
+    let pid = child.id();
+    let (st, devemu) = interrupt_midway(child);
     assert!(!st.success());
-    assert!(
-        processes_with(&["bench", "worker"]).is_empty(),
-        "workers left"
-    );
-    assert!(processes_with(&["bench", "replay"]).is_empty(), "app left");
-    assert!(
-        processes_with(&["devemu", "serve"]).is_empty(),
-        "devemu daemon left"
-    );
-    assert!(!mounts().contains("tandem-devemu"), "FUSE mount left");
-    assert!(
-        !mounts().contains("/run/tandem/bench"),
-        "workdir mount left"
-    );
-    let st = tandem(&["devemu", "status"]);
-    assert!(String::from_utf8_lossy(&st.stdout).contains("no emulated devices"));
-    assert!(!Path::new("/run/tandem").exists());
+    assert_eq!(devemu.len(), 1, "one emulated disk: {devemu:?}");
+    // No worker, app, devemu daemon, mount, loop device or directory of it.
+    nothing_left(pid, &devemu);
 
     // 2. On a device given with --device: its scheduler comes back.
     let (dev, sched_file) = own_device();
     let child = spawn_run(&scenario, &out, &["--device", &dev]);
-    let st = interrupt_midway(child);
+    let pid = child.id();
+    let (st, _) = interrupt_midway(child);
     assert!(!st.success());
     let sched = std::fs::read_to_string(&sched_file).unwrap();
     assert!(
         sched.contains("[mq-deadline]"),
         "scheduler not restored: {sched}"
     );
-    assert!(
-        processes_with(&["bench", "worker"]).is_empty(),
-        "workers left"
-    );
+    assert!(!workers_running(), "workers left");
     assert!(!dev_mounted(&dev), "{dev} still mounted");
     let down = tandem(&["devemu", "down", &dev]);
     assert!(
@@ -277,20 +294,41 @@ fn an_interrupted_run_leaves_nothing_behind() {
         String::from_utf8_lossy(&down.stderr)
     );
     assert!(!Path::new(&dev).exists());
+    nothing_left(pid, &[]);
+}
+
+/// Without root, a run is refused (exit code 1) with a message that says
+/// so. As root, the test runs tandem as the unprivileged user `nobody`.
+#[test]
+fn a_run_without_root_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let (dir, scenario, out) = ci_scenario("bench-noroot");
+    // nobody reads the scenario and may write the output directory.
+    std::fs::set_permissions(&dir.0, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tandem"));
+    cmd.args(["bench", "run"])
+        .arg(&scenario)
+        .arg("--out")
+        .arg(&out);
+    if devemu::is_root() {
+        // nobody and nogroup on Debian.
+        cmd.uid(65534).gid(65534);
+    }
+    let r = cmd.output().unwrap();
+    let e = String::from_utf8_lossy(&r.stderr);
+    assert_eq!(r.status.code(), Some(1), "{e}");
+    assert!(e.contains("needs root"), "{e}");
 }
 
 #[test]
+#[ignore = "needs root: the refusals come after the root check; an emulated disk for one"]
 fn refusals() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    require_bench();
     let (dir, scenario, out) = ci_scenario("bench-refuse");
     let s = scenario.to_str().unwrap();
     let o = out.to_str().unwrap();
-    if !devemu::is_root() {
-        let r = tandem(&["bench", "run", s, "--out", o]);
-        assert_eq!(r.status.code(), Some(1));
-        assert!(String::from_utf8_lossy(&r.stderr).contains("root"));
-        return;
-    }
     // No such device.
     let r = tandem(&[
         "bench",
@@ -310,13 +348,20 @@ fn refusals() {
         SCENARIO.replace("\"bfq\", \"mq-deadline\", \"none\"", "\"cfq\""),
     )
     .unwrap();
-    if can_run() {
-        let r = tandem(&["bench", "run", bad.to_str().unwrap(), "--out", o, "--quiet"]);
-        assert_eq!(r.status.code(), Some(2));
-        let e = String::from_utf8_lossy(&r.stderr);
-        assert!(e.contains("cfq") && e.contains("bfq"), "{e}");
-        assert!(!mounts().contains("tandem-devemu"));
-    }
+    let log = dir.0.join("cfq.stderr");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(["bench", "run", bad.to_str().unwrap(), "--out", o, "--quiet"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let (st, devemu) = wait_watching(&mut child, Duration::from_secs(300));
+    assert_eq!(st.code(), Some(2));
+    let e = std::fs::read_to_string(&log).unwrap();
+    assert!(e.contains("cfq") && e.contains("bfq"), "{e}");
+    // The emulated disk it brought up to find that out is gone.
+    nothing_left(child.id(), &devemu);
     // A mounted device with data: the root filesystem's.
     let root_dev = mounts()
         .lines()
@@ -352,11 +397,10 @@ fn refusals() {
 }
 
 #[test]
+#[ignore = "needs root: an emulated disk (/dev/fuse, a loop device), ext4 and I/O schedulers"]
 fn one_sequential_reader_gets_the_emulated_disk_rate() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    if !can_run() {
-        return;
-    }
+    require_bench();
     let dir = Scratch::new("bench-thr");
     let scenario = dir.0.join("thr.toml");
     std::fs::write(
@@ -399,11 +443,10 @@ host_workload = ["1r-seq"]
 }
 
 #[test]
+#[ignore = "needs root: an emulated disk (/dev/fuse, a loop device), ext4 and I/O schedulers"]
 fn a_killed_run_is_undone_by_bench_cleanup() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    if !can_run() {
-        return;
-    }
+    require_bench();
     let (_dir, scenario, out) = ci_scenario("bench-sigkill");
     // A device of the test's own, whose scheduler the run changes to bfq.
     let (dev, sched_file) = own_device();
@@ -411,13 +454,12 @@ fn a_killed_run_is_undone_by_bench_cleanup() {
     let pid = child.id();
     wait_for_workers(&mut child);
     // While the run lives (it holds its directory's lock), cleanup leaves
-    // it alone.
+    // it alone. (It may undo other runs that died on this machine: only
+    // what it says of this one is looked at.)
     let cl = tandem(&["bench", "cleanup"]);
-    assert!(
-        String::from_utf8_lossy(&cl.stdout).contains("nothing to undo"),
-        "{}",
-        String::from_utf8_lossy(&cl.stdout)
-    );
+    let said = String::from_utf8_lossy(&cl.stdout).to_string();
+    assert!(cl.status.success(), "{said}");
+    assert!(!said.contains(&format!("run {pid}:")), "{said}");
     assert!(child.try_wait().unwrap().is_none(), "the run ended");
     assert!(std::fs::read_to_string(&sched_file)
         .unwrap()
@@ -434,7 +476,7 @@ fn a_killed_run_is_undone_by_bench_cleanup() {
         "the work directory should still be mounted"
     );
     let t0 = Instant::now();
-    while !processes_with(&["bench", "worker"]).is_empty() {
+    while workers_running() {
         assert!(t0.elapsed() < Duration::from_secs(10), "workers left");
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -454,9 +496,12 @@ fn a_killed_run_is_undone_by_bench_cleanup() {
         "scheduler not restored: {sched}"
     );
     assert!(!dev_mounted(&dev), "{dev} still mounted");
-    assert!(!Path::new("/run/tandem/bench").exists());
     let again = tandem(&["bench", "cleanup"]);
-    assert!(String::from_utf8_lossy(&again.stdout).contains("nothing to undo"));
+    let said = String::from_utf8_lossy(&again.stdout).to_string();
+    assert!(
+        !said.contains(&format!("run {pid}:")),
+        "undone twice: {said}"
+    );
 
     let down = tandem(&["devemu", "down", &dev]);
     assert!(
@@ -464,16 +509,18 @@ fn a_killed_run_is_undone_by_bench_cleanup() {
         "{}",
         String::from_utf8_lossy(&down.stderr)
     );
+    nothing_left(pid, &[]);
 
     // 2. A run on an emulated disk it brought up itself: the disk outlives
     // the SIGKILL, and the cleanup tears it down.
     let mut child = spawn_run(&scenario, &out, &[]);
     let pid = child.id();
-    wait_for_workers(&mut child);
+    let devemu = wait_for_workers(&mut child);
     let st = signal_and_wait(&mut child, libc::SIGKILL);
     assert!(!st.success());
+    assert_eq!(devemu.len(), 1, "one emulated disk: {devemu:?}");
     assert!(
-        !processes_with(&["devemu", "serve"]).is_empty(),
+        !leftovers_of_run(pid, &devemu).is_empty(),
         "the emulated disk should have outlived the run"
     );
     let cl = tandem(&["bench", "cleanup"]);
@@ -483,12 +530,5 @@ fn a_killed_run_is_undone_by_bench_cleanup() {
         said.contains(&format!("run {pid}:")) && said.contains("tear down the emulated device"),
         "{said}"
     );
-    assert!(
-        processes_with(&["devemu", "serve"]).is_empty(),
-        "devemu daemon left"
-    );
-    assert!(!mounts().contains("tandem-devemu"), "FUSE mount left");
-    let st = tandem(&["devemu", "status"]);
-    assert!(String::from_utf8_lossy(&st.stdout).contains("no emulated devices"));
-    assert!(!Path::new("/run/tandem/bench").exists());
+    nothing_left(pid, &devemu);
 }

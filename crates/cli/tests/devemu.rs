@@ -1,6 +1,8 @@
 //! `tandem devemu`: lifecycle, data path, timing against the model, teardown.
 //!
-//! Needs root, /dev/fuse and loop devices (CI runs as root); skipped otherwise.
+//! All but the usage errors need root, /dev/fuse and loop devices: they are
+//! `#[ignore = "needs root: ..."]`, run with `cargo test -- --include-ignored`
+//! (as `tools/test` does, as root), and fail there when one is missing.
 //! The tests run one at a time: they measure timing.
 
 use std::fs::OpenOptions;
@@ -9,20 +11,9 @@ use std::path::Path;
 use std::sync::Mutex;
 
 mod common;
-use common::tandem;
+use common::{require, tandem, DEVEMU};
 
 static SERIAL: Mutex<()> = Mutex::new(());
-
-fn can_run() -> bool {
-    if !devemu::is_root()
-        || !Path::new("/dev/fuse").exists()
-        || !Path::new("/dev/loop-control").exists()
-    {
-        eprintln!("skipped: needs root, /dev/fuse and /dev/loop-control");
-        return false;
-    }
-    true
-}
 
 fn up(model: &str, size: &str) -> String {
     let out = tandem(&["devemu", "up", "--model", model, "--size", size]);
@@ -75,11 +66,10 @@ impl Aligned {
 }
 
 #[test]
+#[ignore = "needs root: an emulated device (/dev/fuse, a loop device)"]
 fn up_data_timing_status_down() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    if !can_run() {
-        return;
-    }
+    require(&DEVEMU);
     let dev = up("hdd-1.8in", "2G");
     let _down = DownOnDrop(dev.clone());
     let inst = devemu::control::find(&dev).expect("recorded");
@@ -183,11 +173,10 @@ fn up_data_timing_status_down() {
 }
 
 #[test]
+#[ignore = "needs root: an emulated device (/dev/fuse, a loop device)"]
 fn down_after_the_daemon_died() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    if !can_run() {
-        return;
-    }
+    require(&DEVEMU);
     let dev = up("emmc", "64M");
     let _down = DownOnDrop(dev.clone());
     let inst = devemu::control::find(&dev).unwrap();

@@ -6,15 +6,23 @@
 //! nothing behind: no QEMU, no hostd, no loop device, no FUSE mount.
 //!
 //! Needs root, /dev/fuse, loop devices, qemu-system-x86 and apt's access to
-//! Debian's packages (`.ci/run` installs what is missing).
+//! Debian's packages: the tests are `#[ignore = "needs root, ..."]`, run with
+//! `cargo test -- --include-ignored` by `tools/test` (which installs what is
+//! missing), and fail there when something is still missing.
+//!
+//! "Nothing behind" means nothing of this test's run: other runs, a user's
+//! own hostd or QEMU may be on the machine at the same time and are not
+//! looked at (see `common::leftovers_of_run`).
 
-use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{processes_with, Scratch};
+use common::{
+    adopt_orphans, descendants, leftovers_of_run, note_devemu, require, DevemuSeen, Need, Scratch,
+    DEVEMU, MKFS_EXT4,
+};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -36,39 +44,53 @@ host_workload = ["none"]
 coordination = ["help-rt"]
 "#;
 
-/// Loop devices bound to a file that has `word` in its path.
-fn loops_with(word: &str) -> Vec<String> {
-    let mut v = Vec::new();
-    if let Ok(rd) = std::fs::read_dir("/sys/block") {
-        for e in rd.flatten() {
-            let f = e.path().join("loop/backing_file");
-            if let Ok(b) = std::fs::read_to_string(&f) {
-                if b.contains(word) {
-                    v.push(format!("{}: {}", e.file_name().to_string_lossy(), b.trim()));
-                }
-            }
-        }
-    }
-    v
+/// What a VM cell needs: an emulated disk, ext4, QEMU, and apt (the guest
+/// image is made of Debian's kernel and busybox packages).
+fn require_vm() {
+    require(&DEVEMU);
+    require(&[
+        MKFS_EXT4,
+        Need::Tool("qemu-system-x86_64", "qemu-system-x86"),
+        Need::Tool("apt-get", "apt"),
+        Need::Tool("objcopy", "binutils"),
+    ]);
 }
 
-#[test]
-fn a_vm_cell_runs_in_a_real_guest_and_leaves_nothing_behind() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    assert!(
-        devemu::is_root(),
-        "VM mode needs root (CI runs as root): run the tests with sudo"
-    );
-    let dir = Scratch::new("vm-bench");
+/// Starts `tandem bench run` on the CI scenario in `dir`, with `args`.
+fn spawn_run(dir: &Scratch, args: &[&str]) -> Child {
     let scenario = dir.0.join("ci-vm.toml");
     std::fs::write(&scenario, SCENARIO).unwrap();
-    let out = dir.0.join("out");
-    let run = Command::new(env!("CARGO_BIN_EXE_tandem"))
+    Command::new(env!("CARGO_BIN_EXE_tandem"))
         .args(["bench", "run"])
         .arg(&scenario)
         .arg("--out")
-        .arg(&out)
-        .args([
+        .arg(dir.0.join("out"))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        // A file, not a pipe: the test polls the run and reads its messages
+        // only at the end.
+        .stderr(std::fs::File::create(dir.p("stderr.log")).unwrap())
+        .spawn()
+        .unwrap()
+}
+
+/// The run's standard error (once it has ended).
+fn stderr_of(dir: &Scratch) -> String {
+    std::fs::read_to_string(dir.p("stderr.log")).unwrap_or_default()
+}
+
+#[test]
+#[ignore = "needs root, qemu-system-x86_64 and apt: an emulated disk and a guest built from Debian packages"]
+fn a_vm_cell_runs_in_a_real_guest_and_leaves_nothing_behind() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    require_vm();
+    adopt_orphans();
+    let dir = Scratch::new("vm-bench");
+    let out = dir.0.join("out");
+    let mut child = spawn_run(
+        &dir,
+        &[
             "--file-mib",
             "32",
             "--settle-s",
@@ -76,11 +98,26 @@ fn a_vm_cell_runs_in_a_real_guest_and_leaves_nothing_behind() {
             "--pause-s",
             "1",
             "--quiet",
-        ])
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(run.status.success(), "tandem bench run failed: {stderr}");
+        ],
+    );
+    // The emulated disk the run brings up, seen while it runs: its daemon's
+    // command line names its backing file and mount point.
+    let mut devemu = Vec::new();
+    let t0 = Instant::now();
+    let st = loop {
+        note_devemu(&mut devemu);
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(1800),
+            "the run took more than 30 minutes"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let stderr = stderr_of(&dir);
+    assert!(st.success(), "tandem bench run failed: {stderr}");
+    assert_eq!(devemu.len(), 1, "one emulated disk: {devemu:?}");
 
     // The result files, with two starts measured in the guest.
     for f in ["results.json", "results.csv", "table.txt"] {
@@ -138,100 +175,44 @@ fn a_vm_cell_runs_in_a_real_guest_and_leaves_nothing_behind() {
         "{hostd_log}"
     );
 
-    nothing_left();
+    nothing_left(child.id(), &devemu);
 }
 
-/// No QEMU, hostd, worker or devemu daemon, no FUSE mount, no loop device of
-/// a run, no /run/tandem.
-fn nothing_left() {
-    assert!(
-        processes_with(&["qemu-system"]).is_empty(),
-        "QEMU left: {:?}",
-        processes_with(&["qemu-system"])
-    );
-    assert!(
-        processes_with(&["tandem", "hostd"]).is_empty(),
-        "hostd left"
-    );
-    assert!(
-        processes_with(&["bench", "worker"]).is_empty(),
-        "workers left"
-    );
-    assert!(
-        processes_with(&["devemu", "serve"]).is_empty(),
-        "devemu daemon left"
-    );
-    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    assert!(!mounts.contains("tandem-devemu"), "FUSE mount left");
-    assert!(
-        !mounts.contains("/run/tandem"),
-        "a mount under /run/tandem left"
-    );
-    assert!(
-        loops_with("tandem").is_empty(),
-        "{:?}",
-        loops_with("tandem")
-    );
-    assert!(
-        loops_with("vm1.img").is_empty(),
-        "{:?}",
-        loops_with("vm1.img")
-    );
-    assert!(!Path::new("/run/tandem").exists(), "/run/tandem left");
-    let groups: Vec<String> = std::fs::read_dir("/sys/fs/cgroup/blkio")
-        .map(|d| {
-            d.filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.starts_with("tandem-bench-"))
-                .collect()
-        })
-        .unwrap_or_default();
-    assert!(groups.is_empty(), "blkio groups left: {groups:?}");
-}
-
-/// The parent pid of a process.
-fn ppid(pid: u32) -> Option<u32> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    s[s.rfind(')')? + 1..]
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
+/// Nothing of run `run_pid` left: no process it started (QEMU, hostd,
+/// workers, the devemu daemon), no mount, loop device or directory of its
+/// own, no blkio group of its, and the emulated disk `devemu` gone.
+fn nothing_left(run_pid: u32, devemu: &[DevemuSeen]) {
+    let left = leftovers_of_run(run_pid, devemu);
+    assert!(left.is_empty(), "the run left: {left:#?}");
 }
 
 #[test]
+#[ignore = "needs root, qemu-system-x86_64 and apt: an emulated disk and a guest built from Debian packages"]
 fn ctrl_c_in_a_vm_cell_stops_qemu_and_hostd_and_leaves_nothing() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    assert!(devemu::is_root(), "VM mode needs root (CI runs as root)");
+    require_vm();
+    adopt_orphans();
     let dir = Scratch::new("vm-bench-kill");
-    let scenario = dir.0.join("ci-vm.toml");
-    std::fs::write(&scenario, SCENARIO).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tandem"))
-        .args(["bench", "run"])
-        .arg(&scenario)
-        .arg("--out")
-        .arg(dir.0.join("out"))
-        .args(["--file-mib", "32", "--settle-s", "30", "--quiet"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_run(&dir, &["--file-mib", "32", "--settle-s", "30", "--quiet"]);
     let pid = child.id();
     // Wait until the run's guest and hostd are both up, then Ctrl-C.
+    let mut devemu = Vec::new();
     let t0 = Instant::now();
     loop {
-        let mine = |words: &[&str]| {
-            processes_with(words)
-                .into_iter()
-                .any(|p| ppid(p) == Some(pid))
+        note_devemu(&mut devemu);
+        let mine = descendants();
+        let running = |words: &[&str]| {
+            mine.iter()
+                .any(|(_, args)| words.iter().all(|w| args.iter().any(|a| a.contains(w))))
         };
-        if mine(&["qemu-system"]) && mine(&["hostd", "run"]) {
+        if running(&["qemu-system"]) && running(&["hostd", "run"]) {
             break;
         }
         if let Ok(Some(st)) = child.try_wait() {
-            let mut e = String::new();
-            let _ = std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut e);
-            panic!("the run ended before its guest was up: {st}: {e}");
+            panic!(
+                "the run ended before its guest was up: {st}: {}",
+                stderr_of(&dir)
+            );
         }
         assert!(
             t0.elapsed() < Duration::from_secs(600),
@@ -254,8 +235,8 @@ fn ctrl_c_in_a_vm_cell_stops_qemu_and_hostd_and_leaves_nothing() {
         std::thread::sleep(Duration::from_millis(50));
     };
     assert!(!st.success());
-    let mut e = String::new();
-    let _ = std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut e);
+    let e = stderr_of(&dir);
     assert!(e.contains("interrupted"), "{e}");
-    nothing_left();
+    assert_eq!(devemu.len(), 1, "one emulated disk: {devemu:?}");
+    nothing_left(pid, &devemu);
 }

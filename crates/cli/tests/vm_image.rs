@@ -6,8 +6,10 @@
 //! without shared libraries (`--tandem-exe`) and boots the same way.
 //!
 //! Needs apt (it fetches linux-image-amd64 and busybox-static with apt-get
-//! download), objcopy, mkfs.ext4 and qemu-system-x86_64; `.ci/run` installs
-//! the last three when missing.
+//! download), objcopy, mkfs.ext4 and qemu-system-x86_64 (not root): the two
+//! image tests are `#[ignore = "needs qemu-system-x86_64 and apt: ..."]`, run
+//! with `cargo test -- --include-ignored` by `tools/test` (which installs
+//! the tools when missing), and fail there when one is still missing.
 
 use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
@@ -16,7 +18,18 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{tandem, Scratch};
+use common::{require, tandem, Need, Scratch, MKFS_EXT4};
+
+/// What building and booting a guest image needs.
+fn require_image_tools() {
+    require(&[
+        Need::Tool("apt-get", "apt"),
+        Need::Tool("dpkg-deb", "dpkg"),
+        Need::Tool("objcopy", "binutils"),
+        MKFS_EXT4,
+        Need::Tool("qemu-system-x86_64", "qemu-system-x86"),
+    ]);
+}
 
 /// A QEMU process, killed and reaped on drop (a failed assertion or a
 /// timeout leaves no QEMU behind).
@@ -63,7 +76,9 @@ fn build(out: &Path, cache: &Path, extra: &[&str]) {
 }
 
 #[test]
+#[ignore = "needs qemu-system-x86_64 and apt: builds a guest image from Debian packages and boots it"]
 fn two_builds_are_identical_and_the_guest_boots_to_ready() {
+    require_image_tools();
     let s = Scratch::new("vm-image");
     let cache = s.0.join("cache");
     let (a, b) = (s.0.join("a"), s.0.join("b"));
@@ -276,7 +291,9 @@ fn build_static_tandem() -> PathBuf {
 }
 
 #[test]
+#[ignore = "needs qemu-system-x86_64 and apt: builds a guest image from Debian packages and boots it"]
 fn a_static_tandem_makes_an_image_without_libraries_and_boots() {
+    require_image_tools();
     let exe = build_static_tandem();
     let elf = std::fs::read(&exe).unwrap();
     let headers = program_headers(&elf);

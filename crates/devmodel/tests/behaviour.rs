@@ -55,7 +55,7 @@ fn closed_loop(
         let next_submit = submit_at.iter().copied().min();
         let next_done = dev.next_completion();
         match (next_submit, next_done) {
-            (Some(s), d) if d.map_or(true, |d| s <= d) => {
+            (Some(s), d) if d.is_none_or(|d| s <= d) => {
                 let i = submit_at.iter().position(|&x| x == s).unwrap();
                 submit_at.swap_remove(i);
                 assert!(dev.can_accept(), "closed loop never exceeds the depth");

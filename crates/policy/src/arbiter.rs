@@ -275,7 +275,7 @@ impl Arbiter {
             if asking && !s.asking {
                 let quiet = s
                     .quiet_since
-                    .map_or(true, |q| now.saturating_sub(q) >= cfg.newcomer_quiet_ns);
+                    .is_none_or(|q| now.saturating_sub(q) >= cfg.newcomer_quiet_ns);
                 if quiet && cfg.newcomer_factor > 1 {
                     s.raised_until = now.saturating_add(cfg.newcomer_raise_ns);
                 }

@@ -499,7 +499,7 @@ mod tests {
     #[test]
     fn a_name_length_over_the_limit_is_refused() {
         let mut f = vec![0, 0, 1, 1, 1, 65];
-        f.extend(std::iter::repeat(b'a').take(65));
+        f.extend(std::iter::repeat_n(b'a', 65));
         let body = (f.len() - 2) as u16;
         f[..2].copy_from_slice(&body.to_le_bytes());
         assert_eq!(decode(&f), Err(DecodeError::BadField("vm_name")));

@@ -108,7 +108,7 @@ fn elf_section<'a>(b: &'a [u8], name: &str) -> Result<Option<&'a [u8]>, String> 
     let table_end = shnum
         .checked_mul(shentsize)
         .and_then(|n| n.checked_add(shoff));
-    if !table_end.is_some_and(|end| end <= b.len()) {
+    if table_end.is_none_or(|end| end > b.len()) {
         return Err("ELF section header table lies outside the file".into());
     }
     let section = |i: usize| -> Result<(usize, &'a [u8]), String> {

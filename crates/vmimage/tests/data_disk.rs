@@ -1,6 +1,9 @@
 //! The data disk: reproducible bytes, an ext4 filesystem with the fixed UUID,
-//! and clear refusals of sizes mkfs cannot use. Needs mkfs.ext4 (e2fsprogs),
-//! not root.
+//! and clear refusals of sizes mkfs cannot use. Making one needs mkfs.ext4
+//! and e2fsck (e2fsprogs), not root: that test is `#[ignore = "needs
+//! mkfs.ext4: ..."]`, run with `cargo test -- --include-ignored` by
+//! `tools/test` (which installs e2fsprogs when missing), and fails there when
+//! they are missing.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -22,8 +25,25 @@ impl Drop for Scratch {
     }
 }
 
+/// Fails the test unless `tool` is an executable in one of PATH's
+/// directories (the test runs it by name).
+#[track_caller]
+fn require_tool(tool: &str, package: &str) {
+    let found = std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()));
+    assert!(
+        found,
+        "this test needs {tool} on PATH (apt-get install {package}). It is #[ignore]d for \
+         that reason, and was run without it (--include-ignored); tools/test, run as \
+         root, installs what the tests need"
+    );
+}
+
 #[test]
+#[ignore = "needs mkfs.ext4: makes ext4 images (e2fsprogs)"]
 fn data_disks_of_one_size_are_identical_ext4_images() {
+    require_tool("mkfs.ext4", "e2fsprogs");
+    require_tool("e2fsck", "e2fsprogs");
     let s = Scratch::new("vmimage-disk");
     let a = s.0.join("a.img");
     let b = s.0.join("b.img");

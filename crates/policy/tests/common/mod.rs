@@ -98,7 +98,7 @@ impl Driver {
                 BoostChange::Boost(vm) => {
                     let iv = self.intervals.entry(vm).or_default();
                     assert!(
-                        iv.last().map_or(true, |l| l.1.is_some()),
+                        iv.last().is_none_or(|l| l.1.is_some()),
                         "VM {vm} boosted twice"
                     );
                     iv.push((t, None));
