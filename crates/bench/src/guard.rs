@@ -70,7 +70,12 @@ impl fmt::Display for Finding {
                     "crypto" => "encrypted volume",
                     _ => "signature",
                 };
-                write!(f, "a {kind} {what} (at offset {offset}")?;
+                let a = if kind.starts_with(['a', 'e', 'i', 'o', 'u']) {
+                    "an"
+                } else {
+                    "a"
+                };
+                write!(f, "{a} {kind} {what} (at offset {offset}")?;
                 if let Some(l) = label {
                     write!(f, ", label {l:?}")?;
                 }
@@ -351,9 +356,11 @@ pub fn consent(
             eprintln!("tandem bench: --force {f}: going ahead on {dev}, which holds:\n{list}");
             return Ok(usage);
         }
-        Some(f) => return Err(Error::Usage(format!(
+        Some(f) => {
+            return Err(Error::Usage(format!(
             "--force {f} does not name --device {dev}; nothing was written. {dev} holds:\n{list}"
-        ))),
+        )))
+        }
         None => {}
     }
     let plan = plan(dev, &usage);

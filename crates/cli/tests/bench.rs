@@ -4,6 +4,7 @@
 //!
 //! Needs root, /dev/fuse and loop devices (CI runs as root); skipped otherwise.
 
+use std::fs::OpenOptions;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
@@ -491,4 +492,346 @@ fn a_killed_run_is_undone_by_bench_cleanup() {
     let st = tandem(&["devemu", "status"]);
     assert!(String::from_utf8_lossy(&st.stdout).contains("no emulated devices"));
     assert!(!Path::new("/run/tandem/bench").exists());
+}
+
+// ---------------------------------------------------------------------------
+// Data safety: what `--device` refuses (issue 22). Each test makes its own
+// scratch file and loop device, and removes both.
+
+/// A loop device over a scratch file of the test's own; detached and
+/// removed on drop.
+struct ScratchDisk {
+    _dir: Scratch,
+    file: std::path::PathBuf,
+    dev: String,
+}
+
+impl ScratchDisk {
+    /// A zeroed disk of `mib` MiB; `prepare` writes to its file before the
+    /// loop device is attached.
+    fn new(name: &str, mib: u64, prepare: impl FnOnce(&Path)) -> ScratchDisk {
+        let dir = Scratch::new(name);
+        let file = dir.p("disk.img");
+        std::fs::File::create(&file)
+            .unwrap()
+            .set_len(mib << 20)
+            .unwrap();
+        prepare(&file);
+        let out = Command::new("losetup")
+            .args(["-f", "--show"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let dev = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        ScratchDisk {
+            _dir: dir,
+            file,
+            dev,
+        }
+    }
+
+    /// The whole disk's bytes.
+    fn bytes(&self) -> Vec<u8> {
+        std::fs::read(&self.file).unwrap()
+    }
+}
+
+impl Drop for ScratchDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").args(["-d", &self.dev]).status();
+    }
+}
+
+fn run_ok(prog: &str, args: &[&str]) {
+    let out = Command::new(prog).args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{prog} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// An MBR with one Linux partition from sector 2048 to the end, and an ext4
+/// file system in it holding a file.
+fn mbr_with_ext4_partition(file: &Path) {
+    use std::io::{Seek, SeekFrom, Write};
+    let sectors = std::fs::metadata(file).unwrap().len() / 512;
+    let mut mbr = [0u8; 512];
+    let entry = &mut mbr[446..462];
+    entry[4] = 0x83; // Linux
+    entry[8..12].copy_from_slice(&2048u32.to_le_bytes());
+    entry[12..16].copy_from_slice(&((sectors - 2048) as u32).to_le_bytes());
+    mbr[510] = 0x55;
+    mbr[511] = 0xaa;
+    let mut f = OpenOptions::new().write(true).open(file).unwrap();
+    f.seek(SeekFrom::Start(0)).unwrap();
+    f.write_all(&mbr).unwrap();
+    drop(f);
+    let part_kib = (sectors - 2048) / 2;
+    let f = file.to_str().unwrap();
+    run_ok(
+        "mkfs.ext4",
+        &[
+            "-q",
+            "-F",
+            "-E",
+            "offset=1048576",
+            f,
+            &format!("{part_kib}k"),
+        ],
+    );
+    let mnt = file.with_file_name("part");
+    std::fs::create_dir_all(&mnt).unwrap();
+    run_ok(
+        "mount",
+        &["-o", "loop,offset=1048576", f, mnt.to_str().unwrap()],
+    );
+    std::fs::write(mnt.join("precious.txt"), "the user's data\n").unwrap();
+    run_ok("umount", &[mnt.to_str().unwrap()]);
+}
+
+/// A one-cell native scenario with nothing in the background: the least a
+/// run writes.
+const ONE_CELL: &str = r#"
+name = "ci-one-cell"
+benchmark = "startup"
+app = "bash"
+iterations = 1
+repetitions = 1
+timeout_s = 30
+seed = 1
+
+[matrix]
+device = ["hdd-1.8in"]
+host_sched = ["mq-deadline"]
+host_workload = ["none"]
+"#;
+
+/// `tandem bench run` of [`ONE_CELL`] on `dev` with `extra` arguments, and
+/// an environment change; no terminal on stdin.
+fn run_on(dev: &str, extra: &[&str], path: Option<&Path>) -> std::process::Output {
+    let dir = Scratch::new("bench-one");
+    std::fs::write(dir.p("one.toml"), ONE_CELL).unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tandem"));
+    cmd.args(["bench", "run"])
+        .arg(dir.p("one.toml"))
+        .arg("--out")
+        .arg(dir.p("out"))
+        .args([
+            "--quiet",
+            "--file-mib",
+            "8",
+            "--pause-s",
+            "0",
+            "--device",
+            dev,
+        ])
+        .args(extra)
+        .stdin(Stdio::null());
+    if let Some(p) = path {
+        cmd.env("PATH", p);
+    }
+    let out = cmd.output().unwrap();
+    eprintln!(
+        "exit {:?}: {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    out
+}
+
+/// A refusal: exit code 2, the finding named, the device byte for byte as
+/// it was.
+fn assert_refused(disk: &ScratchDisk, extra: &[&str], finding: &str) {
+    let before = disk.bytes();
+    let out = run_on(&disk.dev, extra, None);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains(finding), "{err}");
+    assert!(err.contains("nothing was written"), "{err}");
+    assert!(disk.bytes() == before, "the device was written to");
+}
+
+#[test]
+#[ignore = "needs root: loop devices over scratch files"]
+fn refuses_a_disk_with_a_partition_table() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let disk = ScratchDisk::new("guard-mbr", 128, mbr_with_ext4_partition);
+    assert_refused(&disk, &[], "a dos partition table");
+    // A bare --force, and one naming another device, are no consent.
+    assert_refused(&disk, &["--force", "/dev/null"], "does not name");
+    let out = run_on(&disk.dev, &["--force"], None);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--force needs the device again"));
+}
+
+#[test]
+#[ignore = "needs root: loop devices over scratch files"]
+fn refuses_raw_data_without_a_signature() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // Bytes no probe knows, near the end of the disk only.
+    let disk = ScratchDisk::new("guard-raw", 128, |f| {
+        let f = OpenOptions::new().write(true).open(f).unwrap();
+        std::os::unix::fs::FileExt::write_all_at(&f, b"raw user data", (128 << 20) - 4096).unwrap();
+    });
+    assert_refused(&disk, &[], "non-zero data in its last MiB");
+    let disk = ScratchDisk::new("guard-raw2", 128, |f| {
+        let f = OpenOptions::new().write(true).open(f).unwrap();
+        std::os::unix::fs::FileExt::write_all_at(&f, &[0x5a; 512], 8192).unwrap();
+    });
+    assert_refused(&disk, &[], "non-zero data in its first MiB");
+}
+
+#[test]
+#[ignore = "needs root: loop devices over scratch files"]
+fn refuses_an_ext4_disk() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let disk = ScratchDisk::new("guard-ext4", 128, |f| {
+        run_ok("mkfs.ext4", &["-q", "-F", f.to_str().unwrap()])
+    });
+    assert_refused(&disk, &[], "an ext4 file system");
+}
+
+#[test]
+#[ignore = "needs root: loop devices over scratch files"]
+fn a_missing_probe_tool_is_an_error() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let disk = ScratchDisk::new("guard-nowipefs", 128, |f| {
+        run_ok("mkfs.ext4", &["-q", "-F", f.to_str().unwrap()])
+    });
+    let before = disk.bytes();
+    // A PATH with everything a run uses but wipefs.
+    let bin = Scratch::new("guard-path");
+    for tool in [
+        "mkfs.ext4",
+        "mount",
+        "umount",
+        "losetup",
+        "blkid",
+        "sh",
+        "bash",
+    ] {
+        if let Ok(p) = which(tool) {
+            std::os::unix::fs::symlink(p, bin.p(tool)).unwrap();
+        }
+    }
+    let out = run_on(&disk.dev, &[], Some(&bin.0));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("wipefs") && err.contains("does not touch"),
+        "{err}"
+    );
+    assert!(disk.bytes() == before, "the device was written to");
+}
+
+/// Where `tool` is on this test's PATH.
+fn which(tool: &str) -> Result<std::path::PathBuf, ()> {
+    std::env::var("PATH")
+        .unwrap_or_default()
+        .split(':')
+        .map(|d| Path::new(d).join(tool))
+        .find(|p| p.exists())
+        .ok_or(())
+}
+
+#[test]
+#[ignore = "needs root: loop devices over scratch files"]
+fn force_naming_the_device_goes_ahead() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let disk = ScratchDisk::new("guard-force", 128, mbr_with_ext4_partition);
+    let out = run_on(&disk.dev, &["--force", &disk.dev], None);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("going ahead") && err.contains("dos partition table"),
+        "{err}"
+    );
+    // Formatted: the partition table is gone, an ext4 file system is there.
+    let probe = Command::new("blkid")
+        .args(["-p", "-o", "export", &disk.dev])
+        .output()
+        .unwrap();
+    let probe = String::from_utf8_lossy(&probe.stdout);
+    assert!(
+        probe.contains("TYPE=ext4") && !probe.contains("PTTYPE"),
+        "{probe}"
+    );
+    assert!(!dev_mounted(&disk.dev));
+}
+
+// ---------------------------------------------------------------------------
+// Errors as a non-root user.
+
+#[test]
+#[ignore = "needs root: switches to the unprivileged user nobody (setpriv)"]
+fn commands_that_need_root_say_so() {
+    let dir = Scratch::new("bench-nonroot");
+    std::fs::write(dir.p("one.toml"), ONE_CELL).unwrap();
+    let scenario = dir.p("one.toml");
+    let scenario = scenario.to_str().unwrap();
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["bench", "run", scenario, "--out", "/tmp/x"],
+            "I/O schedulers",
+        ),
+        (
+            &[
+                "bench",
+                "run",
+                scenario,
+                "--out",
+                "/tmp/x",
+                "--device",
+                "/dev/loop0",
+            ],
+            "I/O schedulers",
+        ),
+        (&["bench", "cleanup"], "emulated devices"),
+        (&["bench", "record-trace", "--", "true"], "ftrace"),
+        (
+            &["devemu", "up", "--model", "emmc", "--size", "1G"],
+            "loop device",
+        ),
+        (&["devemu", "down", "/dev/loop7"], "loop device"),
+        (&["devemu", "down", "--all"], "loop device"),
+        (&["devemu", "probe", "/dev/loop7"], "block device directly"),
+        (
+            &["devemu", "probe", "/dev/loop7", "--max-throughput", "2"],
+            "block device directly",
+        ),
+    ];
+    for (args, why) in cases {
+        let out = Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg(env!("CARGO_BIN_EXE_tandem"))
+            .args(*args)
+            .current_dir("/")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        eprintln!("{args:?}: exit {:?}: {}", out.status.code(), err.trim());
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(
+            err.contains("needs root") && err.contains(why),
+            "{args:?}: {err}"
+        );
+    }
+    // What needs no root works as nobody.
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(env!("CARGO_BIN_EXE_tandem"))
+        .args(["devemu", "status"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
