@@ -81,7 +81,7 @@ impl RunId {
         let zombie = stat
             .rfind(')')
             .and_then(|i| stat[i + 1..].split_whitespace().next())
-            .is_none_or(|s| s == "Z" || s == "X");
+            .map_or(true, |s| s == "Z" || s == "X");
         !zombie
             && (self.start == 0
                 || agent::sys::start_time(&self.pid.to_string()) == Some(self.start))
