@@ -103,8 +103,11 @@ pub struct SchedRecord {
     pub tunables: BTreeMap<String, String>,
 }
 
-/// The journal as written to `cleanup.json`.
+/// The journal as written to `cleanup.json`. A journal with a field this
+/// tandem does not know (another version's) is not read, so never undone in
+/// part.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct Journal {
     run: Option<RunId>,
     sched: Option<SchedRecord>,
@@ -115,7 +118,7 @@ struct Journal {
     #[serde(default)]
     mounts: Vec<PathBuf>,
     /// The devemu instance (state directory name) of the emulated device.
-    devemu: Option<String>,
+    devemu_instance: Option<String>,
     #[serde(default)]
     cgroups: Vec<PathBuf>,
 }
@@ -159,11 +162,21 @@ impl Cleanup {
             })
     }
 
-    /// The journal a run left in `run_dir` (`None` when it wrote none).
-    fn load(run_dir: &Path) -> Option<Cleanup> {
-        let text = fs::read_to_string(run_dir.join(JOURNAL)).ok()?;
-        let j: Journal = serde_json::from_str(&text).ok()?;
-        Some(Cleanup::with(j, run_dir))
+    /// The journal a run left in `run_dir`: `Ok(None)` when it wrote none,
+    /// an error when it is one this tandem can not read (another version's):
+    /// nothing is undone from a journal that is not understood.
+    fn load(run_dir: &Path) -> Result<Option<Cleanup>> {
+        let path = run_dir.join(JOURNAL);
+        let Ok(text) = fs::read_to_string(&path) else {
+            return Ok(None);
+        };
+        let j: Journal = serde_json::from_str(&text).map_err(|e| {
+            run_err(format!(
+                "{}: a journal this tandem can not read ({e}; from another version?); left as it is",
+                path.display()
+            ))
+        })?;
+        Ok(Some(Cleanup::with(j, run_dir)))
     }
 
     /// Makes this run's directory under [`RUNS_DIR`], takes its lock and
@@ -183,7 +196,7 @@ impl Cleanup {
 
     /// Records the emulated device's devemu instance, before `up`.
     pub(crate) fn set_devemu(&mut self, name: String) -> Result<()> {
-        self.j.devemu = Some(name);
+        self.j.devemu_instance = Some(name);
         self.save()
     }
 
@@ -228,13 +241,13 @@ impl Cleanup {
     /// What undoing this journal does, in words.
     fn describe(&self) -> Vec<String> {
         let mut d = Vec::new();
-        if let (Some(s), None) = (&self.j.sched, &self.j.devemu) {
+        if let (Some(s), None) = (&self.j.sched, &self.j.devemu_instance) {
             d.push(format!("{} back to {}", s.file.display(), s.original));
         }
         for m in &self.j.mounts {
             d.push(format!("unmount {}", m.display()));
         }
-        if let Some(name) = &self.j.devemu {
+        if let Some(name) = &self.j.devemu_instance {
             d.push(format!("tear down the emulated device (devemu {name})"));
         }
         if !self.j.files.is_empty() || !self.j.dirs.is_empty() {
@@ -286,7 +299,7 @@ impl Cleanup {
         // The scheduler of a device the run brought up goes with the
         // device; its loop device may be another instance's by the time a
         // killed run is undone, so it is left alone.
-        if self.j.devemu.is_none() {
+        if self.j.devemu_instance.is_none() {
             self.restore_sched();
         }
         self.j.sched = None;
@@ -311,10 +324,10 @@ impl Cleanup {
         still_mounted.reverse();
         self.j.mounts = still_mounted;
         if self.j.mounts.is_empty() {
-            if let Some(name) = self.j.devemu.take() {
+            if let Some(name) = self.j.devemu_instance.take() {
                 if let Err(e) = devemu::control::teardown_id(&name) {
                     first.get_or_insert(e);
-                    self.j.devemu = Some(name);
+                    self.j.devemu_instance = Some(name);
                 }
             }
         }
@@ -322,7 +335,7 @@ impl Cleanup {
             // Empty once QEMU has gone (it dies with the run).
             let _ = fs::remove_dir(g);
         }
-        if !self.j.mounts.is_empty() || self.j.devemu.is_some() {
+        if !self.j.mounts.is_empty() || self.j.devemu_instance.is_some() {
             // Never remove the run directory through a live mount, nor
             // forget a device: keep both, with the journal, for `tandem
             // bench cleanup`.
@@ -344,8 +357,11 @@ impl Drop for Cleanup {
 }
 
 /// Removes a run directory, and `/run/tandem/bench` and `/run/tandem` when
-/// empty.
+/// empty. Never through a mount: with anything mounted under it, it stays.
 fn remove_run_dir(d: &Path) {
+    if has_mounts_under(d) {
+        return;
+    }
     let _ = fs::remove_dir_all(d);
     if let Some(p) = d.parent() {
         let _ = fs::remove_dir(p);
@@ -399,7 +415,7 @@ fn claim_dead_run(dir: &Path) -> Result<Option<Cleanup>> {
     } else {
         None
     };
-    let mut c = Cleanup::load(dir).unwrap_or_else(|| Cleanup::with(Journal::default(), dir));
+    let mut c = Cleanup::load(dir)?.unwrap_or_else(|| Cleanup::with(Journal::default(), dir));
     c.j.run.get_or_insert(run);
     c.lock = lock;
     Ok(Some(c))
@@ -422,8 +438,9 @@ pub fn recover_interrupted() -> Result<Vec<(u32, Vec<String>)>> {
         let mut c = match claim_dead_run(&d) {
             Ok(Some(c)) => c,
             Ok(None) => continue,
+            // Not ours to undo (another version's journal): said, not failed.
             Err(e) => {
-                first.get_or_insert(e);
+                eprintln!("tandem bench: warning: {e}");
                 continue;
             }
         };
@@ -504,11 +521,18 @@ mod tests {
             tunables: [("low_latency".to_string(), "1".to_string())].into(),
         })
         .unwrap();
-        let back = Cleanup::load(&dir).unwrap();
-        assert_eq!(back.j.devemu.as_deref(), Some("bench-1-2"));
+        let back = Cleanup::load(&dir).unwrap().unwrap();
+        assert_eq!(back.j.devemu_instance.as_deref(), Some("bench-1-2"));
         assert_eq!(back.j.mounts, vec![dir.join("mnt")]);
         assert_eq!(back.j.sched.as_ref().unwrap().tunables["low_latency"], "1");
         assert_eq!(back.j.run, Some(RunId::me()));
+        // Another version's journal is not understood, so not undone.
+        fs::write(
+            dir.join(JOURNAL),
+            r#"{"pid":1,"sched":["/x","bfq"],"devemu":"/dev/loop9"}"#,
+        )
+        .unwrap();
+        assert!(Cleanup::load(&dir).is_err());
         // Not undone here (it names a device that is not there).
         c.run_dir = None;
         c.j = Journal::default();

@@ -10,7 +10,9 @@
 //! - non-zero bytes in the first and the last MiB (data without a known
 //!   signature: a raw image, a database, a wiped table's remains);
 //! - its mounts, its partitions' mounts, and holders (device-mapper, md),
-//!   and an exclusive open that fails (another program holds it).
+//!   and an exclusive open that fails (another program holds it). A mounted
+//!   device is not probed further: the mount says it holds data, and a run
+//!   does not format it.
 //!
 //! [`consent`] then lets the run go ahead only when nothing was found, when
 //! `--force` names the same device again, or when the user, asked on a
@@ -257,10 +259,14 @@ pub fn inspect(dev: &str) -> Result<Vec<Finding>> {
         found.push(Finding::Mounted(mounts));
     }
     found.extend(in_use(dev));
-    let mounted_or_used = !found.is_empty();
+    if !found.is_empty() {
+        // Mounted or in use: it holds data, and a run never formats it, so
+        // that is what is reported (reading it may not even be allowed).
+        return Ok(found);
+    }
     found.extend(signatures(dev)?);
     found.extend(edge_data(dev)?);
-    if !mounted_or_used && held_exclusively(dev) {
+    if held_exclusively(dev) {
         found.push(Finding::InUse(
             "another program holds it open exclusively".into(),
         ));

@@ -315,6 +315,47 @@ pub fn run(o: &Options, out: &Path) -> Result<Vec<CellResult>> {
         "tandem bench run",
         "it switches I/O schedulers, drops caches, mounts file systems and brings up emulated devices",
     )?;
+    let devices = check_options(o)?;
+    let app = app_of(&o.scenario.app)?;
+    recover_first();
+    // Then, before anything is written, what the real device holds and the
+    // user's consent.
+    let device_use = match &o.device {
+        Some(d) => {
+            let found = guard::inspect(d)?;
+            Some(guard::consent(
+                d,
+                &found,
+                o.force.as_deref(),
+                &mut guard::Terminal,
+            )?)
+        }
+        None => None,
+    };
+    run_devices(o, out, &devices, &app, device_use.as_ref())
+}
+
+/// What earlier runs killed without a chance to clean up left, undone
+/// before a run starts.
+fn recover_first() {
+    match recover_interrupted() {
+        Ok(done) => {
+            for (pid, what) in done {
+                eprintln!(
+                    "tandem bench: undid what an interrupted run (pid {pid}) left: {}",
+                    what.join("; ")
+                );
+            }
+        }
+        Err(e) => eprintln!(
+            "tandem bench: warning: could not undo all that an interrupted run left ({e}); see tandem bench cleanup"
+        ),
+    }
+}
+
+/// The checks of a run's options before anything is touched; returns the
+/// devices the cells name, in order.
+fn check_options(o: &Options) -> Result<Vec<String>> {
     for c in &o.cells {
         if c.has_other_vms() {
             return Err(Error::Usage(format!(
@@ -357,7 +398,6 @@ pub fn run(o: &Options, out: &Path) -> Result<Vec<CellResult>> {
             devices.join(", ")
         )));
     }
-    let app = app_of(&o.scenario.app)?;
     if o.force.as_deref().is_some_and(str::is_empty) {
         return Err(Error::Usage(
             "--force needs the device again (--force /dev/X), so that it can not apply to another one".into(),
@@ -368,34 +408,17 @@ pub fn run(o: &Options, out: &Path) -> Result<Vec<CellResult>> {
             "--force names the --device it applies to; there is no --device".into(),
         ));
     }
-    // First what earlier runs killed without a chance to clean up left.
-    match recover_interrupted() {
-        Ok(done) => {
-            for (pid, what) in done {
-                eprintln!(
-                    "tandem bench: undid what an interrupted run (pid {pid}) left: {}",
-                    what.join("; ")
-                );
-            }
-        }
-        Err(e) => eprintln!(
-            "tandem bench: warning: could not undo all that an interrupted run left ({e}); see tandem bench cleanup"
-        ),
-    }
-    // Then, before anything is written, what the real device holds and the
-    // user's consent.
-    let device_use = match &o.device {
-        Some(d) => {
-            let found = guard::inspect(d)?;
-            Some(guard::consent(
-                d,
-                &found,
-                o.force.as_deref(),
-                &mut guard::Terminal,
-            )?)
-        }
-        None => None,
-    };
+    Ok(devices)
+}
+
+/// Each device's cells in turn, then the outputs.
+fn run_devices(
+    o: &Options,
+    out: &Path,
+    devices: &[String],
+    app: &App,
+    device_use: Option<&guard::DeviceUse>,
+) -> Result<Vec<CellResult>> {
     install_signal_handlers();
     let mut results = Vec::new();
     let mut extra = serde_json::Map::new();
@@ -403,7 +426,7 @@ pub fn run(o: &Options, out: &Path) -> Result<Vec<CellResult>> {
     // every process of the run, the emulated device's included: recorded
     // with the results.
     let steal = devemu::probe::StealMeter::start();
-    for label in &devices {
+    for label in devices {
         let cells: Vec<&Cell> = o.cells.iter().filter(|c| &c.device == label).collect();
         let mut cleanup = Cleanup::default();
         let r = run_device(
@@ -411,8 +434,8 @@ pub fn run(o: &Options, out: &Path) -> Result<Vec<CellResult>> {
             &DeviceRun {
                 label,
                 cells: &cells,
-                app: &app,
-                device_use: device_use.as_ref(),
+                app,
+                device_use,
             },
             &mut cleanup,
             &mut extra,

@@ -870,10 +870,10 @@ fn named(dir: &str, prefix: &str) -> Vec<std::path::PathBuf> {
 /// What the run is doing, from what it wrote and the processes it started.
 #[derive(Default, Debug)]
 struct RunView {
+    pid: u32,
     state: Option<serde_json::Value>,
     calibrated: bool,
     journal: Option<serde_json::Value>,
-    children: Vec<String>,
 }
 
 impl RunView {
@@ -895,7 +895,7 @@ impl RunView {
                 .and_then(|d| read_json(d.join("state.json"))),
             calibrated: state_dir.is_some_and(|d| d.join("calibration").exists()),
             journal: run_dir.and_then(|d| read_json(d.join("cleanup.json"))),
-            children: children_of(pid),
+            pid,
         }
     }
     fn state_has(&self, key: &str) -> bool {
@@ -909,8 +909,10 @@ impl RunView {
             .and_then(|j| j[key].as_array().map(Vec::len))
             .unwrap_or(0)
     }
+    /// Whether a child's command line holds `word` (a scan of /proc, done
+    /// only for the moments that need it so that the others poll fast).
     fn child(&self, word: &str) -> bool {
-        self.children.iter().any(|c| c.contains(word))
+        children_of(self.pid).iter().any(|c| c.contains(word))
     }
 }
 
@@ -1163,4 +1165,52 @@ fn a_sigkill_at_any_moment_leaves_nothing_after_cleanup() {
             report.join("\n")
         );
     }
+}
+
+/// `tandem bench run` of [`ONE_CELL`] on `dev` with a terminal on its stdin
+/// (script(1)'s pseudo-terminal), to which `answer` is typed.
+fn run_on_a_terminal(dev: &str, answer: &str) -> std::process::Output {
+    use std::io::Write;
+    let dir = Scratch::new("bench-tty");
+    std::fs::write(dir.p("one.toml"), ONE_CELL).unwrap();
+    let cmd = format!(
+        "{} bench run {} --out {} --quiet --file-mib 8 --pause-s 0 --device {dev}",
+        env!("CARGO_BIN_EXE_tandem"),
+        dir.p("one.toml").display(),
+        dir.p("out").display()
+    );
+    let mut child = Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    writeln!(child.stdin.take().unwrap(), "{answer}").unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+#[ignore = "needs root: loop devices over scratch files (and script(1) for a terminal)"]
+fn on_a_terminal_it_asks_for_the_device_path() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let disk = ScratchDisk::new("guard-tty", 128, |f| {
+        run_ok("mkfs.ext4", &["-q", "-F", f.to_str().unwrap()])
+    });
+    let before = disk.bytes();
+    // "yes" is not the device's path.
+    let out = run_on_a_terminal(&disk.dev, "yes");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(
+        said.contains("an ext4 file system") && said.contains(&format!("Type {}", disk.dev)),
+        "{said}"
+    );
+    assert!(said.contains("not confirmed"), "{said}");
+    assert!(disk.bytes() == before, "the device was written to");
+    // Its path is.
+    let out = run_on_a_terminal(&disk.dev, &disk.dev);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{said}");
+    assert!(disk.bytes() != before, "the run did not format the device");
 }
