@@ -300,11 +300,20 @@ fn refusals() {
     )
     .unwrap();
     if can_run() {
-        let r = tandem(&["bench", "run", bad.to_str().unwrap(), "--out", o, "--quiet"]);
+        let child = Command::new(env!("CARGO_BIN_EXE_tandem"))
+            .args(["bench", "run", bad.to_str().unwrap(), "--out", o, "--quiet"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let r = child.wait_with_output().unwrap();
         assert_eq!(r.status.code(), Some(2));
         let e = String::from_utf8_lossy(&r.stderr);
         assert!(e.contains("cfq") && e.contains("bfq"), "{e}");
-        assert!(!mounts().contains("tandem-devemu"));
+        // The emulated device it brought up is gone.
+        let left = leftovers(pid, None);
+        assert!(left.is_empty(), "left behind: {left:#?}");
     }
     // A mounted device with data: the root filesystem's.
     let root_dev = mounts()

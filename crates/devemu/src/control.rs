@@ -13,7 +13,7 @@ use std::time::{Duration, Instant as Clock};
 
 use nix::mount::{umount2, MntFlags};
 use nix::sys::signal::{kill, Signal};
-use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::sys::wait::{waitpid, WaitPidFlag};
 use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
 
@@ -158,12 +158,8 @@ fn serves(args: &[String], mountpoint: &Path) -> bool {
 /// mount point is the instance's own (in its state directory), so a reused
 /// pid, or a daemon whose pid was never recorded (a kill between its start
 /// and the state file's next write), is told apart without the pid.
+/// A zombie's command line is empty, so it is not counted.
 pub fn daemon_pids(mountpoint: &Path) -> Vec<u32> {
-    // Reap our own exited children first (bench runs bring devices up from a
-    // long-lived process): a zombie is not a daemon.
-    while let Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..)) =
-        waitpid(None, Some(WaitPidFlag::WNOHANG))
-    {}
     let Ok(rd) = fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -295,13 +291,26 @@ fn umount(mp: &Path) -> Result<()> {
 
 /// Stops every daemon serving `mountpoint`. Unmounted, a daemon ends by
 /// itself; one that does not within 2 s gets SIGTERM, and SIGKILL at 4 s.
-fn stop_daemons(mountpoint: &Path) -> Result<()> {
+/// `recorded`: the daemon's pid as recorded (0: none), reaped too if it was
+/// a child of ours that has exited already.
+fn stop_daemons(mountpoint: &Path, recorded: u32) -> Result<()> {
     let t0 = Clock::now();
     let mut sent = None;
+    let mut seen: Vec<u32> = Vec::from_iter((recorded != 0).then_some(recorded));
     loop {
         let pids = daemon_pids(mountpoint);
         if pids.is_empty() {
+            // Reap those that were children of ours (a bench run brings its
+            // device up itself); for any other pid this fails harmlessly.
+            for pid in seen {
+                let _ = waitpid(Pid::from_raw(pid as i32), Some(WaitPidFlag::WNOHANG));
+            }
             return Ok(());
+        }
+        for p in &pids {
+            if !seen.contains(p) {
+                seen.push(*p);
+            }
         }
         let waited = t0.elapsed();
         if waited > Duration::from_secs(6) {
@@ -706,7 +715,7 @@ fn teardown(inst: &Instance) -> Result<()> {
     // Unmount, stop the daemons, and unmount again: a daemon that was
     // starting may have mounted in between.
     note(umount(&inst.mountpoint));
-    note(stop_daemons(&inst.mountpoint));
+    note(stop_daemons(&inst.mountpoint, inst.pid));
     note(umount(&inst.mountpoint));
     if inst.created_backing {
         if let Err(e) = fs::remove_file(&inst.backing) {
