@@ -1059,100 +1059,102 @@ fn wait_for(child: &mut Child, when: &When) -> bool {
     }
 }
 
-#[test]
-#[ignore = "needs root: emulated devices (FUSE, loop devices), SIGKILL of runs"]
-fn a_sigkill_at_any_moment_leaves_nothing_after_cleanup() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    assert!(can_run(), "needs root, /dev/fuse and /dev/loop-control");
-    let dir = Scratch::new("bench-killpoints");
-    let scenario = dir.p("kill.toml");
-    std::fs::write(&scenario, KILL_SCENARIO).unwrap();
+/// One run of `scenario` (with `extra` arguments) killed with SIGKILL at
+/// `when`, then undone by `tandem bench cleanup`, or by the next run when
+/// `by_next_run`. Returns the report's line and what went wrong.
+fn kill_once(
+    scenario: &Path,
+    out: &Path,
+    extra: &[&str],
+    when: &When,
+    by_next_run: bool,
+) -> (String, Vec<String>) {
+    let name = match when {
+        When::After(d) => format!("{} ms after start", d.as_millis()),
+        When::Doing(n, _) => n.to_string(),
+    };
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(["bench", "run"])
+        .arg(scenario)
+        .arg("--out")
+        .arg(out)
+        .args(["--quiet", "--settle-s", "1", "--pause-s", "0.5"])
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let seen = wait_for(&mut child, when);
+    signal_and_wait(&mut child, libc::SIGKILL);
+    let state = RunView::of(pid).state;
+    let loop_dev = state.as_ref().and_then(|s| {
+        s["loop_dev"]
+            .as_str()
+            .map(str::to_string)
+            .or_else(|| s["created_loop"].as_u64().map(|n| format!("/dev/loop{n}")))
+    });
+    // What dies with the run (QEMU, workers) takes a moment.
+    std::thread::sleep(Duration::from_millis(300));
+    let before = leftovers(pid, loop_dev.as_deref());
+    let out = if by_next_run {
+        tandem(&[
+            "bench",
+            "run",
+            scenario.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--device",
+            "/dev/nonexistent-tandem-test-disk",
+        ])
+    } else {
+        tandem(&["bench", "cleanup"])
+    };
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut failures = Vec::new();
+    if !by_next_run && !out.status.success() {
+        failures.push(format!("{name}: bench cleanup failed: {said}"));
+    }
+    if !before.is_empty() && !said.contains(&format!("{pid}")) {
+        failures.push(format!("{name}: run {pid} not undone: {said}"));
+    }
+    let after = leftovers(pid, loop_dev.as_deref());
+    if !after.is_empty() {
+        failures.push(format!("{name}: left after cleanup: {after:#?}"));
+    }
+    let kinds = ["path", "mount", "process", "loop"]
+        .map(|k| format!("{} {k}", before.iter().filter(|b| b.starts_with(k)).count()))
+        .join(", ");
+    let line = format!(
+        "{:<32} {:<5} left by the kill: {kinds}; after {}: {}",
+        name,
+        if seen { "seen" } else { "MISSED" },
+        if by_next_run {
+            "the next run"
+        } else {
+            "bench cleanup"
+        },
+        after.len(),
+    );
+    (line, failures)
+}
+
+/// Kills runs of `scenario` at each of `moments` (every third undone by the
+/// next run, the others by `tandem bench cleanup`), prints the report and
+/// checks that nothing was left and that each of `must_see` was hit.
+fn kill_at_moments(scenario: &Path, extra: &[&str], moments: &[When], must_see: &[&str]) {
+    let out = scenario.with_file_name("out");
     let mut report = Vec::new();
     let mut failures = Vec::new();
-    for (i, when) in kill_moments().iter().enumerate() {
-        let name = match when {
-            When::After(d) => format!("{} ms after start", d.as_millis()),
-            When::Doing(n, _) => n.to_string(),
-        };
-        let mut child = Command::new(env!("CARGO_BIN_EXE_tandem"))
-            .args(["bench", "run"])
-            .arg(&scenario)
-            .arg("--out")
-            .arg(dir.p("out"))
-            .args([
-                "--quiet",
-                "--file-mib",
-                "16",
-                "--settle-s",
-                "1",
-                "--pause-s",
-                "0.5",
-            ])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let pid = child.id();
-        let seen = wait_for(&mut child, when);
-        let view = RunView::of(pid);
-        signal_and_wait(&mut child, libc::SIGKILL);
-        let loop_dev = view
-            .state
-            .as_ref()
-            .and_then(|s| s["loop_dev"].as_str().map(str::to_string))
-            .or_else(|| {
-                RunView::of(pid)
-                    .state
-                    .and_then(|s| s["created_loop"].as_u64())
-                    .map(|n| format!("/dev/loop{n}"))
-            });
-        let before = leftovers(pid, loop_dev.as_deref());
-        // Every third kill is undone by the next run, the others by
-        // `tandem bench cleanup`.
-        let by_next_run = i % 3 == 2;
-        let out = if by_next_run {
-            tandem(&[
-                "bench",
-                "run",
-                scenario.to_str().unwrap(),
-                "--out",
-                dir.p("out").to_str().unwrap(),
-                "--device",
-                "/dev/nonexistent-tandem-test-disk",
-            ])
-        } else {
-            tandem(&["bench", "cleanup"])
-        };
-        let said = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        if !by_next_run && !out.status.success() {
-            failures.push(format!("{name}: bench cleanup failed: {said}"));
-        }
-        if !before.is_empty() && !said.contains(&format!("{pid}")) {
-            failures.push(format!("{name}: run {pid} not undone: {said}"));
-        }
-        let after = leftovers(pid, loop_dev.as_deref());
-        if !after.is_empty() {
-            failures.push(format!("{name}: left after cleanup: {after:#?}"));
-        }
-        let kinds = ["path", "mount", "process", "loop"]
-            .map(|k| format!("{} {k}", before.iter().filter(|b| b.starts_with(k)).count()))
-            .join(", ");
-        report.push(format!(
-            "{:<32} {:<5} left by the kill: {kinds}; after {}: {}",
-            name,
-            if seen { "seen" } else { "MISSED" },
-            if by_next_run {
-                "the next run"
-            } else {
-                "bench cleanup"
-            },
-            after.len(),
-        ));
+    for (i, when) in moments.iter().enumerate() {
+        let (line, f) = kill_once(scenario, &out, extra, when, i % 3 == 2);
+        report.push(line);
+        failures.extend(f);
     }
     eprintln!(
         "kill moment                      seen  result\n{}",
@@ -1160,12 +1162,7 @@ fn a_sigkill_at_any_moment_leaves_nothing_after_cleanup() {
     );
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     // The long phases must have been hit, or the test proved little.
-    for phase in [
-        "devemu: calibration",
-        "file writing",
-        "workload",
-        "start-up",
-    ] {
+    for phase in must_see {
         assert!(
             report
                 .iter()
@@ -1174,6 +1171,93 @@ fn a_sigkill_at_any_moment_leaves_nothing_after_cleanup() {
             report.join("\n")
         );
     }
+}
+
+#[test]
+#[ignore = "needs root: emulated devices (FUSE, loop devices), SIGKILL of runs"]
+fn a_sigkill_at_any_moment_leaves_nothing_after_cleanup() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    need_devices();
+    let dir = Scratch::new("bench-killpoints");
+    let scenario = dir.p("kill.toml");
+    std::fs::write(&scenario, KILL_SCENARIO).unwrap();
+    kill_at_moments(
+        &scenario,
+        &["--file-mib", "16"],
+        &kill_moments(),
+        &[
+            "devemu: calibration",
+            "file writing",
+            "workload",
+            "start-up",
+        ],
+    );
+}
+
+/// A VM cell with hostd (`help-rt`) on an emulated disk.
+const KILL_VM_SCENARIO: &str = r#"
+name = "ci-kill-vm"
+benchmark = "startup"
+app = "bash"
+iterations = 2
+repetitions = 1
+timeout_s = 60
+seed = 1
+
+[matrix]
+device = ["hdd-1.8in"]
+guest_sched = ["bfq"]
+guest_workload = ["1r-seq"]
+host_sched = ["bfq"]
+host_workload = ["none"]
+coordination = ["help-rt"]
+"#;
+
+#[test]
+#[ignore = "needs root and qemu-system-x86_64: VM cells on emulated devices, SIGKILL of runs"]
+fn a_sigkill_during_a_vm_cell_leaves_nothing_after_cleanup() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    need_devices();
+    let dir = Scratch::new("bench-killvm");
+    // One guest image for every run (`tandem vm image`, about 80 s).
+    let image = dir.p("image");
+    let r = tandem(&["vm", "image", "--out", image.to_str().unwrap(), "--quiet"]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let scenario = dir.p("kill-vm.toml");
+    std::fs::write(&scenario, KILL_VM_SCENARIO).unwrap();
+    // The guest's disk image loop-mounted on the host to be filled.
+    let guest_disk = |v: &RunView| {
+        v.journal.as_ref().is_some_and(|j| {
+            j["mounts"].as_array().is_some_and(|m| {
+                m.iter().filter_map(|x| x.as_str()).any(|x| {
+                    x.ends_with("guest-disk")
+                        && mounts().lines().any(|l| l.split(' ').nth(4) == Some(x))
+                })
+            })
+        })
+    };
+    let moments = [
+        When::Doing("guest disk being filled", guest_disk),
+        When::Doing("VM boot (QEMU started)", |v| v.child("qemu-system")),
+        When::Doing("hostd started", |v| v.child("hostd")),
+    ];
+    kill_at_moments(
+        &scenario,
+        &[
+            "--file-mib",
+            "16",
+            "--vm-image",
+            image.to_str().unwrap(),
+            "--vm-mem-mib",
+            "512",
+        ],
+        &moments,
+        &[
+            "guest disk being filled",
+            "VM boot (QEMU started)",
+            "hostd started",
+        ],
+    );
 }
 
 /// `tandem bench run` of [`ONE_CELL`] on `dev` with a terminal on its stdin
