@@ -791,8 +791,8 @@ fn commands_that_need_root_say_so() {
             &["devemu", "up", "--model", "emmc", "--size", "1G"],
             "loop device",
         ),
-        (&["devemu", "down", "/dev/loop7"], "loop device"),
-        (&["devemu", "down", "--all"], "loop device"),
+        (&["devemu", "down", "/dev/loop7"], "unmounts FUSE"),
+        (&["devemu", "down", "--all"], "unmounts FUSE"),
         (&["devemu", "probe", "/dev/loop7"], "block device directly"),
         (
             &["devemu", "probe", "/dev/loop7", "--max-throughput", "2"],

@@ -813,7 +813,7 @@ pub fn find(dev: &str) -> Result<Instance> {
 /// Tear down the emulated device `dev`. Refused while a filesystem on it is
 /// mounted.
 pub fn down(dev: &str) -> Result<Instance> {
-    need_root("tandem devemu down", crate::WHY_UP)?;
+    need_root("tandem devemu down", crate::WHY_DOWN)?;
     let inst = find(dev)?;
     if let Some(d) = &inst.loop_dev {
         let m = mounts_of(d);
@@ -830,7 +830,7 @@ pub fn down(dev: &str) -> Result<Instance> {
 
 /// Tear down every recorded device.
 pub fn down_all() -> Result<Vec<Instance>> {
-    need_root("tandem devemu down", crate::WHY_UP)?;
+    need_root("tandem devemu down", crate::WHY_DOWN)?;
     let mut done = Vec::new();
     for inst in status()? {
         if let Some(d) = &inst.loop_dev {

@@ -175,8 +175,11 @@ pub fn die_with_parent(cmd: &mut std::process::Command, sig: nix::sys::signal::S
     }
 }
 
-/// Why `up` and `down` need root.
+/// Why `up` needs root.
 pub(crate) const WHY_UP: &str = "it mounts a FUSE filesystem and attaches a loop device";
+/// Why `down` needs root.
+pub(crate) const WHY_DOWN: &str =
+    "it detaches and removes loop devices, unmounts FUSE file systems and stops their daemons";
 
 #[cfg(test)]
 mod tests {
