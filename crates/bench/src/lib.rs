@@ -12,8 +12,13 @@
 //! timeout and Ctrl-C (SIGINT, SIGTERM, SIGHUP): workers killed, scheduler
 //! restored, files removed, filesystems unmounted, emulated devices torn down.
 //! A run killed without a chance to clean up (SIGKILL, a crash) leaves its
-//! undo list in its run directory; [`recover_interrupted`] (`tandem bench
-//! cleanup`, and the start of every run) undoes it.
+//! journal in its run directory, each change recorded before it was made
+//! ([`cleanup`]); [`recover_interrupted`] (`tandem bench cleanup`, and the
+//! start of every run) undoes it once the run is dead.
+//!
+//! A real device (`--device`) is written to only with the user's consent
+//! ([`guard`]): a device that holds anything is refused unless `--force`
+//! names it again or the user types its path on a terminal.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -265,22 +270,8 @@ fn sectors_done(stat: &Path) -> u64 {
 }
 
 fn drop_caches() -> Result<()> {
-    // SAFETY: sync has no arguments.
-    unsafe { libc::sync() };
+    nix::unistd::sync();
     fs::write("/proc/sys/vm/drop_caches", "3").map_err(|e| run_err(format!("dropping caches: {e}")))
-}
-
-fn free_bytes(dir: &Path) -> Option<u64> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
-    // SAFETY: statvfs fills the struct we pass.
-    unsafe {
-        let mut s: libc::statvfs = std::mem::zeroed();
-        if libc::statvfs(c.as_ptr(), &mut s) != 0 {
-            return None;
-        }
-        Some(s.f_bavail as u64 * s.f_frsize as u64)
-    }
 }
 
 fn dev_of(path: &Path) -> Option<u64> {
@@ -649,7 +640,7 @@ fn make_workdir(
             )));
         }
     }
-    if let Some(avail) = free_bytes(&workdir) {
+    if let Some(avail) = devemu::control::free_bytes(&workdir) {
         if avail < need.total {
             return Err(run_err(format!(
                 "not enough space in {}: the run needs {} MiB, {} MiB are free (smaller files: --file-mib)",

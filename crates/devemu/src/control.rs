@@ -662,7 +662,8 @@ fn measure_overhead(dev: &str, model: &str) -> Result<(u64, u64)> {
     Ok((c0, c1))
 }
 
-fn free_bytes(dir: &Path) -> Option<u64> {
+/// Bytes free for an unprivileged writer on the file system of `dir`.
+pub fn free_bytes(dir: &Path) -> Option<u64> {
     let s = nix::sys::statvfs::statvfs(dir).ok()?;
     Some(s.blocks_available() as u64 * s.fragment_size() as u64)
 }
@@ -969,4 +970,50 @@ pub fn set_timed(inst: &Instance, timed: bool) -> Result<()> {
         std::thread::sleep(Duration::from_millis(5));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_daemon_is_known_by_its_mount_point() {
+        let args = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let mp = Path::new("/run/tandem/devemu/bench-1-2/mnt");
+        let daemon = args(&[
+            "/usr/bin/tandem",
+            "devemu",
+            "serve",
+            "--model",
+            "emmc",
+            "--mountpoint",
+            "/run/tandem/devemu/bench-1-2/mnt",
+        ]);
+        assert!(serves(&daemon, mp));
+        // Another instance's daemon, or a command that only names the path.
+        assert!(!serves(&daemon, Path::new("/run/tandem/devemu/3/mnt")));
+        let viewer = args(&["less", "--mountpoint", "/run/tandem/devemu/bench-1-2/mnt"]);
+        assert!(!serves(&viewer, mp));
+    }
+
+    #[test]
+    fn names_and_sizes() {
+        assert!(check_name("bench-123-456").is_ok());
+        for bad in ["", "12", "../x", "a/b", "a b"] {
+            assert!(check_name(bad).is_err(), "{bad:?}");
+        }
+        let o = |size| UpOptions {
+            model: "emmc".into(),
+            size,
+            dir: None,
+            exe: PathBuf::from("tandem"),
+            name: None,
+        };
+        assert!(check_up(&o(crate::MIN_SIZE)).is_ok());
+        let e = check_up(&o(crate::MIN_SIZE - 4096)).unwrap_err();
+        assert!(
+            matches!(&e, Error::Usage(m) if m.contains("at least 64M")),
+            "{e}"
+        );
+    }
 }
