@@ -1307,3 +1307,44 @@ fn on_a_terminal_it_asks_for_the_device_path() {
     assert!(out.status.success(), "{said}");
     assert!(disk.bytes() != before, "the run did not format the device");
 }
+
+/// An md RAID member: a version 1.2 superblock 4 KiB into the disk
+/// (`struct mdp_superblock_1`, include/uapi/linux/raid/md_p.h), with its
+/// checksum (`calc_sb_1_csum` in drivers/md/md.c), as `mdadm --create`
+/// writes it; no mdadm needed.
+fn md_raid_member(file: &Path) {
+    let mut sb = [0u8; 1024];
+    let put32 =
+        |sb: &mut [u8], off: usize, v: u32| sb[off..off + 4].copy_from_slice(&v.to_le_bytes());
+    let put64 =
+        |sb: &mut [u8], off: usize, v: u64| sb[off..off + 8].copy_from_slice(&v.to_le_bytes());
+    put32(&mut sb, 0, 0xa92b_4efc); // magic
+    put32(&mut sb, 4, 1); // major_version
+    sb[16..32].copy_from_slice(&[7; 16]); // set_uuid
+    sb[32..45].copy_from_slice(b"tandem-test:0"); // set_name
+    put32(&mut sb, 72, 1); // level: raid1
+    put64(&mut sb, 80, 100_000); // size
+    put32(&mut sb, 92, 2); // raid_disks
+    put64(&mut sb, 128, 2048); // data_offset
+    put64(&mut sb, 136, 100_000); // data_size
+    put64(&mut sb, 144, 8); // super_offset: this superblock, in sectors
+    sb[168..184].copy_from_slice(&[9; 16]); // device_uuid
+    put32(&mut sb, 220, 2); // max_dev
+                            // The checksum: the 32-bit little-endian words of the first 256 bytes
+                            // and the dev_roles (2 bytes per device) summed in 64 bits, folded.
+    let words = (256 + 2 * 2) / 4;
+    let sum: u64 = (0..words)
+        .map(|i| u32::from_le_bytes(sb[i * 4..i * 4 + 4].try_into().unwrap()) as u64)
+        .sum();
+    put32(&mut sb, 216, ((sum & 0xffff_ffff) + (sum >> 32)) as u32);
+    let f = OpenOptions::new().write(true).open(file).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&f, &sb, 4096).unwrap();
+}
+
+#[test]
+#[ignore = "needs root: loop devices over scratch files"]
+fn refuses_a_raid_member() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let disk = ScratchDisk::new("guard-raid", 128, md_raid_member);
+    assert_refused(&disk, &[], "a linux_raid_member RAID member");
+}
