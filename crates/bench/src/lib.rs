@@ -1307,6 +1307,54 @@ impl Measured for InGuest<'_> {
     }
 }
 
+/// The cell's coordination: none for `off`; for `help-rt`, hostd on the
+/// host and guestd in the guest.
+fn start_coordination(
+    o: &Options,
+    c: &Cell,
+    guest: &mut vm::Guest,
+    group: Option<&vm::VmGroup>,
+) -> Result<Option<vm::Hostd>> {
+    match c.coordination.as_str() {
+        "off" => Ok(None),
+        "help-rt" => {
+            let h = vm::Hostd::start(
+                &o.exe,
+                guest,
+                "ioprio-rt",
+                group.map(|g| g.root.as_path()),
+                o.vm.hostd_budget_fraction,
+            )?;
+            guest.call(serde_json::json!({"op": "guestd", "lease_ms": 1000}), None)?;
+            Ok(Some(h))
+        }
+        other => Err(Error::Usage(format!(
+            "coordination {other:?}: the real runner runs {}",
+            COORDINATION.join(", ")
+        ))),
+    }
+}
+
+/// hostd's counters over a repetition (metrics after minus before), into
+/// the repetition's result.
+fn hostd_counters(
+    before: &BTreeMap<String, f64>,
+    after: &BTreeMap<String, f64>,
+    out: &mut RunResult,
+) {
+    for (k, name) in [
+        ("boosted_seconds_total", "vm1_boosted_s"),
+        ("boosts_total", "vm1_boosts"),
+        ("helps_total", "vm1_helps"),
+        ("budget_denials_total", "vm1_budget_denials"),
+    ] {
+        if let Some(a) = after.get(k) {
+            let b = before.get(k).copied().unwrap_or(0.0);
+            out.counters.insert(name.into(), a - b);
+        }
+    }
+}
+
 /// The repetitions of one VM cell: one guest boot for the cell, and for
 /// `help-rt` a hostd and a guestd for it.
 #[allow(clippy::too_many_arguments)]
@@ -1358,26 +1406,7 @@ fn run_vm_cell(
     } else {
         None
     };
-    let hostd = match c.coordination.as_str() {
-        "off" => None,
-        "help-rt" => {
-            let h = vm::Hostd::start(
-                &o.exe,
-                &guest,
-                "ioprio-rt",
-                group.as_ref().map(|g| g.root.as_path()),
-                o.vm.hostd_budget_fraction,
-            )?;
-            guest.call(json!({"op": "guestd", "lease_ms": 1000}), None)?;
-            Some(h)
-        }
-        other => {
-            return Err(Error::Usage(format!(
-                "coordination {other:?}: the real runner runs {}",
-                COORDINATION.join(", ")
-            )))
-        }
-    };
+    let hostd = start_coordination(o, c, &mut guest, group.as_ref())?;
     let mut runs = Vec::new();
     for rep in 0..c.repetitions {
         progress(
@@ -1424,18 +1453,7 @@ fn run_vm_cell(
         }
         cleanup.stop_workers();
         if let Some(h) = &hostd {
-            let after = h.metrics();
-            for (k, name) in [
-                ("boosted_seconds_total", "vm1_boosted_s"),
-                ("boosts_total", "vm1_boosts"),
-                ("helps_total", "vm1_helps"),
-                ("budget_denials_total", "vm1_budget_denials"),
-            ] {
-                if let Some(a) = after.get(k) {
-                    let b = before.get(k).copied().unwrap_or(0.0);
-                    out.counters.insert(name.into(), a - b);
-                }
-            }
+            hostd_counters(&before, &h.metrics(), &mut out);
         }
         runs.push(out);
     }

@@ -14,7 +14,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{processes_with, tandem, Scratch};
+use common::{leftovers, named, processes_with, tandem, Scratch};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -851,31 +851,6 @@ host_sched = ["bfq"]
 host_workload = ["1r-seq"]
 "#;
 
-/// The paths a run with this pid names after itself: its run directory,
-/// its devemu instance's state directory and backing file.
-fn run_paths(pid: u32) -> [(String, String); 3] {
-    [
-        ("/run/tandem/bench".into(), format!("{pid}-")),
-        ("/run/tandem/devemu".into(), format!("bench-{pid}-")),
-        (
-            "/var/lib/tandem/devemu".into(),
-            format!("tandem-devemu-bench-{pid}-"),
-        ),
-    ]
-}
-
-/// Entries of `dir` whose name starts with `prefix`.
-fn named(dir: &str, prefix: &str) -> Vec<std::path::PathBuf> {
-    std::fs::read_dir(dir)
-        .map(|rd| {
-            rd.flatten()
-                .filter(|e| e.file_name().to_string_lossy().starts_with(prefix))
-                .map(|e| e.path())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// What the run is doing, from what it wrote and the processes it started.
 #[derive(Default, Debug)]
 struct RunView {
@@ -943,66 +918,6 @@ fn children_of(pid: u32) -> Vec<String> {
         }
     }
     v
-}
-
-/// What is left of the run with this pid: files and directories named
-/// after it, mounts on or of them, processes naming them, loop devices
-/// attached to its image, and its loop device `loop_dev` (from its devemu
-/// record) if it still exists unattached or is in a process's arguments.
-fn leftovers(pid: u32, loop_dev: Option<&str>) -> Vec<String> {
-    let mut left = Vec::new();
-    let prefixes: Vec<String> = run_paths(pid)
-        .iter()
-        .map(|(d, p)| format!("{d}/{p}"))
-        .collect();
-    let ours = |s: &str| prefixes.iter().any(|p| s.starts_with(p.as_str()));
-    for (d, p) in run_paths(pid) {
-        for f in named(&d, &p) {
-            left.push(format!("path {}", f.display()));
-        }
-    }
-    for l in mounts().lines() {
-        let mp = l.split(' ').nth(4).unwrap_or("");
-        let src = l.split(" - ").nth(1).and_then(|r| r.split(' ').nth(1));
-        if ours(mp) || src.is_some_and(|s| ours(s) || Some(s) == loop_dev) {
-            left.push(format!("mount {mp}"));
-        }
-    }
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(c) = std::fs::read(e.path().join("cmdline")) else {
-            continue;
-        };
-        let args: Vec<String> = c
-            .split(|b| *b == 0)
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
-        if args.iter().any(|a| ours(a) || Some(a.as_str()) == loop_dev) {
-            left.push(format!(
-                "process {}: {}",
-                e.path().display(),
-                args.join(" ")
-            ));
-        }
-    }
-    for e in std::fs::read_dir("/sys/block").unwrap().flatten() {
-        let b = std::fs::read_to_string(e.path().join("loop/backing_file")).unwrap_or_default();
-        if ours(b.trim()) {
-            left.push(format!("loop device {:?} on {}", e.file_name(), b.trim()));
-        }
-    }
-    if let Some(dev) = loop_dev {
-        let sys = format!("/sys/block/{}", dev.trim_start_matches("/dev/"));
-        // Unattached for a while: not another instance's being set up.
-        let unbound =
-            || Path::new(&sys).exists() && !Path::new(&sys).join("loop/backing_file").exists();
-        if unbound() {
-            std::thread::sleep(Duration::from_secs(1));
-            if unbound() {
-                left.push(format!("loop device {dev}, unattached"));
-            }
-        }
-    }
-    left
 }
 
 /// When to kill the run.

@@ -3,18 +3,18 @@
 //! guest's disk image on it, boots the guest under QEMU (KVM if it really
 //! runs a guest, TCG otherwise), runs one reader in the guest, makes two
 //! starts of the app with tandem hostd and guestd coordinating, and leaves
-//! nothing behind: no QEMU, no hostd, no loop device, no FUSE mount.
+//! nothing behind: no QEMU, no hostd, no loop device, no FUSE mount (of its
+//! own: other runs may be up at the same time).
 //!
 //! Needs root, /dev/fuse, loop devices, qemu-system-x86 and apt's access to
 //! Debian's packages (`.ci/run` installs what is missing).
 
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{processes_with, Scratch};
+use common::{leftovers, processes_with, Scratch};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -36,22 +36,6 @@ host_workload = ["none"]
 coordination = ["help-rt"]
 "#;
 
-/// Loop devices bound to a file that has `word` in its path.
-fn loops_with(word: &str) -> Vec<String> {
-    let mut v = Vec::new();
-    if let Ok(rd) = std::fs::read_dir("/sys/block") {
-        for e in rd.flatten() {
-            let f = e.path().join("loop/backing_file");
-            if let Ok(b) = std::fs::read_to_string(&f) {
-                if b.contains(word) {
-                    v.push(format!("{}: {}", e.file_name().to_string_lossy(), b.trim()));
-                }
-            }
-        }
-    }
-    v
-}
-
 #[test]
 fn a_vm_cell_runs_in_a_real_guest_and_leaves_nothing_behind() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -63,7 +47,7 @@ fn a_vm_cell_runs_in_a_real_guest_and_leaves_nothing_behind() {
     let scenario = dir.0.join("ci-vm.toml");
     std::fs::write(&scenario, SCENARIO).unwrap();
     let out = dir.0.join("out");
-    let run = Command::new(env!("CARGO_BIN_EXE_tandem"))
+    let child = Command::new(env!("CARGO_BIN_EXE_tandem"))
         .args(["bench", "run"])
         .arg(&scenario)
         .arg("--out")
@@ -77,8 +61,12 @@ fn a_vm_cell_runs_in_a_real_guest_and_leaves_nothing_behind() {
             "1",
             "--quiet",
         ])
-        .output()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .unwrap();
+    let pid = child.id();
+    let run = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(run.status.success(), "tandem bench run failed: {stderr}");
 
@@ -138,51 +126,22 @@ fn a_vm_cell_runs_in_a_real_guest_and_leaves_nothing_behind() {
         "{hostd_log}"
     );
 
-    nothing_left();
+    nothing_left(pid);
 }
 
-/// No QEMU, hostd, worker or devemu daemon, no FUSE mount, no loop device of
-/// a run, no /run/tandem.
-fn nothing_left() {
-    assert!(
-        processes_with(&["qemu-system"]).is_empty(),
-        "QEMU left: {:?}",
-        processes_with(&["qemu-system"])
-    );
-    assert!(
-        processes_with(&["tandem", "hostd"]).is_empty(),
-        "hostd left"
-    );
-    assert!(
-        processes_with(&["bench", "worker"]).is_empty(),
-        "workers left"
-    );
-    assert!(
-        processes_with(&["devemu", "serve"]).is_empty(),
-        "devemu daemon left"
-    );
-    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    assert!(!mounts.contains("tandem-devemu"), "FUSE mount left");
-    assert!(
-        !mounts.contains("/run/tandem"),
-        "a mount under /run/tandem left"
-    );
-    assert!(
-        loops_with("tandem").is_empty(),
-        "{:?}",
-        loops_with("tandem")
-    );
-    assert!(
-        loops_with("vm1.img").is_empty(),
-        "{:?}",
-        loops_with("vm1.img")
-    );
-    assert!(!Path::new("/run/tandem").exists(), "/run/tandem left");
+/// Nothing of the run with this pid is left: no QEMU, hostd, worker or
+/// devemu daemon, FUSE mount, loop device, file or directory of its own (all
+/// name its run directory or devemu instance, see `common::leftovers`), and
+/// no blkio group of its own. Other runs' resources are not looked at: other
+/// tests or users may have theirs up at the same time.
+fn nothing_left(pid: u32) {
+    let left = leftovers(pid, None);
+    assert!(left.is_empty(), "left behind: {left:#?}");
     let groups: Vec<String> = std::fs::read_dir("/sys/fs/cgroup/blkio")
         .map(|d| {
             d.filter_map(|e| e.ok())
                 .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.starts_with("tandem-bench-"))
+                .filter(|n| n.starts_with(&format!("tandem-bench-{pid}-")))
                 .collect()
         })
         .unwrap_or_default();
@@ -257,5 +216,5 @@ fn ctrl_c_in_a_vm_cell_stops_qemu_and_hostd_and_leaves_nothing() {
     let mut e = String::new();
     let _ = std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut e);
     assert!(e.contains("interrupted"), "{e}");
-    nothing_left();
+    nothing_left(pid);
 }

@@ -2,8 +2,9 @@
 // Each test binary uses a part of them.
 #![allow(dead_code)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::Duration;
 
 /// Runs the `tandem` binary under test with `args` and waits for it.
 pub fn tandem(args: &[&str]) -> Output {
@@ -57,4 +58,92 @@ pub fn processes_with(words: &[&str]) -> Vec<u32> {
         }
     }
     v
+}
+
+/// The paths a run with this pid names after itself: its run directory,
+/// its devemu instance's state directory and backing file.
+pub fn run_paths(pid: u32) -> [(String, String); 3] {
+    [
+        ("/run/tandem/bench".into(), format!("{pid}-")),
+        ("/run/tandem/devemu".into(), format!("bench-{pid}-")),
+        (
+            "/var/lib/tandem/devemu".into(),
+            format!("tandem-devemu-bench-{pid}-"),
+        ),
+    ]
+}
+
+/// Entries of `dir` whose name starts with `prefix`.
+pub fn named(dir: &str, prefix: &str) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with(prefix))
+                .map(|e| e.path())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// What is left of the run with this pid: files and directories named
+/// after it, mounts on or of them, processes naming them, loop devices
+/// attached to its image, and its loop device `loop_dev` (from its devemu
+/// record) if it still exists unattached or is in a process's arguments.
+pub fn leftovers(pid: u32, loop_dev: Option<&str>) -> Vec<String> {
+    let mut left = Vec::new();
+    let prefixes: Vec<String> = run_paths(pid)
+        .iter()
+        .map(|(d, p)| format!("{d}/{p}"))
+        .collect();
+    let ours = |s: &str| prefixes.iter().any(|p| s.starts_with(p.as_str()));
+    for (d, p) in run_paths(pid) {
+        for f in named(&d, &p) {
+            left.push(format!("path {}", f.display()));
+        }
+    }
+    for l in std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+    {
+        let mp = l.split(' ').nth(4).unwrap_or("");
+        let src = l.split(" - ").nth(1).and_then(|r| r.split(' ').nth(1));
+        if ours(mp) || src.is_some_and(|s| ours(s) || Some(s) == loop_dev) {
+            left.push(format!("mount {mp}"));
+        }
+    }
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(c) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = c
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        if args.iter().any(|a| ours(a) || Some(a.as_str()) == loop_dev) {
+            left.push(format!(
+                "process {}: {}",
+                e.path().display(),
+                args.join(" ")
+            ));
+        }
+    }
+    for e in std::fs::read_dir("/sys/block").unwrap().flatten() {
+        let b = std::fs::read_to_string(e.path().join("loop/backing_file")).unwrap_or_default();
+        if ours(b.trim()) {
+            left.push(format!("loop device {:?} on {}", e.file_name(), b.trim()));
+        }
+    }
+    if let Some(dev) = loop_dev {
+        let sys = format!("/sys/block/{}", dev.trim_start_matches("/dev/"));
+        // Unattached for a while: not another instance's being set up.
+        let unbound =
+            || Path::new(&sys).exists() && !Path::new(&sys).join("loop/backing_file").exists();
+        if unbound() {
+            std::thread::sleep(Duration::from_secs(1));
+            if unbound() {
+                left.push(format!("loop device {dev}, unattached"));
+            }
+        }
+    }
+    left
 }
