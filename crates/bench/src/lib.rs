@@ -12,12 +12,16 @@
 //! timeout and Ctrl-C (SIGINT, SIGTERM, SIGHUP): workers killed, scheduler
 //! restored, files removed, filesystems unmounted, emulated devices torn down.
 //! A run killed without a chance to clean up (SIGKILL, a crash) leaves its
-//! undo list in its run directory; [`recover_interrupted`] (`tandem bench
-//! cleanup`, and the start of every run) undoes it.
+//! journal in its run directory, each change recorded before it was made
+//! ([`cleanup`]); [`recover_interrupted`] (`tandem bench cleanup`, and the
+//! start of every run) undoes it once the run is dead.
+//!
+//! A real device (`--device`) is written to only with the user's consent
+//! ([`guard`]): a device that holds anything is refused unless `--force`
+//! names it again or the user types its path on a terminal.
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -27,11 +31,15 @@ use experiment::{
     Benchmark, Cell, CellResult, Metric, Pattern, RunMeta, RunResult, Scenario, WorkloadSpec,
 };
 
+pub mod cleanup;
+pub mod guard;
 pub mod guest;
 pub mod record;
 pub mod vm;
 pub mod workers;
 
+pub use cleanup::{recover_interrupted, Cleanup};
+use cleanup::{RunId, SchedRecord};
 use devemu::run_cmd;
 use workers::Kind;
 
@@ -141,8 +149,9 @@ pub struct Options {
     pub workdir: Option<PathBuf>,
     /// Size of each workload file (S: 500 MiB).
     pub file_bytes: u64,
-    /// Run on a mounted device, or format a device that holds a filesystem.
-    pub force: bool,
+    /// The user's consent to write to `device` although it holds data or is
+    /// mounted: the device named again (see [`guard::consent`]).
+    pub force: Option<String>,
     /// Settle time override (seconds).
     pub settle_s: Option<f64>,
     /// Pause before each start override (seconds).
@@ -206,349 +215,6 @@ fn progress(o: &Options, msg: &str) {
     }
 }
 
-/// What the run changed, undone on drop in reverse order.
-///
-/// Everything but the worker processes is also written to `cleanup.json` in
-/// the run directory at every change (the workers die with the run: they
-/// have `PR_SET_PDEATHSIG`), so that a run killed with SIGKILL can be undone
-/// later by [`recover_interrupted`].
-#[derive(Default)]
-pub struct Cleanup {
-    workers: Vec<Child>,
-    /// (scheduler file, original content)
-    sched: Option<(PathBuf, String)>,
-    files: Vec<PathBuf>,
-    dirs: Vec<PathBuf>,
-    mounts: Vec<PathBuf>,
-    devemu: Option<String>,
-    /// The backing file and daemon pid of that emulated device: what
-    /// identifies it, since its loop device (and even its backing file's
-    /// name) may be another instance's by the time a killed run is undone.
-    devemu_backing: Option<PathBuf>,
-    devemu_pid: Option<u32>,
-    /// The run directory's lock, held (`flock`) while the run lives: a list
-    /// whose lock can be taken belongs to a run that is gone.
-    lock: Option<fs::File>,
-    /// blkio groups the run created for its VMs (see [`vm::VmGroup`]).
-    cgroups: Vec<PathBuf>,
-    run_dir: Option<PathBuf>,
-}
-
-/// The undo list's file name in the run directory.
-const UNDO_FILE: &str = "cleanup.json";
-/// Where runs keep their directories (one per run, named by its pid).
-const RUNS_DIR: &str = "/run/tandem/bench";
-
-impl Cleanup {
-    /// Writes the undo list (write and rename, so that a kill never leaves a
-    /// half-written one).
-    fn save(&self) {
-        let Some(dir) = &self.run_dir else {
-            return;
-        };
-        let paths = |v: &[PathBuf]| {
-            v.iter()
-                .map(|p| p.to_string_lossy().into_owned())
-                .collect::<Vec<_>>()
-        };
-        let doc = serde_json::json!({
-            "pid": std::process::id(),
-            "sched": self.sched.as_ref().map(|(f, o)| serde_json::json!([f.to_string_lossy(), o])),
-            "files": paths(&self.files),
-            "dirs": paths(&self.dirs),
-            "mounts": paths(&self.mounts),
-            "devemu": self.devemu,
-            "devemu_backing": self.devemu_backing.as_ref().map(|b| b.to_string_lossy()),
-            "devemu_pid": self.devemu_pid,
-            "cgroups": paths(&self.cgroups),
-        });
-        let tmp = dir.join(format!("{UNDO_FILE}.tmp"));
-        if fs::write(&tmp, doc.to_string()).is_ok() {
-            let _ = fs::rename(&tmp, dir.join(UNDO_FILE));
-        }
-    }
-
-    /// The undo list a run left in `run_dir`, and the run's pid.
-    fn load(run_dir: &Path) -> Option<(u32, Cleanup)> {
-        let text = fs::read_to_string(run_dir.join(UNDO_FILE)).ok()?;
-        let v: serde_json::Value = serde_json::from_str(&text).ok()?;
-        let paths = |k: &str| -> Vec<PathBuf> {
-            v[k].as_array()
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|x| x.as_str())
-                        .map(PathBuf::from)
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
-        let sched = v["sched"].as_array().and_then(|a| {
-            Some((
-                PathBuf::from(a.first()?.as_str()?),
-                a.get(1)?.as_str()?.to_string(),
-            ))
-        });
-        let c = Cleanup {
-            workers: Vec::new(),
-            sched,
-            files: paths("files"),
-            dirs: paths("dirs"),
-            mounts: paths("mounts"),
-            devemu: v["devemu"].as_str().map(str::to_string),
-            devemu_backing: v["devemu_backing"].as_str().map(PathBuf::from),
-            devemu_pid: v["devemu_pid"].as_u64().map(|p| p as u32),
-            lock: None,
-            cgroups: paths("cgroups"),
-            run_dir: Some(run_dir.to_path_buf()),
-        };
-        Some((v["pid"].as_u64()? as u32, c))
-    }
-
-    fn set_run_dir(&mut self, d: PathBuf) -> Result<()> {
-        self.lock = Some(
-            lock_run_dir(&d, true)?
-                .ok_or_else(|| run_err(format!("{}: locked by another run", d.display())))?,
-        );
-        self.run_dir = Some(d);
-        self.save();
-        Ok(())
-    }
-
-    fn set_devemu(&mut self, dev: String, backing: PathBuf, pid: u32) {
-        self.devemu = Some(dev);
-        self.devemu_backing = Some(backing);
-        self.devemu_pid = Some(pid);
-        self.save();
-    }
-
-    /// Whether the emulated device in the list is still the one the run
-    /// brought up: same backing file and daemon. A list without them (none
-    /// recorded) claims nothing.
-    fn devemu_is_ours(&self) -> bool {
-        let Some(dev) = &self.devemu else {
-            return false;
-        };
-        match (
-            &self.devemu_backing,
-            self.devemu_pid,
-            devemu::control::find(dev),
-        ) {
-            (Some(b), Some(pid), Ok(inst)) => &inst.backing == b && inst.pid == pid,
-            _ => false,
-        }
-    }
-
-    fn set_sched(&mut self, file: PathBuf, original: String) {
-        self.sched = Some((file, original));
-        self.save();
-    }
-
-    fn push_file(&mut self, f: PathBuf) {
-        self.files.push(f);
-        self.save();
-    }
-
-    fn push_dir(&mut self, d: PathBuf) {
-        self.dirs.push(d);
-        self.save();
-    }
-
-    fn push_mount(&mut self, m: PathBuf) {
-        self.mounts.push(m);
-        self.save();
-    }
-
-    fn push_cgroup(&mut self, g: PathBuf) {
-        self.cgroups.push(g);
-        self.save();
-    }
-
-    /// What undoing this list does, in words.
-    fn describe(&self) -> Vec<String> {
-        let mut d = Vec::new();
-        if let Some((f, o)) = &self.sched {
-            d.push(format!("{} back to {o}", f.display()));
-        }
-        for m in &self.mounts {
-            d.push(format!("unmount {}", m.display()));
-        }
-        if let Some(dev) = &self.devemu {
-            d.push(format!("tear down the emulated device {dev}"));
-        }
-        if !self.files.is_empty() || !self.dirs.is_empty() {
-            d.push(format!(
-                "remove {} files and {} directories",
-                self.files.len(),
-                self.dirs.len()
-            ));
-        }
-        for g in &self.cgroups {
-            d.push(format!("remove the blkio group {}", g.display()));
-        }
-        d
-    }
-
-    fn stop_workers(&mut self) {
-        for mut c in self.workers.drain(..) {
-            workers::kill(&mut c);
-        }
-    }
-
-    fn restore_sched(&mut self) {
-        if let Some((path, orig)) = &self.sched {
-            let cur = fs::read_to_string(path).unwrap_or_default();
-            if !cur.contains(&format!("[{orig}]")) {
-                let _ = fs::write(path, orig);
-            }
-        }
-    }
-
-    fn finish(&mut self) -> Result<()> {
-        let mut first = None;
-        self.stop_workers();
-        // An emulated device that is no longer the run's (torn down and its
-        // loop device taken by another instance) is left alone, scheduler
-        // included.
-        let devemu_ours = self.devemu_is_ours();
-        if self.devemu.is_none() || devemu_ours {
-            self.restore_sched();
-        }
-        self.sched = None;
-        for f in self.files.drain(..) {
-            let _ = fs::remove_file(f);
-        }
-        for d in self.dirs.drain(..).rev() {
-            let _ = fs::remove_dir_all(d);
-        }
-        let mut still_mounted = Vec::new();
-        for m in self.mounts.drain(..).rev() {
-            match umount(&m) {
-                Ok(()) => {
-                    let _ = fs::remove_dir(&m);
-                }
-                Err(e) => {
-                    first.get_or_insert(e);
-                    still_mounted.push(m);
-                }
-            }
-        }
-        if let Some(dev) = self.devemu.take() {
-            if devemu_ours && still_mounted.is_empty() {
-                if let Err(e) = devemu::down(&dev) {
-                    first.get_or_insert(e);
-                    self.devemu = Some(dev);
-                }
-            }
-        }
-        for g in self.cgroups.drain(..) {
-            // Empty once QEMU has gone (it dies with the run).
-            let _ = fs::remove_dir(g);
-        }
-        if !still_mounted.is_empty() {
-            // Never remove the run directory through a live mount: keep it,
-            // with what is left to undo, for `tandem bench cleanup`.
-            still_mounted.reverse();
-            self.mounts = still_mounted;
-            self.save();
-            return first.map_or(Ok(()), Err);
-        }
-        if let Some(d) = self.run_dir.take() {
-            let _ = fs::remove_dir_all(&d);
-            // /run/tandem/bench, /run/tandem if empty
-            if let Some(p) = d.parent() {
-                let _ = fs::remove_dir(p);
-                if let Some(pp) = p.parent() {
-                    let _ = fs::remove_dir(pp);
-                }
-            }
-        }
-        self.lock = None;
-        first.map_or(Ok(()), Err)
-    }
-}
-
-/// Takes the lock of a run directory (`flock` on its `lock` file):
-/// blocking-free; `None` when another process holds it. `create`: make the
-/// file if missing.
-fn lock_run_dir(dir: &Path, create: bool) -> Result<Option<fs::File>> {
-    use std::os::unix::io::AsRawFd;
-    let path = dir.join("lock");
-    let f = fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(create)
-        .truncate(false)
-        .open(&path)
-        .map_err(|e| run_err(format!("{}: {e}", path.display())))?;
-    // SAFETY: flock on a descriptor we own.
-    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
-        Ok(Some(f))
-    } else {
-        Ok(None)
-    }
-}
-
-/// Undoes what runs that could not clean up (killed with SIGKILL, or crashed)
-/// left behind, from the undo lists in their run directories. A run that is
-/// still going holds its directory's lock and is left alone, whatever its
-/// pid. Returns, per run undone, its pid and what was done; a list that
-/// could not be undone entirely is kept for the next attempt.
-pub fn recover_interrupted() -> Result<Vec<(u32, Vec<String>)>> {
-    let mut done = Vec::new();
-    let Ok(entries) = fs::read_dir(RUNS_DIR) else {
-        return Ok(done);
-    };
-    let mut dirs: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
-    dirs.sort();
-    let mut first = None;
-    for d in dirs {
-        let Ok(Some(lock)) = lock_run_dir(&d, false) else {
-            continue; // alive, or no lock file (not a run directory)
-        };
-        let Some((pid, mut c)) = Cleanup::load(&d) else {
-            continue;
-        };
-        c.lock = Some(lock);
-        let what = c.describe();
-        match c.finish() {
-            Ok(()) => done.push((pid, what)),
-            Err(e) => {
-                first.get_or_insert(e);
-            }
-        }
-    }
-    match first {
-        Some(e) if done.is_empty() => Err(e),
-        _ => Ok(done),
-    }
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        let _ = self.finish();
-    }
-}
-
-fn umount(m: &Path) -> Result<()> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(m.as_os_str().as_bytes()).map_err(|_| run_err("bad path"))?;
-    for _ in 0..100 {
-        // SAFETY: umount2 on a NUL-terminated path.
-        if unsafe { libc::umount2(c.as_ptr(), 0) } == 0 {
-            return Ok(());
-        }
-        let e = std::io::Error::last_os_error();
-        match e.raw_os_error() {
-            // Not a mount point (any more), or gone: nothing to undo.
-            Some(libc::EINVAL) | Some(libc::ENOENT) => return Ok(()),
-            Some(libc::EBUSY) => {}
-            _ => return Err(run_err(format!("unmounting {}: {e}", m.display()))),
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Err(run_err(format!("unmounting {}: busy", m.display())))
-}
-
 /// The sysfs directory of a block device's request queue, and of its stats.
 struct SysBlock {
     queue: PathBuf,
@@ -604,22 +270,8 @@ fn sectors_done(stat: &Path) -> u64 {
 }
 
 fn drop_caches() -> Result<()> {
-    // SAFETY: sync has no arguments.
-    unsafe { libc::sync() };
+    nix::unistd::sync();
     fs::write("/proc/sys/vm/drop_caches", "3").map_err(|e| run_err(format!("dropping caches: {e}")))
-}
-
-fn free_bytes(dir: &Path) -> Option<u64> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
-    // SAFETY: statvfs fills the struct we pass.
-    unsafe {
-        let mut s: libc::statvfs = std::mem::zeroed();
-        if libc::statvfs(c.as_ptr(), &mut s) != 0 {
-            return None;
-        }
-        Some(s.f_bavail as u64 * s.f_frsize as u64)
-    }
 }
 
 fn dev_of(path: &Path) -> Option<u64> {
@@ -650,11 +302,51 @@ pub(crate) fn app_of(name: &str) -> Result<App> {
 
 /// Run the cells and write the outputs into `out`. Needs root.
 pub fn run(o: &Options, out: &Path) -> Result<Vec<CellResult>> {
-    if !devemu::is_root() {
-        return Err(run_err(
-            "tandem bench run needs root (it switches I/O schedulers, drops caches and mounts filesystems); run it with sudo",
-        ));
+    devemu::need_root(
+        "tandem bench run",
+        "it switches I/O schedulers, drops caches, mounts file systems and brings up emulated devices",
+    )?;
+    let devices = check_options(o)?;
+    let app = app_of(&o.scenario.app)?;
+    recover_first();
+    // Then, before anything is written, what the real device holds and the
+    // user's consent.
+    let device_use = match &o.device {
+        Some(d) => {
+            let found = guard::inspect(d)?;
+            Some(guard::consent(
+                d,
+                &found,
+                o.force.as_deref(),
+                &mut guard::Terminal,
+            )?)
+        }
+        None => None,
+    };
+    run_devices(o, out, &devices, &app, device_use.as_ref())
+}
+
+/// What earlier runs killed without a chance to clean up left, undone
+/// before a run starts.
+fn recover_first() {
+    match recover_interrupted() {
+        Ok(done) => {
+            for (pid, what) in done {
+                eprintln!(
+                    "tandem bench: undid what an interrupted run (pid {pid}) left: {}",
+                    what.join("; ")
+                );
+            }
+        }
+        Err(e) => eprintln!(
+            "tandem bench: warning: could not undo all that an interrupted run left ({e}); see tandem bench cleanup"
+        ),
     }
+}
+
+/// The checks of a run's options before anything is touched; returns the
+/// devices the cells name, in order.
+fn check_options(o: &Options) -> Result<Vec<String>> {
     for c in &o.cells {
         if c.has_other_vms() {
             return Err(Error::Usage(format!(
@@ -697,21 +389,27 @@ pub fn run(o: &Options, out: &Path) -> Result<Vec<CellResult>> {
             devices.join(", ")
         )));
     }
-    let app = app_of(&o.scenario.app)?;
-    // First what earlier runs killed without a chance to clean up left.
-    match recover_interrupted() {
-        Ok(done) => {
-            for (pid, what) in done {
-                eprintln!(
-                    "tandem bench: undid what an interrupted run (pid {pid}) left: {}",
-                    what.join("; ")
-                );
-            }
-        }
-        Err(e) => eprintln!(
-            "tandem bench: warning: could not undo all that an interrupted run left ({e}); see tandem bench cleanup"
-        ),
+    if o.force.as_deref().is_some_and(str::is_empty) {
+        return Err(Error::Usage(
+            "--force needs the device again (--force /dev/X), so that it can not apply to another one".into(),
+        ));
     }
+    if o.force.is_some() && o.device.is_none() {
+        return Err(Error::Usage(
+            "--force names the --device it applies to; there is no --device".into(),
+        ));
+    }
+    Ok(devices)
+}
+
+/// Each device's cells in turn, then the outputs.
+fn run_devices(
+    o: &Options,
+    out: &Path,
+    devices: &[String],
+    app: &App,
+    device_use: Option<&guard::DeviceUse>,
+) -> Result<Vec<CellResult>> {
     install_signal_handlers();
     let mut results = Vec::new();
     let mut extra = serde_json::Map::new();
@@ -719,10 +417,20 @@ pub fn run(o: &Options, out: &Path) -> Result<Vec<CellResult>> {
     // every process of the run, the emulated device's included: recorded
     // with the results.
     let steal = devemu::probe::StealMeter::start();
-    for label in &devices {
+    for label in devices {
         let cells: Vec<&Cell> = o.cells.iter().filter(|c| &c.device == label).collect();
         let mut cleanup = Cleanup::default();
-        let r = run_device(o, label, &cells, &app, &mut cleanup, &mut extra);
+        let r = run_device(
+            o,
+            &DeviceRun {
+                label,
+                cells: &cells,
+                app,
+                device_use,
+            },
+            &mut cleanup,
+            &mut extra,
+        );
         let fin = cleanup.finish();
         results.extend(r?);
         fin?;
@@ -777,63 +485,77 @@ fn guest_disk_bytes(files: u32, file_bytes: u64, app_bytes: u64) -> u64 {
     (data + data / 10 + (192 << 20)).div_ceil(1 << 20) << 20
 }
 
-fn run_device(
-    o: &Options,
-    label: &str,
-    cells: &[&Cell],
-    app: &App,
-    cleanup: &mut Cleanup,
-    extra: &mut serde_json::Map<String, serde_json::Value>,
-) -> Result<Vec<CellResult>> {
-    let nfiles = workload_files(cells)?;
-    let app_bytes: u64 = match app {
+/// One device's share of a run.
+struct DeviceRun<'a> {
+    /// The scenario's device (a preset, or the label of `--device`).
+    label: &'a str,
+    cells: &'a [&'a Cell],
+    app: &'a App,
+    /// How the run may use `--device` (consented), `None` when emulated.
+    device_use: Option<&'a guard::DeviceUse>,
+}
+
+/// Space the cells of a device need on it.
+struct Need {
+    /// Host workload files.
+    nfiles: u32,
+    /// The guest's disk image (0 without VM cells).
+    guest_disk: u64,
+    /// All of it, and room for ext4's own.
+    total: u64,
+}
+
+fn need_of(o: &Options, d: &DeviceRun) -> Result<Need> {
+    let nfiles = workload_files(d.cells)?;
+    let app_bytes: u64 = match d.app {
         App::Trace(_, t) => t.files.iter().map(|f| f.size).sum(),
         App::Command(_) => 0,
     };
-    let has_vm = cells.iter().any(|c| !c.is_native());
-    let guest_disk = if has_vm {
-        guest_disk_bytes(guest_workload_files(cells)?, o.file_bytes, app_bytes)
+    let guest_disk = if d.cells.iter().any(|c| !c.is_native()) {
+        guest_disk_bytes(guest_workload_files(d.cells)?, o.file_bytes, app_bytes)
     } else {
         0
     };
-    let need = nfiles as u64 * o.file_bytes + app_bytes + guest_disk + (64 << 20);
-    let run_dir = PathBuf::from("/run/tandem/bench").join(std::process::id().to_string());
-    fs::create_dir_all(&run_dir)
-        .map_err(|e| run_err(format!("creating {}: {e}", run_dir.display())))?;
-    cleanup.set_run_dir(run_dir.clone())?;
+    Ok(Need {
+        nfiles,
+        guest_disk,
+        total: nfiles as u64 * o.file_bytes + app_bytes + guest_disk + (64 << 20),
+    })
+}
 
-    // The device.
-    let (dev, emulated) = match &o.device {
-        Some(d) => {
-            let is_blk = fs::metadata(d).map(|m| m.file_type().is_block_device());
-            match is_blk {
-                Ok(true) => {}
-                Ok(false) => return Err(Error::Usage(format!("--device {d}: not a block device"))),
-                Err(_) => return Err(Error::Usage(format!("--device {d}: no such device"))),
-            }
-            (d.clone(), None)
-        }
-        None => {
-            // Big enough for the files and ext4's own, a little room.
-            let size = (need + need / 4 + (256 << 20)).div_ceil(1 << 20) << 20;
-            progress(
-                o,
-                &format!("bringing up an emulated {label} ({} MiB)", size >> 20),
-            );
-            let inst = devemu::up(&devemu::UpOptions {
-                model: label.to_string(),
-                size,
-                dir: None,
-                exe: o.exe.clone(),
-            })?;
-            let dev = inst.loop_dev.clone().unwrap_or_default();
-            cleanup.set_devemu(dev.clone(), inst.backing.clone(), inst.pid);
-            (dev, Some(inst))
-        }
-    };
-    let sb = sys_block(&dev)?;
+/// The device the run works on: `--device`, or an emulated one it brings
+/// up (recorded in the journal by name before `devemu up` makes anything).
+fn open_device(
+    o: &Options,
+    d: &DeviceRun,
+    need: &Need,
+    cleanup: &mut Cleanup,
+) -> Result<(String, Option<devemu::Instance>)> {
+    if let Some(dev) = &o.device {
+        return Ok((dev.clone(), None));
+    }
+    // Big enough for the files and ext4's own, a little room.
+    let size = (need.total + need.total / 4 + (256 << 20)).div_ceil(1 << 20) << 20;
+    progress(
+        o,
+        &format!("bringing up an emulated {} ({} MiB)", d.label, size >> 20),
+    );
+    let name = RunId::me().devemu_name();
+    cleanup.set_devemu(name.clone())?;
+    let inst = devemu::up(&devemu::UpOptions {
+        model: d.label.to_string(),
+        size,
+        dir: None,
+        exe: o.exe.clone(),
+        name: Some(name),
+    })?;
+    Ok((inst.loop_dev.clone().unwrap_or_default(), Some(inst)))
+}
+
+/// Every scheduler the cells need must be on `dev` before anything runs.
+/// Returns the device's current one.
+fn check_schedulers(cells: &[&Cell], dev: &str, sb: &SysBlock) -> Result<String> {
     let (available, original) = schedulers(&sb.queue);
-    // Every scheduler the cells need must be there, before anything runs.
     for c in cells {
         let k = kernel_sched(&c.host_sched);
         if !available.iter().any(|a| a == k) {
@@ -844,138 +566,143 @@ fn run_device(
             )));
         }
     }
-    cleanup.set_sched(sb.queue.join("scheduler"), original.clone());
+    Ok(original)
+}
 
-    // The filesystem and the work directory.
-    let mounts = devemu::control::mounts_of(&dev);
-    let workdir = if emulated.is_some() {
-        let mnt = run_dir.join("mnt");
-        fs::create_dir_all(&mnt).map_err(|e| run_err(format!("{}: {e}", mnt.display())))?;
-        if let Some(inst) = &emulated {
-            devemu::control::set_timed(inst, false)?;
+/// Format `dev` with ext4 and mount it on `mnt` (recorded first).
+fn format_and_mount(dev: &str, mnt: &Path, extra: &[&str], cleanup: &mut Cleanup) -> Result<()> {
+    fs::create_dir_all(mnt).map_err(|e| run_err(format!("{}: {e}", mnt.display())))?;
+    let mut args = vec!["-q", "-F"];
+    args.extend_from_slice(extra);
+    args.push(dev);
+    run_cmd("mkfs.ext4", &args)?;
+    // Recorded first: a kill between the two must not forget a mount.
+    cleanup.push_mount(mnt.to_path_buf())?;
+    run_cmd("mount", &[dev, &mnt.to_string_lossy()])?;
+    Ok(())
+}
+
+/// The directory the run's files go in: on a device it formats (emulated,
+/// or `--device` unmounted, with consent), or in a directory of its own on
+/// a mounted `--device` (with consent).
+fn make_workdir(
+    o: &Options,
+    d: &DeviceRun,
+    dev: &str,
+    run_dir: &Path,
+    need: &Need,
+    cleanup: &mut Cleanup,
+) -> Result<PathBuf> {
+    let mnt = run_dir.join("mnt");
+    let workdir = match d.device_use {
+        None => {
+            // Emulated: nothing on it but what the run writes, untimed.
+            format_and_mount(
+                dev,
+                &mnt,
+                &["-E", "nodiscard,lazy_itable_init=0,lazy_journal_init=0"],
+                cleanup,
+            )?;
+            mnt
         }
-        run_cmd(
-            "mkfs.ext4",
-            &[
-                "-q",
-                "-F",
-                "-E",
-                "nodiscard,lazy_itable_init=0,lazy_journal_init=0",
-                &dev,
-            ],
-        )?;
-        // Recorded first: a kill between the two must not forget a mount.
-        cleanup.push_mount(mnt.clone());
-        run_cmd("mount", &[&dev, &mnt.to_string_lossy()])?;
-        mnt
-    } else if !mounts.is_empty() {
-        if !o.force {
-            return Err(Error::Usage(format!(
-                "{dev} is mounted on {} and holds data; refused unless --force (the run then creates and removes its files in --workdir or a tandem-bench directory there)",
-                mounts.join(", ")
-            )));
+        Some(guard::DeviceUse::Mounted(mounts)) => {
+            let base = o
+                .workdir
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(&mounts[0]));
+            let w = base.join(format!("tandem-bench-{}", std::process::id()));
+            cleanup.push_dir(w.clone())?;
+            fs::create_dir_all(&w).map_err(|e| run_err(format!("{}: {e}", w.display())))?;
+            w
         }
-        let base = o
-            .workdir
-            .clone()
-            .unwrap_or_else(|| PathBuf::from(&mounts[0]));
-        let d = base.join(format!("tandem-bench-{}", std::process::id()));
-        fs::create_dir_all(&d).map_err(|e| run_err(format!("{}: {e}", d.display())))?;
-        cleanup.push_dir(d.clone());
-        d
-    } else {
-        // Not mounted: format it if it holds nothing (or --force), mount it.
-        let probe = Command::new("blkid")
-            .args(["-p", "-o", "value", "-s", "TYPE", &dev])
-            .output();
-        let fstype = probe
-            .ok()
-            .filter(|p| p.status.success())
-            .map(|p| String::from_utf8_lossy(&p.stdout).trim().to_string())
-            .unwrap_or_default();
-        if !fstype.is_empty() && !o.force {
-            return Err(Error::Usage(format!(
-                "{dev} holds data (a {fstype} filesystem); refused unless --force (which formats it)"
-            )));
+        Some(guard::DeviceUse::Format) => {
+            // Room for the files before formatting anything (ext4 keeps about 5%).
+            let sectors: u64 = fs::read_to_string(sys_block(dev)?.stat.with_file_name("size"))
+                .ok()
+                .and_then(|s| s.trim().parse().ok())
+                .unwrap_or(u64::MAX / 1024);
+            if sectors.saturating_mul(512) / 100 * 90 < need.total {
+                return Err(run_err(format!(
+                    "not enough space on {dev}: the run needs {} MiB, the device has {} MiB (smaller files: --file-mib)",
+                    need.total >> 20,
+                    (sectors * 512) >> 20
+                )));
+            }
+            format_and_mount(dev, &mnt, &[], cleanup)?;
+            mnt
         }
-        // Room for the files before formatting anything (ext4 keeps about 5%).
-        let sectors: u64 = fs::read_to_string(sb.stat.with_file_name("size"))
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-            .unwrap_or(u64::MAX / 1024);
-        if sectors.saturating_mul(512) / 100 * 90 < need {
-            return Err(run_err(format!(
-                "not enough space on {dev}: the run needs {} MiB, the device has {} MiB (smaller files: --file-mib)",
-                need >> 20,
-                (sectors * 512) >> 20
-            )));
-        }
-        let mnt = run_dir.join("mnt");
-        fs::create_dir_all(&mnt).map_err(|e| run_err(format!("{}: {e}", mnt.display())))?;
-        run_cmd("mkfs.ext4", &["-q", "-F", &dev])?;
-        // Recorded first: a kill between the two must not forget a mount.
-        cleanup.push_mount(mnt.clone());
-        run_cmd("mount", &[&dev, &mnt.to_string_lossy()])?;
-        mnt
     };
     if let Some(w) = &o.workdir {
-        if emulated.is_none() && dev_of(w) != rdev_of(&dev) {
+        if d.device_use.is_some() && dev_of(w) != rdev_of(dev) {
             return Err(Error::Usage(format!(
                 "--workdir {}: not on {dev}",
                 w.display()
             )));
         }
     }
-    if let Some(avail) = free_bytes(&workdir) {
-        if avail < need {
+    if let Some(avail) = devemu::control::free_bytes(&workdir) {
+        if avail < need.total {
             return Err(run_err(format!(
                 "not enough space in {}: the run needs {} MiB, {} MiB are free (smaller files: --file-mib)",
                 workdir.display(),
-                need >> 20,
+                need.total >> 20,
                 avail >> 20
             )));
         }
     }
+    Ok(workdir)
+}
 
-    // Files: one per background process, and the app's.
+/// The workload files (one per background process) and the app's, each
+/// recorded before it is written. Returns the files and the app directory.
+fn write_files(
+    o: &Options,
+    d: &DeviceRun,
+    dev: &str,
+    workdir: &Path,
+    need: &Need,
+    cleanup: &mut Cleanup,
+) -> Result<(Vec<PathBuf>, PathBuf)> {
     progress(
         o,
         &format!(
-            "writing {nfiles} workload files of {} MiB on {dev}",
+            "writing {} workload files of {} MiB on {dev}",
+            need.nfiles,
             o.file_bytes >> 20
         ),
     );
-    let files: Vec<PathBuf> = (0..nfiles)
+    let files: Vec<PathBuf> = (0..need.nfiles)
         .map(|i| workdir.join(format!("file{i}")))
         .collect();
     for (i, f) in files.iter().enumerate() {
-        cleanup.push_file(f.clone());
+        cleanup.push_file(f.clone())?;
         check_interrupted()?;
         workers::fill_file(f, o.file_bytes, 0x5eed + i as u64)?;
     }
     let app_dir = workdir.join("app");
-    if let App::Trace(_, t) = app {
-        cleanup.push_dir(app_dir.clone());
+    if let App::Trace(_, t) = d.app {
+        cleanup.push_dir(app_dir.clone())?;
         fill_app_files(&app_dir, t)?;
     }
-    let vm_ctx = if has_vm {
-        Some(prepare_vm(
-            o, cells, app, &workdir, &run_dir, guest_disk, cleanup, extra,
-        )?)
-    } else {
-        None
-    };
-    if let Some(inst) = &emulated {
-        devemu::control::set_timed(inst, true)?;
-    }
+    Ok((files, app_dir))
+}
 
-    // Record the machine and the device.
+/// The machine and the device, for results.json.
+fn record_device(
+    d: &DeviceRun,
+    dev: &str,
+    emulated: Option<&devemu::Instance>,
+    sb: &SysBlock,
+    original: &str,
+    file_bytes: u64,
+    extra: &mut serde_json::Map<String, serde_json::Value>,
+) {
     let kernel = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     extra.insert("kernel".into(), kernel.trim().into());
     let mut dinfo = serde_json::Map::new();
-    dinfo.insert("path".into(), dev.clone().into());
+    dinfo.insert("path".into(), dev.into());
     dinfo.insert("emulated".into(), emulated.is_some().into());
-    if let Some(inst) = &emulated {
+    if let Some(inst) = emulated {
         dinfo.insert("model".into(), inst.model.clone().into());
         dinfo.insert("size_bytes".into(), inst.size.into());
         dinfo.insert("emulator_overhead_ns".into(), inst.overhead_ns.into());
@@ -989,69 +716,156 @@ fn run_device(
         let v = fs::read_to_string(sb.queue.join(k)).unwrap_or_default();
         dinfo.insert(k.into(), v.trim().into());
     }
-    dinfo.insert("original_scheduler".into(), original.clone().into());
-    dinfo.insert("workload_file_bytes".into(), o.file_bytes.into());
-    extra.insert(format!("device:{label}"), dinfo.into());
+    dinfo.insert("original_scheduler".into(), original.into());
+    dinfo.insert("workload_file_bytes".into(), file_bytes.into());
+    extra.insert(format!("device:{}", d.label), dinfo.into());
+}
+
+fn run_device(
+    o: &Options,
+    d: &DeviceRun,
+    cleanup: &mut Cleanup,
+    extra: &mut serde_json::Map<String, serde_json::Value>,
+) -> Result<Vec<CellResult>> {
+    let need = need_of(o, d)?;
+    let run_dir = cleanup.start(RunId::me())?;
+    let (dev, emulated) = open_device(o, d, &need, cleanup)?;
+    let sb = sys_block(&dev)?;
+    let original = check_schedulers(d.cells, &dev, &sb)?;
+    cleanup.set_sched(SchedRecord {
+        file: sb.queue.join("scheduler"),
+        original: original.clone(),
+        tunables: read_tunables(&sb.queue),
+    })?;
+    if let Some(inst) = &emulated {
+        devemu::control::set_timed(inst, false)?;
+    }
+    let workdir = make_workdir(o, d, &dev, &run_dir, &need, cleanup)?;
+    let (files, app_dir) = write_files(o, d, &dev, &workdir, &need, cleanup)?;
+    let vm_ctx = if d.cells.iter().any(|c| !c.is_native()) {
+        Some(prepare_vm(
+            o,
+            d.cells,
+            d.app,
+            &workdir,
+            &run_dir,
+            need.guest_disk,
+            cleanup,
+            extra,
+        )?)
+    } else {
+        None
+    };
+    if let Some(inst) = &emulated {
+        devemu::control::set_timed(inst, true)?;
+    }
+    record_device(
+        d,
+        &dev,
+        emulated.as_ref(),
+        &sb,
+        &original,
+        o.file_bytes,
+        extra,
+    );
     let rotational = fs::read_to_string(sb.queue.join("rotational"))
         .map(|s| s.trim() == "1")
         .unwrap_or(true);
+    let ctx = CellsCtx {
+        d,
+        dev: &dev,
+        sb: &sb,
+        files: &files,
+        app_dir: &app_dir,
+        workdir: &workdir,
+        vm: vm_ctx.as_ref(),
+        rotational,
+    };
+    run_cells(o, &ctx, cleanup, extra)
+}
 
+/// What the cells of a device share once it is ready.
+struct CellsCtx<'a> {
+    d: &'a DeviceRun<'a>,
+    dev: &'a str,
+    sb: &'a SysBlock,
+    files: &'a [PathBuf],
+    app_dir: &'a Path,
+    workdir: &'a Path,
+    vm: Option<&'a VmContext>,
+    rotational: bool,
+}
+
+/// Sets a cell's scheduler and the `--host-tunable`s on the device.
+fn set_cell_sched(o: &Options, k: &str, dev: &str, sb: &SysBlock) -> Result<()> {
+    fs::write(sb.queue.join("scheduler"), k)
+        .map_err(|e| run_err(format!("setting the {k} scheduler on {dev}: {e}")))?;
+    for (key, value) in &o.host_tunables {
+        let f = sb.queue.join("iosched").join(key);
+        fs::write(&f, value).map_err(|e| {
+            Error::Usage(format!(
+                "--host-tunable {key}={value}: {k} on {dev}: {e} (its tunables: {})",
+                read_tunables(&sb.queue)
+                    .keys()
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        })?;
+    }
+    Ok(())
+}
+
+fn run_cells(
+    o: &Options,
+    x: &CellsCtx,
+    cleanup: &mut Cleanup,
+    extra: &mut serde_json::Map<String, serde_json::Value>,
+) -> Result<Vec<CellResult>> {
+    let cells = x.d.cells;
     let mut results = Vec::new();
     let mut tunables = serde_json::Map::new();
     for (ci, c) in cells.iter().enumerate() {
         let k = kernel_sched(&c.host_sched);
-        fs::write(sb.queue.join("scheduler"), k)
-            .map_err(|e| run_err(format!("setting the {k} scheduler on {dev}: {e}")))?;
-        for (key, value) in &o.host_tunables {
-            let f = sb.queue.join("iosched").join(key);
-            fs::write(&f, value).map_err(|e| {
-                Error::Usage(format!(
-                    "--host-tunable {key}={value}: {k} on {dev}: {e} (its tunables: {})",
-                    read_tunables(&sb.queue)
-                        .keys()
-                        .cloned()
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ))
-            })?;
-        }
+        set_cell_sched(o, k, x.dev, x.sb)?;
         tunables.insert(
             k.to_string(),
-            serde_json::to_value(read_tunables(&sb.queue)).unwrap_or_default(),
+            serde_json::to_value(read_tunables(&x.sb.queue)).unwrap_or_default(),
         );
-        if !c.is_native() {
-            let ctx = vm_ctx
-                .as_ref()
-                .ok_or_else(|| run_err("VM cell without a guest"))?;
-            let runs = run_vm_cell(o, c, ci, cells.len(), ctx, &files, rotational, cleanup)?;
-            cleanup.restore_sched();
-            results.push(CellResult {
-                cell: (*c).clone(),
-                runner: "real".into(),
-                metric: Metric::for_benchmark(c.benchmark),
-                runs,
-            });
-            continue;
-        }
-        let mut runs = Vec::new();
-        for rep in 0..c.repetitions {
-            progress(
-                o,
-                &format!(
-                    "cell {}/{} [{}] repetition {}/{}",
-                    ci + 1,
-                    cells.len(),
-                    c.key(),
-                    rep + 1,
-                    c.repetitions
-                ),
-            );
-            let r = run_repetition(
-                o, c, rep, app, &files, &app_dir, &workdir, &sb, rotational, cleanup,
-            );
-            cleanup.stop_workers();
-            runs.push(r?);
-        }
+        let runs = if !c.is_native() {
+            let ctx = x.vm.ok_or_else(|| run_err("VM cell without a guest"))?;
+            run_vm_cell(o, c, ci, cells.len(), ctx, x.files, x.rotational, cleanup)?
+        } else {
+            let mut runs = Vec::new();
+            for rep in 0..c.repetitions {
+                progress(
+                    o,
+                    &format!(
+                        "cell {}/{} [{}] repetition {}/{}",
+                        ci + 1,
+                        cells.len(),
+                        c.key(),
+                        rep + 1,
+                        c.repetitions
+                    ),
+                );
+                let r = run_repetition(
+                    o,
+                    c,
+                    rep,
+                    x.d.app,
+                    x.files,
+                    x.app_dir,
+                    x.workdir,
+                    x.sb,
+                    x.rotational,
+                    cleanup,
+                );
+                cleanup.stop_workers();
+                runs.push(r?);
+            }
+            runs
+        };
         cleanup.restore_sched();
         results.push(CellResult {
             cell: (*c).clone(),
@@ -1060,7 +874,7 @@ fn run_device(
             runs,
         });
     }
-    extra.insert(format!("scheduler_tunables:{label}"), tunables.into());
+    extra.insert(format!("scheduler_tunables:{}", x.d.label), tunables.into());
     Ok(results)
 }
 
@@ -1373,7 +1187,7 @@ fn prepare_vm(
     // The guest's disk, next to the host workload's files as in the paper's
     // setup, filled through a loop mount while the emulator is untimed.
     let disk = workdir.join("vm1.img");
-    cleanup.push_file(disk.clone());
+    cleanup.push_file(disk.clone())?;
     progress(
         o,
         &format!("making the guest's data disk ({} MiB)", disk_bytes >> 20),
@@ -1382,7 +1196,7 @@ fn prepare_vm(
         .map_err(|e| run_err(format!("making the guest disk: {e}")))?;
     let mnt = run_dir.join("guest-disk");
     fs::create_dir_all(&mnt).map_err(|e| run_err(format!("{}: {e}", mnt.display())))?;
-    cleanup.push_mount(mnt.clone());
+    cleanup.push_mount(mnt.clone())?;
     run_cmd(
         "mount",
         &[
@@ -1404,12 +1218,7 @@ fn prepare_vm(
     if let App::Trace(_, t) = app {
         fill_app_files(&mnt.join("app"), t)?;
     }
-    if let Some(m) = cleanup.mounts.last().cloned() {
-        umount(&m)?;
-        cleanup.mounts.pop();
-        cleanup.save();
-        let _ = fs::remove_dir(&m);
-    }
+    cleanup.pop_mount()?;
     let mut info = serde_json::Map::new();
     info.insert("accel".into(), accel.name().into());
     if let vm::Accel::Tcg(why) = &accel {
@@ -1498,6 +1307,54 @@ impl Measured for InGuest<'_> {
     }
 }
 
+/// The cell's coordination: none for `off`; for `help-rt`, hostd on the
+/// host and guestd in the guest.
+fn start_coordination(
+    o: &Options,
+    c: &Cell,
+    guest: &mut vm::Guest,
+    group: Option<&vm::VmGroup>,
+) -> Result<Option<vm::Hostd>> {
+    match c.coordination.as_str() {
+        "off" => Ok(None),
+        "help-rt" => {
+            let h = vm::Hostd::start(
+                &o.exe,
+                guest,
+                "ioprio-rt",
+                group.map(|g| g.root.as_path()),
+                o.vm.hostd_budget_fraction,
+            )?;
+            guest.call(serde_json::json!({"op": "guestd", "lease_ms": 1000}), None)?;
+            Ok(Some(h))
+        }
+        other => Err(Error::Usage(format!(
+            "coordination {other:?}: the real runner runs {}",
+            COORDINATION.join(", ")
+        ))),
+    }
+}
+
+/// hostd's counters over a repetition (metrics after minus before), into
+/// the repetition's result.
+fn hostd_counters(
+    before: &BTreeMap<String, f64>,
+    after: &BTreeMap<String, f64>,
+    out: &mut RunResult,
+) {
+    for (k, name) in [
+        ("boosted_seconds_total", "vm1_boosted_s"),
+        ("boosts_total", "vm1_boosts"),
+        ("helps_total", "vm1_helps"),
+        ("budget_denials_total", "vm1_budget_denials"),
+    ] {
+        if let Some(a) = after.get(k) {
+            let b = before.get(k).copied().unwrap_or(0.0);
+            out.counters.insert(name.into(), a - b);
+        }
+    }
+}
+
 /// The repetitions of one VM cell: one guest boot for the cell, and for
 /// `help-rt` a hostd and a guestd for it.
 #[allow(clippy::too_many_arguments)]
@@ -1543,33 +1400,13 @@ fn run_vm_cell(
     // the root group (vm::VmGroup). Without a cgroup v1 blkio hierarchy, QEMU
     // stays in the root group and help-rt is the RT class alone.
     let group = if o.vm.own_group {
-        vm::VmGroup::create(vm::VM_NAME, guest.pid())?
+        vm::VmGroup::create(vm::VM_NAME, guest.pid(), |d| {
+            cleanup.push_cgroup(d.to_path_buf())
+        })?
     } else {
         None
     };
-    if let Some(g) = &group {
-        cleanup.push_cgroup(g.dir.clone());
-    }
-    let hostd = match c.coordination.as_str() {
-        "off" => None,
-        "help-rt" => {
-            let h = vm::Hostd::start(
-                &o.exe,
-                &guest,
-                "ioprio-rt",
-                group.as_ref().map(|g| g.root.as_path()),
-                o.vm.hostd_budget_fraction,
-            )?;
-            guest.call(json!({"op": "guestd", "lease_ms": 1000}), None)?;
-            Some(h)
-        }
-        other => {
-            return Err(Error::Usage(format!(
-                "coordination {other:?}: the real runner runs {}",
-                COORDINATION.join(", ")
-            )))
-        }
-    };
+    let hostd = start_coordination(o, c, &mut guest, group.as_ref())?;
     let mut runs = Vec::new();
     for rep in 0..c.repetitions {
         progress(
@@ -1616,18 +1453,7 @@ fn run_vm_cell(
         }
         cleanup.stop_workers();
         if let Some(h) = &hostd {
-            let after = h.metrics();
-            for (k, name) in [
-                ("boosted_seconds_total", "vm1_boosted_s"),
-                ("boosts_total", "vm1_boosts"),
-                ("helps_total", "vm1_helps"),
-                ("budget_denials_total", "vm1_budget_denials"),
-            ] {
-                if let Some(a) = after.get(k) {
-                    let b = before.get(k).copied().unwrap_or(0.0);
-                    out.counters.insert(name.into(), a - b);
-                }
-            }
+            hostd_counters(&before, &h.metrics(), &mut out);
         }
         runs.push(out);
     }

@@ -57,12 +57,10 @@ pub fn record_trace(o: &RecordOptions) -> Result<PathBuf> {
             "record-trace: --runs must be at least 1".into(),
         ));
     }
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Err(Error::Run(
-            "record-trace needs root (ftrace, dropping caches); run it with sudo".into(),
-        ));
-    }
+    devemu::need_root(
+        "tandem bench record-trace",
+        "it traces block I/O with ftrace and drops the page cache",
+    )?;
     fs::create_dir_all(&o.out)
         .map_err(|e| Error::Run(format!("creating {}: {e}", o.out.display())))?;
     let scratch = Scratch::new()?;

@@ -17,7 +17,6 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -102,13 +101,7 @@ fn kvm_boots_kernel(kernel: &Path, dir: &Path) -> std::result::Result<(), String
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
-    // SAFETY: prctl in the child before exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            Ok(())
-        });
-    }
+    devemu::die_with_parent(&mut cmd, nix::sys::signal::Signal::SIGKILL);
     let mut child = cmd
         .spawn()
         .map_err(|e| format!("starting {}: {e}", qemu_binary()))?;
@@ -446,13 +439,8 @@ impl Guest {
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log2);
-        // SAFETY: prctl in the child before exec; QEMU dies with the run.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
-            });
-        }
+        // QEMU dies with the run.
+        devemu::die_with_parent(&mut cmd, nix::sys::signal::Signal::SIGKILL);
         let qemu = cmd.spawn().map_err(|e| {
             run_err(format!(
                 "starting {}: {e} (install Debian's qemu-system-x86)",
@@ -626,12 +614,18 @@ pub struct VmGroup {
 
 impl VmGroup {
     /// Creates the group and moves process `pid` (all its threads) into it.
-    /// `None` when the host has no cgroup v1 blkio hierarchy.
-    pub fn create(name: &str, pid: u32) -> Result<Option<VmGroup>> {
+    /// `None` when the host has no cgroup v1 blkio hierarchy. `record` is
+    /// given the group's directory before it is made (the run's journal).
+    pub fn create(
+        name: &str,
+        pid: u32,
+        record: impl FnOnce(&Path) -> Result<()>,
+    ) -> Result<Option<VmGroup>> {
         let Some(root) = agent::sys::cgroup_v1_mount("blkio") else {
             return Ok(None);
         };
         let dir = root.join(format!("tandem-bench-{}-{name}", std::process::id()));
+        record(&dir)?;
         std::fs::create_dir(&dir).map_err(|e| run_err(format!("{}: {e}", dir.display())))?;
         let g = VmGroup { dir, root };
         std::fs::write(g.dir.join("cgroup.procs"), pid.to_string())
@@ -706,14 +700,9 @@ impl Hostd {
             cmd.arg("--budget-fraction").arg(f.to_string());
         }
         cmd.stdin(Stdio::null()).stdout(log).stderr(log2);
-        // SAFETY: prctl in the child before exec. SIGTERM, not SIGKILL, so
-        // hostd still reverts its boosts if the run dies.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
-                Ok(())
-            });
-        }
+        // SIGTERM, not SIGKILL, so hostd still reverts its boosts if the
+        // run dies.
+        devemu::die_with_parent(&mut cmd, nix::sys::signal::Signal::SIGTERM);
         let child = cmd
             .spawn()
             .map_err(|e| run_err(format!("starting tandem hostd: {e}")))?;

@@ -197,20 +197,8 @@ pub fn worker_main(kind: Kind, file: Option<&Path>, rate_bytes_s: f64, seed: u64
 
 /// Make a child die with its parent, and put it in its own process group.
 fn detach_with_parent(cmd: &mut Command) {
-    // SAFETY: prctl and setpgid are async-signal-safe.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::prctl(
-                libc::PR_SET_PDEATHSIG,
-                libc::SIGKILL as libc::c_ulong,
-                0,
-                0,
-                0,
-            );
-            libc::setpgid(0, 0);
-            Ok(())
-        });
-    }
+    devemu::die_with_parent(cmd, nix::sys::signal::Signal::SIGKILL);
+    cmd.process_group(0);
 }
 
 /// Start a worker process.

@@ -16,7 +16,7 @@ pub enum BenchCommand {
     Compare(CompareArgs),
     /// Record a command's cold start-up I/O as an app trace (needs root and python3).
     RecordTrace(RecordTraceArgs),
-    /// Undo what runs killed without a chance to clean up (SIGKILL, a crash) left behind: scheduler, mounts, files, emulated devices (needs root; every run does it first).
+    /// Undo what runs killed without a chance to clean up (SIGKILL, a crash) left behind: scheduler, mounts, files, emulated devices (needs root; every run does it first; runs that still live are left alone).
     Cleanup,
     /// A background reader or writer of a run (started by `run`).
     #[command(hide = true)]
@@ -51,9 +51,12 @@ pub struct BenchRunArgs {
     /// Size of each background process's file, in MiB (S: 500).
     #[arg(long, default_value_t = 500)]
     file_mib: u64,
-    /// Run on a device that is mounted or holds a filesystem (formatting an unmounted one).
-    #[arg(long)]
-    force: bool,
+    /// Go ahead on --device although it is mounted or holds data (a partition table,
+    /// a file system or RAID signature, non-zero bytes at either end), naming the same
+    /// device again: an unmounted one is formatted (all on it is lost). Without it a
+    /// terminal asks; otherwise the run refuses.
+    #[arg(long, value_name = "/dev/X", num_args = 0..=1, default_missing_value = "")]
+    force: Option<String>,
     /// The app: a command line to start instead of the scenario's app (a cmd: app).
     #[arg(long, value_name = "COMMAND")]
     app_cmd: Option<String>,
@@ -302,11 +305,11 @@ pub fn run(cmd: BenchCommand) -> Result<(), Failure> {
             Ok(())
         }
         BenchCommand::Cleanup => {
-            if !devemu::is_root() {
-                return Err(Failure::Run(
-                    "tandem bench cleanup needs root (it restores schedulers and unmounts filesystems); run it with sudo".into(),
-                ));
-            }
+            devemu::need_root(
+                "tandem bench cleanup",
+                "it restores schedulers, unmounts file systems and tears down emulated devices",
+            )
+            .map_err(fail)?;
             let done = bench::recover_interrupted().map_err(fail)?;
             if done.is_empty() {
                 println!("nothing to undo: no interrupted run left anything behind");

@@ -96,6 +96,7 @@ pub fn run(cmd: DevemuCommand) -> Result<(), Failure> {
                 size,
                 dir,
                 exe,
+                name: None,
             })
             .map_err(fail)?;
             println!("{}", inst.loop_dev.unwrap_or_default());

@@ -1,8 +1,7 @@
 //! `tandem devemu`: lifecycle, data path, timing against the model, teardown.
 //!
-//! All but the usage errors need root, /dev/fuse and loop devices: they are
-//! `#[ignore = "needs root: ..."]`, run with `cargo test -- --include-ignored`
-//! (as `tools/test` does, as root), and fail there when one is missing.
+//! Most tests need root, /dev/fuse and loop devices: they are ignored by
+//! default, and CI runs them as root with `-- --include-ignored`.
 //! The tests run one at a time: they measure timing.
 
 use std::fs::OpenOptions;
@@ -11,9 +10,13 @@ use std::path::Path;
 use std::sync::Mutex;
 
 mod common;
-use common::{require, tandem, DEVEMU};
+use common::tandem;
 
 static SERIAL: Mutex<()> = Mutex::new(());
+
+fn can_run() -> bool {
+    devemu::is_root() && Path::new("/dev/fuse").exists() && Path::new("/dev/loop-control").exists()
+}
 
 fn up(model: &str, size: &str) -> String {
     let out = tandem(&["devemu", "up", "--model", model, "--size", size]);
@@ -66,10 +69,10 @@ impl Aligned {
 }
 
 #[test]
-#[ignore = "needs root: an emulated device (/dev/fuse, a loop device)"]
+#[ignore = "needs root: FUSE and a loop device"]
 fn up_data_timing_status_down() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    require(&DEVEMU);
+    assert!(can_run(), "needs root, /dev/fuse and /dev/loop-control");
     let dev = up("hdd-1.8in", "2G");
     let _down = DownOnDrop(dev.clone());
     let inst = devemu::control::find(&dev).expect("recorded");
@@ -173,10 +176,10 @@ fn up_data_timing_status_down() {
 }
 
 #[test]
-#[ignore = "needs root: an emulated device (/dev/fuse, a loop device)"]
+#[ignore = "needs root: FUSE and a loop device"]
 fn down_after_the_daemon_died() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    require(&DEVEMU);
+    assert!(can_run(), "needs root, /dev/fuse and /dev/loop-control");
     let dev = up("emmc", "64M");
     let _down = DownOnDrop(dev.clone());
     let inst = devemu::control::find(&dev).unwrap();
@@ -209,6 +212,18 @@ fn bad_input_is_refused_with_code_2() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("bad size"));
 
+    // Below what the calibration at bring-up reads (its first 64 MiB): it
+    // could never come up.
+    for size in ["1M", "63M", "67108860"] {
+        let out = tandem(&["devemu", "up", "--model", "emmc", "--size", size]);
+        assert_eq!(out.status.code(), Some(2), "{size}");
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            e.contains("at least 64M") && e.contains("calibration"),
+            "{e}"
+        );
+    }
+
     let out = tandem(&["devemu", "up", "--model", "emmc", "--size", "100G"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("capacity"));
@@ -222,5 +237,29 @@ fn bad_input_is_refused_with_code_2() {
         let out = tandem(&["devemu", "up", "--model", "emmc", "--size", "1G"]);
         assert_eq!(out.status.code(), Some(1));
         assert!(String::from_utf8_lossy(&out.stderr).contains("root"));
+    }
+}
+
+#[test]
+#[ignore = "needs root: FUSE and a loop device"]
+fn the_smallest_device_comes_up() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    assert!(can_run(), "needs root, /dev/fuse and /dev/loop-control");
+    for model in ["instant", "hdd-1.8in"] {
+        let dev = up(model, "64M");
+        let _down = DownOnDrop(dev.clone());
+        let name = dev.trim_start_matches("/dev/");
+        let sectors: u64 = std::fs::read_to_string(format!("/sys/block/{name}/size"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        assert_eq!(sectors * 512, 64 << 20);
+        let out = tandem(&["devemu", "down", &dev]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 }

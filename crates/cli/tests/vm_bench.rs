@@ -3,26 +3,18 @@
 //! guest's disk image on it, boots the guest under QEMU (KVM if it really
 //! runs a guest, TCG otherwise), runs one reader in the guest, makes two
 //! starts of the app with tandem hostd and guestd coordinating, and leaves
-//! nothing behind: no QEMU, no hostd, no loop device, no FUSE mount.
+//! nothing behind: no QEMU, no hostd, no loop device, no FUSE mount (of its
+//! own: other runs may be up at the same time).
 //!
 //! Needs root, /dev/fuse, loop devices, qemu-system-x86 and apt's access to
-//! Debian's packages: the tests are `#[ignore = "needs root, ..."]`, run with
-//! `cargo test -- --include-ignored` by `tools/test` (which installs what is
-//! missing), and fail there when something is still missing.
-//!
-//! "Nothing behind" means nothing of this test's run: other runs, a user's
-//! own hostd or QEMU may be on the machine at the same time and are not
-//! looked at (see `common::leftovers_of_run`).
+//! Debian's packages (`.ci/run` installs what is missing).
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{
-    adopt_orphans, descendants, leftovers_of_run, note_devemu, require, DevemuSeen, Need, Scratch,
-    DEVEMU, MKFS_EXT4,
-};
+use common::{leftovers, processes_with, Scratch};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -44,53 +36,23 @@ host_workload = ["none"]
 coordination = ["help-rt"]
 "#;
 
-/// What a VM cell needs: an emulated disk, ext4, QEMU, and apt (the guest
-/// image is made of Debian's kernel and busybox packages).
-fn require_vm() {
-    require(&DEVEMU);
-    require(&[
-        MKFS_EXT4,
-        Need::Tool("qemu-system-x86_64", "qemu-system-x86"),
-        Need::Tool("apt-get", "apt"),
-        Need::Tool("objcopy", "binutils"),
-    ]);
-}
-
-/// Starts `tandem bench run` on the CI scenario in `dir`, with `args`.
-fn spawn_run(dir: &Scratch, args: &[&str]) -> Child {
+#[test]
+fn a_vm_cell_runs_in_a_real_guest_and_leaves_nothing_behind() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    assert!(
+        devemu::is_root(),
+        "VM mode needs root (CI runs as root): run the tests with sudo"
+    );
+    let dir = Scratch::new("vm-bench");
     let scenario = dir.0.join("ci-vm.toml");
     std::fs::write(&scenario, SCENARIO).unwrap();
-    Command::new(env!("CARGO_BIN_EXE_tandem"))
+    let out = dir.0.join("out");
+    let child = Command::new(env!("CARGO_BIN_EXE_tandem"))
         .args(["bench", "run"])
         .arg(&scenario)
         .arg("--out")
-        .arg(dir.0.join("out"))
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        // A file, not a pipe: the test polls the run and reads its messages
-        // only at the end.
-        .stderr(std::fs::File::create(dir.p("stderr.log")).unwrap())
-        .spawn()
-        .unwrap()
-}
-
-/// The run's standard error (once it has ended).
-fn stderr_of(dir: &Scratch) -> String {
-    std::fs::read_to_string(dir.p("stderr.log")).unwrap_or_default()
-}
-
-#[test]
-#[ignore = "needs root, qemu-system-x86_64 and apt: an emulated disk and a guest built from Debian packages"]
-fn a_vm_cell_runs_in_a_real_guest_and_leaves_nothing_behind() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    require_vm();
-    adopt_orphans();
-    let dir = Scratch::new("vm-bench");
-    let out = dir.0.join("out");
-    let mut child = spawn_run(
-        &dir,
-        &[
+        .arg(&out)
+        .args([
             "--file-mib",
             "32",
             "--settle-s",
@@ -98,26 +60,15 @@ fn a_vm_cell_runs_in_a_real_guest_and_leaves_nothing_behind() {
             "--pause-s",
             "1",
             "--quiet",
-        ],
-    );
-    // The emulated disk the run brings up, seen while it runs: its daemon's
-    // command line names its backing file and mount point.
-    let mut devemu = Vec::new();
-    let t0 = Instant::now();
-    let st = loop {
-        note_devemu(&mut devemu);
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(1800),
-            "the run took more than 30 minutes"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    let stderr = stderr_of(&dir);
-    assert!(st.success(), "tandem bench run failed: {stderr}");
-    assert_eq!(devemu.len(), 1, "one emulated disk: {devemu:?}");
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let run = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "tandem bench run failed: {stderr}");
 
     // The result files, with two starts measured in the guest.
     for f in ["results.json", "results.csv", "table.txt"] {
@@ -175,44 +126,71 @@ fn a_vm_cell_runs_in_a_real_guest_and_leaves_nothing_behind() {
         "{hostd_log}"
     );
 
-    nothing_left(child.id(), &devemu);
+    nothing_left(pid);
 }
 
-/// Nothing of run `run_pid` left: no process it started (QEMU, hostd,
-/// workers, the devemu daemon), no mount, loop device or directory of its
-/// own, no blkio group of its, and the emulated disk `devemu` gone.
-fn nothing_left(run_pid: u32, devemu: &[DevemuSeen]) {
-    let left = leftovers_of_run(run_pid, devemu);
-    assert!(left.is_empty(), "the run left: {left:#?}");
+/// Nothing of the run with this pid is left: no QEMU, hostd, worker or
+/// devemu daemon, FUSE mount, loop device, file or directory of its own (all
+/// name its run directory or devemu instance, see `common::leftovers`), and
+/// no blkio group of its own. Other runs' resources are not looked at: other
+/// tests or users may have theirs up at the same time.
+fn nothing_left(pid: u32) {
+    let left = leftovers(pid, None);
+    assert!(left.is_empty(), "left behind: {left:#?}");
+    let groups: Vec<String> = std::fs::read_dir("/sys/fs/cgroup/blkio")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(&format!("tandem-bench-{pid}-")))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(groups.is_empty(), "blkio groups left: {groups:?}");
+}
+
+/// The parent pid of a process.
+fn ppid(pid: u32) -> Option<u32> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    s[s.rfind(')')? + 1..]
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
 }
 
 #[test]
-#[ignore = "needs root, qemu-system-x86_64 and apt: an emulated disk and a guest built from Debian packages"]
 fn ctrl_c_in_a_vm_cell_stops_qemu_and_hostd_and_leaves_nothing() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    require_vm();
-    adopt_orphans();
+    assert!(devemu::is_root(), "VM mode needs root (CI runs as root)");
     let dir = Scratch::new("vm-bench-kill");
-    let mut child = spawn_run(&dir, &["--file-mib", "32", "--settle-s", "30", "--quiet"]);
+    let scenario = dir.0.join("ci-vm.toml");
+    std::fs::write(&scenario, SCENARIO).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(["bench", "run"])
+        .arg(&scenario)
+        .arg("--out")
+        .arg(dir.0.join("out"))
+        .args(["--file-mib", "32", "--settle-s", "30", "--quiet"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     let pid = child.id();
     // Wait until the run's guest and hostd are both up, then Ctrl-C.
-    let mut devemu = Vec::new();
     let t0 = Instant::now();
     loop {
-        note_devemu(&mut devemu);
-        let mine = descendants();
-        let running = |words: &[&str]| {
-            mine.iter()
-                .any(|(_, args)| words.iter().all(|w| args.iter().any(|a| a.contains(w))))
+        let mine = |words: &[&str]| {
+            processes_with(words)
+                .into_iter()
+                .any(|p| ppid(p) == Some(pid))
         };
-        if running(&["qemu-system"]) && running(&["hostd", "run"]) {
+        if mine(&["qemu-system"]) && mine(&["hostd", "run"]) {
             break;
         }
         if let Ok(Some(st)) = child.try_wait() {
-            panic!(
-                "the run ended before its guest was up: {st}: {}",
-                stderr_of(&dir)
-            );
+            let mut e = String::new();
+            let _ = std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut e);
+            panic!("the run ended before its guest was up: {st}: {e}");
         }
         assert!(
             t0.elapsed() < Duration::from_secs(600),
@@ -235,8 +213,8 @@ fn ctrl_c_in_a_vm_cell_stops_qemu_and_hostd_and_leaves_nothing() {
         std::thread::sleep(Duration::from_millis(50));
     };
     assert!(!st.success());
-    let e = stderr_of(&dir);
+    let mut e = String::new();
+    let _ = std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut e);
     assert!(e.contains("interrupted"), "{e}");
-    assert_eq!(devemu.len(), 1, "one emulated disk: {devemu:?}");
-    nothing_left(pid, &devemu);
+    nothing_left(pid);
 }

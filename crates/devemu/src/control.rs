@@ -11,18 +11,26 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant as Clock};
 
+use nix::mount::{umount2, MntFlags};
+use nix::sys::signal::{kill, Signal};
+use nix::sys::wait::{waitpid, WaitPidFlag};
+use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
 
 use crate::engine::{Calibration, Engine};
 use crate::fs::{ImageFs, IMAGE_NAME};
+use crate::loopdev::{self, LoopControl};
 use crate::{check_model, model_capacity, need_root, run_err, show_size, Error, Result};
 use std::sync::Arc;
 
 /// One emulated device, as recorded in its `state.json`.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Instance {
-    /// Number of the state directory.
-    pub id: u32,
+    /// Name of the state directory: a number for `tandem devemu up`, a name
+    /// the caller chose otherwise (`tandem bench run` names it after itself,
+    /// so that its journal can hold the name before the directory exists).
+    #[serde(deserialize_with = "id_from_number_or_name")]
+    pub id: String,
     /// Model name (a devmodel preset or `instant`).
     pub model: String,
     /// Size in bytes.
@@ -51,12 +59,12 @@ pub struct Instance {
 impl Instance {
     /// The state directory.
     pub fn state_dir(&self) -> PathBuf {
-        state_root().join(self.id.to_string())
+        state_root().join(&self.id)
     }
 
     /// Whether the daemon is running.
     pub fn daemon_alive(&self) -> bool {
-        pid_alive(self.pid)
+        daemon_pids(&self.mountpoint).contains(&self.pid)
     }
 
     fn save(&self) -> Result<()> {
@@ -80,6 +88,10 @@ pub struct UpOptions {
     pub dir: Option<PathBuf>,
     /// The `tandem` executable to re-execute as the daemon.
     pub exe: PathBuf,
+    /// Name of the state directory (default: the first free number). A
+    /// caller that names it can record the name before `up` makes anything,
+    /// and undo an `up` killed at any moment with [`teardown_id`].
+    pub name: Option<String>,
 }
 
 /// Options of [`serve`] (the daemon).
@@ -101,35 +113,60 @@ fn state_root() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(crate::STATE_ROOT))
 }
 
-fn pid_alive(pid: u32) -> bool {
-    if pid == 0 {
-        return false;
+/// State files written before ids were names hold a number.
+fn id_from_number_or_name<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<String, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Id {
+        Number(u64),
+        Name(String),
     }
-    // Reap it if it is our own exited child (bench runs bring devices up
-    // from a long-lived process); harmless otherwise.
-    // SAFETY: waitpid with WNOHANG on a pid; no memory is passed.
-    unsafe {
-        libc::waitpid(pid as libc::pid_t, std::ptr::null_mut(), libc::WNOHANG);
+    Ok(match Id::deserialize(d)? {
+        Id::Number(n) => n.to_string(),
+        Id::Name(s) => s,
+    })
+}
+
+/// The command line of process `pid`, argument by argument; `None` when it
+/// is gone or a zombie (whose command line is empty).
+fn argv(pid: u32) -> Option<Vec<String>> {
+    let raw = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    if raw.is_empty() {
+        return None;
     }
-    match fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // Field 3 (after the parenthesised command name) is the state; Z and X are gone.
-        Ok(s) => match s
-            .rfind(')')
-            .and_then(|i| s[i + 1..].split_whitespace().next())
-        {
-            Some("Z") | Some("X") | None => false,
-            Some(_) => {
-                // Guard against pid reuse: the process must be a tandem devemu daemon.
-                fs::read(format!("/proc/{pid}/cmdline"))
-                    .map(|c| {
-                        let c = String::from_utf8_lossy(&c);
-                        c.contains("devemu") && c.contains("serve")
-                    })
-                    .unwrap_or(false)
-            }
-        },
-        Err(_) => false,
-    }
+    Some(
+        raw.split(|b| *b == 0)
+            .filter(|a| !a.is_empty())
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect(),
+    )
+}
+
+/// Whether `args` is a `tandem devemu serve` command line serving `mountpoint`.
+fn serves(args: &[String], mountpoint: &Path) -> bool {
+    let has = |w: &str| args.iter().any(|a| a == w);
+    has("devemu")
+        && has("serve")
+        && args
+            .windows(2)
+            .any(|w| w[0] == "--mountpoint" && Path::new(&w[1]) == mountpoint)
+}
+
+/// The daemons serving `mountpoint`, found by their command line: the
+/// mount point is the instance's own (in its state directory), so a reused
+/// pid, or a daemon whose pid was never recorded (a kill between its start
+/// and the state file's next write), is told apart without the pid.
+/// A zombie's command line is empty, so it is not counted.
+pub fn daemon_pids(mountpoint: &Path) -> Vec<u32> {
+    let Ok(rd) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    rd.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| argv(*pid).is_some_and(|a| serves(&a, mountpoint)))
+        .collect()
 }
 
 /// Every recorded instance, sorted by id.
@@ -149,7 +186,11 @@ pub fn status() -> Result<Vec<Instance>> {
             }
         }
     }
-    v.sort_by_key(|i| i.id);
+    // Numbered ones first, in order; named ones after them.
+    v.sort_by(|a, b| {
+        let n = |i: &Instance| i.id.parse::<u64>().unwrap_or(u64::MAX);
+        n(a).cmp(&n(b)).then_with(|| a.id.cmp(&b.id))
+    });
     Ok(v)
 }
 
@@ -204,11 +245,14 @@ pub fn mounts_of(dev: &str) -> Vec<String> {
         .collect()
 }
 
-/// Runs a command with no input; its stdout (trimmed), or an error with its stderr.
+/// Runs a command with no input; its stdout (trimmed), or an error with its
+/// stderr. It dies with this process (a `mkfs` or `losetup` does not go on
+/// after a kill of the run that started it).
 pub fn run_cmd(prog: &str, args: &[&str]) -> Result<String> {
-    let out = Command::new(prog)
-        .args(args)
-        .stdin(Stdio::null())
+    let mut cmd = Command::new(prog);
+    cmd.args(args).stdin(Stdio::null());
+    crate::die_with_parent(&mut cmd, Signal::SIGKILL);
+    let out = cmd
         .output()
         .map_err(|e| run_err(format!("running {prog}: {e}")))?;
     if !out.status.success() {
@@ -226,68 +270,88 @@ fn sys_block(dev: &str) -> PathBuf {
     PathBuf::from("/sys/block").join(name)
 }
 
-/// The backing file of a loop device, if attached.
-fn loop_backing(dev: &str) -> Option<String> {
-    fs::read_to_string(sys_block(dev).join("loop/backing_file"))
-        .ok()
-        .map(|s| s.trim().to_string())
-}
-
 fn umount(mp: &Path) -> Result<()> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(mp.as_os_str().as_bytes())
-        .map_err(|_| run_err("mount point with a NUL byte"))?;
     let deadline = Clock::now() + Duration::from_secs(5);
     loop {
         if !is_mounted(mp) {
             return Ok(());
         }
-        // SAFETY: umount2 on a NUL-terminated path.
-        let r = unsafe { libc::umount2(c.as_ptr(), 0) };
-        if r == 0 {
-            return Ok(());
-        }
-        let err = std::io::Error::last_os_error();
+        let err = match umount2(mp, MntFlags::empty()) {
+            Ok(()) => return Ok(()),
+            Err(e) => e,
+        };
         if Clock::now() > deadline {
             // Busy for too long: detach it lazily so nothing stays visible.
-            // SAFETY: as above.
-            let r = unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
-            if r == 0 {
-                return Ok(());
-            }
-            return Err(run_err(format!("unmounting {}: {err}", mp.display())));
+            return umount2(mp, MntFlags::MNT_DETACH)
+                .map_err(|_| run_err(format!("unmounting {}: {err}", mp.display())));
         }
         std::thread::sleep(Duration::from_millis(50));
     }
 }
 
-fn stop_daemon(pid: u32) {
-    let deadline = Clock::now() + Duration::from_secs(5);
-    let mut sent_term = false;
-    while pid_alive(pid) {
-        if Clock::now() > deadline {
-            // SAFETY: kill on a pid we verified is our daemon.
-            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
-            std::thread::sleep(Duration::from_millis(100));
-            break;
+/// Stops every daemon serving `mountpoint`. Unmounted, a daemon ends by
+/// itself; one that does not within 2 s gets SIGTERM, and SIGKILL at 4 s.
+/// `recorded`: the daemon's pid as recorded (0: none), reaped too if it was
+/// a child of ours that has exited already.
+fn stop_daemons(mountpoint: &Path, recorded: u32) -> Result<()> {
+    let t0 = Clock::now();
+    let mut sent = None;
+    let mut seen: Vec<u32> = Vec::from_iter((recorded != 0).then_some(recorded));
+    loop {
+        let pids = daemon_pids(mountpoint);
+        if pids.is_empty() {
+            // Reap those that were children of ours (a bench run brings its
+            // device up itself); for any other pid this fails harmlessly.
+            for pid in seen {
+                let _ = waitpid(Pid::from_raw(pid as i32), Some(WaitPidFlag::WNOHANG));
+            }
+            return Ok(());
         }
-        if !sent_term && Clock::now() + Duration::from_secs(3) > deadline {
-            // SAFETY: as above.
-            unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
-            sent_term = true;
+        for p in &pids {
+            if !seen.contains(p) {
+                seen.push(*p);
+            }
+        }
+        let waited = t0.elapsed();
+        if waited > Duration::from_secs(6) {
+            return Err(run_err(format!(
+                "the devemu daemon of {} (pid {pids:?}) did not stop",
+                mountpoint.display()
+            )));
+        }
+        let sig = if waited > Duration::from_secs(4) {
+            Signal::SIGKILL
+        } else {
+            Signal::SIGTERM
+        };
+        if waited > Duration::from_secs(2) && sent != Some(sig) {
+            for pid in &pids {
+                // Gone in between is fine.
+                let _ = kill(Pid::from_raw(*pid as i32), sig);
+            }
+            sent = Some(sig);
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    pid_alive(pid); // reap
 }
 
-/// Allocate a fresh state directory; returns its id.
-fn new_state_dir() -> Result<u32> {
+/// Creates a state directory: `name` when given, else the first free
+/// number. Returns its id.
+fn new_state_dir(name: Option<&str>) -> Result<String> {
     let root = state_root();
     fs::create_dir_all(&root).map_err(|e| run_err(format!("creating {}: {e}", root.display())))?;
+    let make = |id: &str| fs::create_dir(root.join(id));
+    if let Some(n) = name {
+        return make(n).map(|()| n.to_string()).map_err(|e| {
+            run_err(format!(
+                "creating the state directory {}: {e}",
+                root.join(n).display()
+            ))
+        });
+    }
     for id in 0..10_000u32 {
-        match fs::create_dir(root.join(id.to_string())) {
-            Ok(()) => return Ok(id),
+        match make(&id.to_string()) {
+            Ok(()) => return Ok(id.to_string()),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
             Err(e) => {
                 return Err(run_err(format!(
@@ -303,13 +367,32 @@ fn new_state_dir() -> Result<u32> {
     )))
 }
 
-/// Bring an emulated device up; returns its record (with `loop_dev` set).
-pub fn up(o: &UpOptions) -> Result<Instance> {
+/// A state directory name a caller may choose: one path component of
+/// letters, digits, `-` and `_`, not all digits (those are `up`'s own).
+fn check_name(n: &str) -> Result<()> {
+    let ok = !n.is_empty()
+        && n.len() <= 64
+        && n.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        && !n.bytes().all(|b| b.is_ascii_digit());
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::Usage(format!(
+            "bad instance name {n:?}: up to 64 letters, digits, - and _, not all digits"
+        )))
+    }
+}
+
+/// The checks of [`up`] that need neither root nor the machine.
+fn check_up(o: &UpOptions) -> Result<()> {
     check_model(&o.model)?;
-    if o.size < (1 << 20) || o.size % 4096 != 0 {
+    if o.size < crate::MIN_SIZE || o.size % 4096 != 0 {
         return Err(Error::Usage(format!(
-            "bad size {}: must be at least 1M and a multiple of 4K",
-            o.size
+            "bad size {}: an emulated device needs at least {} (its calibration at bring-up reads its first {}) and a multiple of 4K",
+            show_size(o.size),
+            show_size(crate::MIN_SIZE),
+            show_size(crate::probe::CALIBRATION_SPAN),
         )));
     }
     if let Some(cap) = model_capacity(&o.model) {
@@ -323,36 +406,46 @@ pub fn up(o: &UpOptions) -> Result<Instance> {
             )));
         }
     }
-    let dir = match &o.dir {
-        Some(d) => {
-            if !d.is_dir() {
-                return Err(Error::Usage(format!(
-                    "--dir {}: no such directory",
-                    d.display()
-                )));
-            }
-            d.clone()
+    if let Some(n) = &o.name {
+        check_name(n)?;
+    }
+    if let Some(d) = &o.dir {
+        if !d.is_dir() {
+            return Err(Error::Usage(format!(
+                "--dir {}: no such directory",
+                d.display()
+            )));
         }
-        None => PathBuf::from(crate::DEFAULT_DIR),
-    };
-    need_root("tandem devemu up")?;
+    }
+    Ok(())
+}
+
+/// Bring an emulated device up; returns its record (with `loop_dev` set).
+///
+/// Each thing `up` makes is recorded in the instance's `state.json` before
+/// it is made (the state directory holds the record itself, and the daemon
+/// is known by its mount point there), so that [`teardown_id`] undoes an
+/// `up` killed at any moment.
+pub fn up(o: &UpOptions) -> Result<Instance> {
+    check_up(o)?;
+    need_root("tandem devemu up", crate::WHY_UP)?;
     if !Path::new("/dev/fuse").exists() {
         return Err(run_err(
             "/dev/fuse is missing: load the fuse module (modprobe fuse)",
         ));
     }
-    fs::create_dir_all(&dir).map_err(|e| run_err(format!("creating {}: {e}", dir.display())))?;
-    let dir = dir
-        .canonicalize()
-        .map_err(|e| run_err(format!("{}: {e}", dir.display())))?;
-    let id = new_state_dir()?;
+    let dir = o
+        .dir
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(crate::DEFAULT_DIR));
+    let id = new_state_dir(o.name.as_deref())?;
     let mut inst = Instance {
+        backing: dir.join(format!("tandem-devemu-{id}.img")),
+        mountpoint: state_root().join(&id).join("mnt"),
         id,
         model: o.model.clone(),
         size: o.size,
-        backing: dir.join(format!("tandem-devemu-{id}.img")),
         created_backing: false,
-        mountpoint: state_root().join(id.to_string()).join("mnt"),
         pid: 0,
         loop_dev: None,
         created_loop: None,
@@ -369,32 +462,64 @@ pub fn up(o: &UpOptions) -> Result<Instance> {
 }
 
 fn bring_up(o: &UpOptions, inst: &mut Instance) -> Result<()> {
+    inst.save()?;
+    make_backing(o, inst)?;
+    fs::create_dir_all(&inst.mountpoint)
+        .map_err(|e| run_err(format!("creating {}: {e}", inst.mountpoint.display())))?;
+    start_daemon(o, inst)?;
+    let dev = attach_loop(inst)?;
+    let dio = fs::read_to_string(sys_block(&dev).join("loop/dio")).unwrap_or_default();
+    if dio.trim() != "1" {
+        return Err(run_err(format!(
+            "{dev}: the loop device did not enable direct I/O over the FUSE file"
+        )));
+    }
+    tune_queue(&dev, &o.model);
+    calibrate(inst, &dev, &o.model)
+}
+
+/// The (sparse) backing file, recorded as ours before it is made.
+fn make_backing(o: &UpOptions, inst: &mut Instance) -> Result<()> {
+    let dir = inst
+        .backing
+        .parent()
+        .expect("backing file has a directory")
+        .to_path_buf();
+    fs::create_dir_all(&dir).map_err(|e| run_err(format!("creating {}: {e}", dir.display())))?;
     // Free space for the backing file (sparse, but it fills as it is written).
-    let avail = free_bytes(inst.backing.parent().expect("backing file has a directory"));
-    if let Some(avail) = avail {
+    if let Some(avail) = free_bytes(&dir) {
         if avail < o.size {
             eprintln!(
                 "tandem: warning: {} has {} free, less than the device's {}; writes past that will fail",
-                inst.backing.parent().unwrap().display(),
+                dir.display(),
                 show_size(avail),
                 show_size(o.size)
             );
         }
     }
+    // A file of that name that is already there is someone else's: refused
+    // before the record claims it.
+    if fs::symlink_metadata(&inst.backing).is_ok() {
+        return Err(run_err(format!(
+            "{}: exists already; not overwritten",
+            inst.backing.display()
+        )));
+    }
+    inst.created_backing = true;
+    inst.save()?;
     let f = OpenOptions::new()
         .write(true)
         .create_new(true)
         .open(&inst.backing)
         .map_err(|e| run_err(format!("creating {}: {e}", inst.backing.display())))?;
-    inst.created_backing = true;
     f.set_len(o.size)
-        .map_err(|e| run_err(format!("sizing {}: {e}", inst.backing.display())))?;
-    drop(f);
-    fs::create_dir_all(&inst.mountpoint)
-        .map_err(|e| run_err(format!("creating {}: {e}", inst.mountpoint.display())))?;
-    inst.save()?;
+        .map_err(|e| run_err(format!("sizing {}: {e}", inst.backing.display())))
+}
 
-    // The daemon: this executable again, detached in its own session.
+/// The daemon: this executable again, detached in its own session; waits
+/// for its mount. It is known by its mount point (see [`daemon_pids`]), so
+/// a kill before its pid is recorded still finds it.
+fn start_daemon(o: &UpOptions, inst: &mut Instance) -> Result<()> {
     let log_path = inst.state_dir().join("serve.log");
     let log =
         File::create(&log_path).map_err(|e| run_err(format!("{}: {e}", log_path.display())))?;
@@ -409,7 +534,7 @@ fn bring_up(o: &UpOptions, inst: &mut Instance) -> Result<()> {
     // SAFETY: setsid is async-signal-safe and touches no memory.
     unsafe {
         cmd.pre_exec(|| {
-            libc::setsid();
+            nix::unistd::setsid()?;
             Ok(())
         });
     }
@@ -442,47 +567,59 @@ fn bring_up(o: &UpOptions, inst: &mut Instance) -> Result<()> {
     }
     // The daemon outlives this process; dropping the handle does not kill it.
     drop(child);
+    Ok(())
+}
 
-    // A loop device of our own (created now, removed at `down`): the queue
-    // settings below then leave no trace on the machine's other loop devices.
-    let index = add_loop()?;
-    inst.created_loop = Some(index);
+/// A loop device of our own (created now, removed at `down`): the queue
+/// settings then leave no trace on the machine's other loop devices. Its
+/// index and name are recorded before it is created and attached.
+fn attach_loop(inst: &mut Instance) -> Result<String> {
+    let ctl = LoopControl::lock()?;
+    let index = ctl.add(|n| {
+        inst.created_loop = Some(n);
+        inst.save()
+    })?;
     let dev = format!("/dev/loop{index}");
-    inst.save()?;
-    let image_s = image.to_string_lossy().to_string();
-    run_cmd("losetup", &["--direct-io=on", &dev, &image_s])?;
     inst.loop_dev = Some(dev.clone());
     inst.save()?;
-    let dio = fs::read_to_string(sys_block(&dev).join("loop/dio")).unwrap_or_default();
-    if dio.trim() != "1" {
-        return Err(run_err(format!(
-            "{dev}: the loop device did not enable direct I/O over the FUSE file"
-        )));
+    let image = inst.mountpoint.join(IMAGE_NAME);
+    run_cmd(
+        "losetup",
+        &["--direct-io=on", &dev, &image.to_string_lossy()],
+    )?;
+    drop(ctl);
+    Ok(dev)
+}
+
+/// Tell the block layer what kind of device this is: BFQ and the other
+/// schedulers idle or not depending on it.
+fn tune_queue(dev: &str, model: &str) {
+    let Ok(m) = devmodel::preset(model) else {
+        return;
+    };
+    let rot = if m.info().rotational { "1" } else { "0" };
+    let _ = fs::write(sys_block(dev).join("queue/rotational"), rot);
+    // A disk's default read-ahead (VM_READAHEAD_PAGES, 128 KiB), not the
+    // loop driver's (twice its I/O size, 2.5 MiB here).
+    let _ = fs::write(sys_block(dev).join("queue/read_ahead_kb"), "128");
+    // Keep the I/O scheduler in charge: by default the loop device takes 128
+    // requests from the scheduler at once, which then wait in the emulator
+    // in arrival order. Writing nr_requests while no scheduler is attached
+    // shrinks the driver's tag depth, and that depth stays when a scheduler
+    // is attached later. The kernel's floor is 4 (BLKDEV_MIN_RQ).
+    let depth = m.info().default_queue_depth.max(4);
+    let q = sys_block(dev).join("queue");
+    let sched = fs::read_to_string(q.join("scheduler")).unwrap_or_default();
+    if sched.contains("[none]") {
+        let _ = fs::write(q.join("nr_requests"), depth.to_string());
     }
-    // Tell the block layer what kind of device this is: BFQ and the other
-    // schedulers idle or not depending on it.
-    if let Ok(m) = devmodel::preset(&o.model) {
-        let rot = if m.info().rotational { "1" } else { "0" };
-        let _ = fs::write(sys_block(&dev).join("queue/rotational"), rot);
-        // A disk's default read-ahead (VM_READAHEAD_PAGES, 128 KiB), not the
-        // loop driver's (twice its I/O size, 2.5 MiB here).
-        let _ = fs::write(sys_block(&dev).join("queue/read_ahead_kb"), "128");
-        // Keep the I/O scheduler in charge: by default the loop device takes 128
-        // requests from the scheduler at once, which then wait in the emulator
-        // in arrival order. Writing nr_requests while no scheduler is attached
-        // shrinks the driver's tag depth, and that depth stays when a scheduler
-        // is attached later. The kernel's floor is 4 (BLKDEV_MIN_RQ).
-        let depth = m.info().default_queue_depth.max(4);
-        let q = sys_block(&dev).join("queue");
-        let sched = fs::read_to_string(q.join("scheduler")).unwrap_or_default();
-        if sched.contains("[none]") {
-            let _ = fs::write(q.join("nr_requests"), depth.to_string());
-        }
-    }
-    // Measure the kernel path's round trip while the daemon still completes
-    // each request after a fixed delay (no model), then put the model in
-    // force with that overhead taken out.
-    let (c0, c1) = measure_overhead(&dev, &o.model)?;
+}
+
+/// Measure the kernel path's round trip while the daemon still completes
+/// each request after a fixed delay (no model), then put the model in
+/// force with that overhead taken out.
+fn calibrate(inst: &mut Instance, dev: &str, model: &str) -> Result<()> {
+    let (c0, c1) = measure_overhead(dev, model)?;
     inst.overhead_ns = c0;
     inst.overhead_ps_per_byte = c1;
     inst.save()?;
@@ -490,8 +627,8 @@ fn bring_up(o: &UpOptions, inst: &mut Instance) -> Result<()> {
     fs::write(&cal, format!("{c0} {c1}\n"))
         .map_err(|e| run_err(format!("{}: {e}", cal.display())))?;
     let ack = inst.state_dir().join("calibrated");
-    // SAFETY: a signal to the daemon we started.
-    unsafe { libc::kill(inst.pid as libc::pid_t, libc::SIGUSR1) };
+    kill(Pid::from_raw(inst.pid as i32), Signal::SIGUSR1)
+        .map_err(|e| run_err(format!("signalling the devemu daemon: {e}")))?;
     let deadline = Clock::now() + Duration::from_secs(5);
     while !ack.exists() {
         if Clock::now() > deadline {
@@ -525,153 +662,136 @@ fn measure_overhead(dev: &str, model: &str) -> Result<(u64, u64)> {
     Ok((c0, c1))
 }
 
-const LOOP_CTL_ADD: libc::c_ulong = 0x4C80;
-const LOOP_CTL_REMOVE: libc::c_ulong = 0x4C81;
-
-/// Create a new loop device with an unused index (from 64 up, away from the
-/// ones losetup hands out first); returns the index.
-fn add_loop() -> Result<u32> {
-    use std::os::unix::io::AsRawFd;
-    let ctl = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/loop-control")
-        .map_err(|e| {
-            run_err(format!(
-                "/dev/loop-control: {e} (is the loop module loaded?)"
-            ))
-        })?;
-    for n in 64..1024u32 {
-        if Path::new(&format!("/sys/block/loop{n}")).exists() {
-            continue;
-        }
-        // SAFETY: LOOP_CTL_ADD takes the index as its integer argument.
-        let r = unsafe { libc::ioctl(ctl.as_raw_fd(), LOOP_CTL_ADD as _, n as libc::c_ulong) };
-        if r < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.raw_os_error() == Some(libc::EEXIST) {
-                continue;
-            }
-            return Err(run_err(format!("creating /dev/loop{n}: {e}")));
-        }
-        let node = PathBuf::from(format!("/dev/loop{n}"));
-        let deadline = Clock::now() + Duration::from_secs(5);
-        while !node.exists() {
-            if Clock::now() > deadline {
-                remove_loop(n);
-                return Err(run_err(format!("{} did not appear", node.display())));
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        return Ok(n);
-    }
-    Err(run_err("no free loop device index below 1024"))
+/// Bytes free for an unprivileged writer on the file system of `dir`.
+pub fn free_bytes(dir: &Path) -> Option<u64> {
+    let s = nix::sys::statvfs::statvfs(dir).ok()?;
+    Some(s.blocks_available() as u64 * s.fragment_size() as u64)
 }
 
-/// Remove a loop device created by [`add_loop`] (retrying while it is busy).
-fn remove_loop(n: u32) -> bool {
-    use std::os::unix::io::AsRawFd;
-    let Ok(ctl) = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/loop-control")
-    else {
-        return false;
+/// Detach and remove the instance's loop device, if it is still the one
+/// `up` made: attached to the instance's image, or created and not attached
+/// (under the loop lock, see [`crate::loopdev`]). A device bound to another
+/// file is another's by now and left alone.
+fn release_loop(inst: &Instance) -> Result<()> {
+    let image = inst.mountpoint.join(IMAGE_NAME);
+    let index = inst
+        .created_loop
+        .or_else(|| inst.loop_dev.as_deref().and_then(loopdev::index_of));
+    let Some(n) = index else {
+        return Ok(());
     };
-    let deadline = Clock::now() + Duration::from_secs(10);
-    loop {
-        if !Path::new(&format!("/sys/block/loop{n}")).exists() {
-            return true;
+    let dev = format!("/dev/loop{n}");
+    if loopdev::bound_to(n, &image) {
+        run_cmd("losetup", &["-d", &dev])?;
+        // Wait until the kernel has really let go of the file (a brief
+        // opener such as udev's probe defers the detach).
+        let deadline = Clock::now() + Duration::from_secs(10);
+        while loopdev::bound_to(n, &image) {
+            if Clock::now() > deadline {
+                return Err(run_err(format!(
+                    "{dev}: the loop device did not detach within 10 s"
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(20));
         }
-        // SAFETY: LOOP_CTL_REMOVE takes the index as its integer argument.
-        let r = unsafe { libc::ioctl(ctl.as_raw_fd(), LOOP_CTL_REMOVE as _, n as libc::c_ulong) };
-        if r == 0 {
-            return true;
-        }
-        if Clock::now() > deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(20));
     }
-}
-
-fn free_bytes(dir: &Path) -> Option<u64> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
-    // SAFETY: statvfs fills the struct we pass.
-    unsafe {
-        let mut s: libc::statvfs = std::mem::zeroed();
-        if libc::statvfs(c.as_ptr(), &mut s) != 0 {
-            return None;
-        }
-        Some(s.f_bavail as u64 * s.f_frsize as u64)
+    if inst.created_loop.is_some() {
+        LoopControl::lock()?.remove_unbound(n)?;
     }
+    Ok(())
 }
 
 /// Undo whatever of `inst` exists: loop device, mount, daemon, backing file,
-/// state directory. Best effort; returns the first failure.
+/// state directory. Each step tolerates a thing that was recorded but never
+/// made (a kill between the record and the making). Best effort; returns
+/// the first failure, and keeps the state directory (the record) then.
 fn teardown(inst: &Instance) -> Result<()> {
     let mut first: Option<Error> = None;
-    let mut note = |e: Error| {
-        if first.is_none() {
-            first = Some(e);
+    let mut note = |r: Result<()>| {
+        if let Err(e) = r {
+            first.get_or_insert(e);
         }
     };
-    if let Some(dev) = &inst.loop_dev {
-        let image = inst.mountpoint.join(IMAGE_NAME);
-        if loop_backing(dev).is_some_and(|b| Path::new(&b) == image) {
-            if let Err(e) = run_cmd("losetup", &["-d", dev]) {
-                note(e);
-            }
-            // Wait until the kernel has really let go of the file (a brief
-            // opener such as udev's probe defers the detach).
-            let deadline = Clock::now() + Duration::from_secs(10);
-            while loop_backing(dev).is_some_and(|b| Path::new(&b) == image) {
-                if Clock::now() > deadline {
-                    note(run_err(format!(
-                        "{dev}: the loop device did not detach within 10 s"
-                    )));
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        }
-    }
-    if let Some(n) = inst.created_loop {
-        if !remove_loop(n) {
-            note(run_err(format!(
-                "/dev/loop{n}: could not remove the loop device (busy)"
-            )));
-        }
-    }
-    if let Err(e) = umount(&inst.mountpoint) {
-        note(e);
-    }
-    stop_daemon(inst.pid);
+    note(release_loop(inst));
+    // Unmount, stop the daemons, and unmount again: a daemon that was
+    // starting may have mounted in between.
+    note(umount(&inst.mountpoint));
+    note(stop_daemons(&inst.mountpoint, inst.pid));
+    note(umount(&inst.mountpoint));
     if inst.created_backing {
         if let Err(e) = fs::remove_file(&inst.backing) {
             if e.kind() != std::io::ErrorKind::NotFound {
-                note(run_err(format!("removing {}: {e}", inst.backing.display())));
+                note(Err(run_err(format!(
+                    "removing {}: {e}",
+                    inst.backing.display()
+                ))));
             }
         }
-        // The default directory goes too once empty.
-        let default = Path::new(crate::DEFAULT_DIR);
-        if inst.backing.parent() == Some(default) && fs::remove_dir(default).is_ok() {
-            let _ = fs::remove_dir(default.parent().expect("/var/lib/tandem"));
-        }
+    }
+    // The default directory goes too once empty.
+    let default = Path::new(crate::DEFAULT_DIR);
+    if inst.backing.parent() == Some(default) && fs::remove_dir(default).is_ok() {
+        let _ = fs::remove_dir(default.parent().expect("/var/lib/tandem"));
     }
     if first.is_none() {
-        let _ = fs::remove_dir_all(inst.state_dir());
-        // Leave nothing behind: remove the state root when empty.
-        let root = state_root();
-        let _ = fs::remove_dir(&root);
-        if let Some(parent) = root.parent() {
-            if parent.ends_with("tandem") {
-                let _ = fs::remove_dir(parent);
-            }
-        }
+        remove_state_dir(&inst.state_dir());
     }
     first.map_or(Ok(()), Err)
+}
+
+/// Removes a state directory, then the state root and `/run/tandem` when
+/// they are empty. Never through a mount: a still-mounted mount point stays.
+fn remove_state_dir(dir: &Path) {
+    if is_mounted(&dir.join("mnt")) {
+        return;
+    }
+    let _ = fs::remove_dir_all(dir);
+    let root = state_root();
+    let _ = fs::remove_dir(&root);
+    if let Some(parent) = root.parent() {
+        if parent.ends_with("tandem") {
+            let _ = fs::remove_dir(parent);
+        }
+    }
+}
+
+/// Undo the instance in state directory `id` (a name given to [`up`]),
+/// whatever of it exists: what `tandem bench run` calls for the device it
+/// brought up, after a kill at any moment of [`up`] or later. Nothing to do
+/// when the directory is not there (the kill came before it was made).
+pub fn teardown_id(id: &str) -> Result<()> {
+    check_name(id)?;
+    let dir = state_root().join(id);
+    if !dir.exists() {
+        return Ok(());
+    }
+    match fs::read_to_string(dir.join("state.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str::<Instance>(&t).ok())
+    {
+        Some(inst) => {
+            if let Some(d) = &inst.loop_dev {
+                if loopdev::index_of(d)
+                    .is_some_and(|n| loopdev::bound_to(n, &inst.mountpoint.join(IMAGE_NAME)))
+                {
+                    let m = mounts_of(d);
+                    if !m.is_empty() {
+                        return Err(run_err(format!(
+                            "{d} is mounted on {}; unmount it first",
+                            m.join(", ")
+                        )));
+                    }
+                }
+            }
+            teardown(&inst)
+        }
+        // Killed between making the directory and its first record: it
+        // holds nothing else.
+        None => {
+            remove_state_dir(&dir);
+            Ok(())
+        }
+    }
 }
 
 /// Find the instance for `dev` (`/dev/loopN`, `loopN`).
@@ -694,7 +814,7 @@ pub fn find(dev: &str) -> Result<Instance> {
 /// Tear down the emulated device `dev`. Refused while a filesystem on it is
 /// mounted.
 pub fn down(dev: &str) -> Result<Instance> {
-    need_root("tandem devemu down")?;
+    need_root("tandem devemu down", crate::WHY_DOWN)?;
     let inst = find(dev)?;
     if let Some(d) = &inst.loop_dev {
         let m = mounts_of(d);
@@ -711,7 +831,7 @@ pub fn down(dev: &str) -> Result<Instance> {
 
 /// Tear down every recorded device.
 pub fn down_all() -> Result<Vec<Instance>> {
-    need_root("tandem devemu down")?;
+    need_root("tandem devemu down", crate::WHY_DOWN)?;
     let mut done = Vec::new();
     for inst in status()? {
         if let Some(d) = &inst.loop_dev {
@@ -840,8 +960,8 @@ pub fn set_timed(inst: &Instance, timed: bool) -> Result<()> {
             inst.pid
         )));
     }
-    // SAFETY: a signal to our daemon (checked alive just above).
-    unsafe { libc::kill(inst.pid as libc::pid_t, libc::SIGUSR1) };
+    kill(Pid::from_raw(inst.pid as i32), Signal::SIGUSR1)
+        .map_err(|e| run_err(format!("signalling the devemu daemon: {e}")))?;
     let deadline = Clock::now() + Duration::from_secs(5);
     while !ack.exists() {
         if Clock::now() > deadline {
@@ -850,4 +970,50 @@ pub fn set_timed(inst: &Instance, timed: bool) -> Result<()> {
         std::thread::sleep(Duration::from_millis(5));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_daemon_is_known_by_its_mount_point() {
+        let args = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let mp = Path::new("/run/tandem/devemu/bench-1-2/mnt");
+        let daemon = args(&[
+            "/usr/bin/tandem",
+            "devemu",
+            "serve",
+            "--model",
+            "emmc",
+            "--mountpoint",
+            "/run/tandem/devemu/bench-1-2/mnt",
+        ]);
+        assert!(serves(&daemon, mp));
+        // Another instance's daemon, or a command that only names the path.
+        assert!(!serves(&daemon, Path::new("/run/tandem/devemu/3/mnt")));
+        let viewer = args(&["less", "--mountpoint", "/run/tandem/devemu/bench-1-2/mnt"]);
+        assert!(!serves(&viewer, mp));
+    }
+
+    #[test]
+    fn names_and_sizes() {
+        assert!(check_name("bench-123-456").is_ok());
+        for bad in ["", "12", "../x", "a/b", "a b"] {
+            assert!(check_name(bad).is_err(), "{bad:?}");
+        }
+        let o = |size| UpOptions {
+            model: "emmc".into(),
+            size,
+            dir: None,
+            exe: PathBuf::from("tandem"),
+            name: None,
+        };
+        assert!(check_up(&o(crate::MIN_SIZE)).is_ok());
+        let e = check_up(&o(crate::MIN_SIZE - 4096)).unwrap_err();
+        assert!(
+            matches!(&e, Error::Usage(m) if m.contains("at least 64M")),
+            "{e}"
+        );
+    }
 }

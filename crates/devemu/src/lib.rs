@@ -18,6 +18,7 @@ use std::fmt;
 pub mod control;
 pub mod engine;
 pub mod fs;
+pub mod loopdev;
 pub mod probe;
 
 pub use control::{down, down_all, run_cmd, serve, status, up, Instance, ServeOptions, UpOptions};
@@ -29,6 +30,10 @@ pub const STATE_ROOT: &str = "/run/tandem/devemu";
 /// Default directory for backing files (not /tmp or /run: they can be large,
 /// and /run is in memory).
 pub const DEFAULT_DIR: &str = "/var/lib/tandem/devemu";
+
+/// The smallest emulated device: the calibration at bring-up reads the
+/// first [`probe::CALIBRATION_SPAN`] bytes, so a smaller one can not come up.
+pub const MIN_SIZE: u64 = probe::CALIBRATION_SPAN;
 
 /// The model name of the zero-cost mode: every request is answered as soon as
 /// the backing file has served it. Used to measure the emulator's own cost.
@@ -135,20 +140,46 @@ pub fn show_size(bytes: u64) -> String {
 
 /// True when running as root.
 pub fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
+    nix::unistd::geteuid().is_root()
 }
 
-/// The error for commands that need root.
-pub fn need_root(what: &str) -> Result<()> {
+/// The error for commands that need root: `what` needs root because `why`.
+pub fn need_root(what: &str, why: &str) -> Result<()> {
     if is_root() {
         Ok(())
     } else {
         Err(Error::Run(format!(
-            "{what} needs root (it mounts a FUSE filesystem and attaches a loop device); run it with sudo"
+            "{what} needs root ({why}); run it as root, e.g. with sudo"
         )))
     }
 }
+
+/// Makes a child of this process die with it: `sig` when the spawning
+/// thread ends (`PR_SET_PDEATHSIG`), and no start at all if this process is
+/// already gone when the child sets that up (the race `prctl` alone leaves).
+/// What a run starts (mkfs, mount, workers, QEMU) then never outlives a run
+/// killed with SIGKILL.
+pub fn die_with_parent(cmd: &mut std::process::Command, sig: nix::sys::signal::Signal) {
+    use std::os::unix::process::CommandExt;
+    let parent = nix::unistd::getpid();
+    // SAFETY: prctl and getppid are async-signal-safe, and the closure
+    // allocates nothing (an Errno converts to io::Error without allocating).
+    unsafe {
+        cmd.pre_exec(move || {
+            nix::sys::prctl::set_pdeathsig(sig)?;
+            if nix::unistd::getppid() != parent {
+                return Err(nix::errno::Errno::ESRCH.into());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Why `up` needs root.
+pub(crate) const WHY_UP: &str = "it mounts a FUSE filesystem and attaches a loop device";
+/// Why `down` needs root.
+pub(crate) const WHY_DOWN: &str =
+    "it detaches and removes loop devices, unmounts FUSE file systems and stops their daemons";
 
 #[cfg(test)]
 mod tests {

@@ -241,7 +241,10 @@ fn model_time(model: &str, reqs: &[IoRequest]) -> Option<Nanos> {
 
 /// Probe `dev`. Needs root (O_DIRECT on a block device).
 pub fn probe(dev: &str, o: &ProbeOptions) -> Result<ProbeReport> {
-    crate::need_root("tandem devemu probe")?;
+    crate::need_root(
+        "tandem devemu probe",
+        "it reads the block device directly, with O_DIRECT",
+    )?;
     let inst = crate::control::find(dev).ok();
     let model = match (&o.model, &inst) {
         (Some(m), _) => {
@@ -355,7 +358,10 @@ pub fn probe(dev: &str, o: &ProbeOptions) -> Result<ProbeReport> {
 /// ranges of `bytes` each in `block`-byte O_DIRECT requests: the highest rate
 /// the emulator sustains. Returns MB/s and daemon CPU seconds.
 pub fn throughput(dev: &str, jobs: usize, block: u64, bytes: u64) -> Result<(f64, Option<f64>)> {
-    crate::need_root("tandem devemu probe")?;
+    crate::need_root(
+        "tandem devemu probe",
+        "it reads the block device directly, with O_DIRECT",
+    )?;
     let path = if dev.starts_with('/') {
         dev.to_string()
     } else {
@@ -406,9 +412,16 @@ pub fn throughput(dev: &str, jobs: usize, block: u64, bytes: u64) -> Result<(f64
     ))
 }
 
-/// Offsets of the calibration's `n` reads of `bytes` over the first 64 MiB.
+/// How much of the device the calibration's reads spread over: its first
+/// 64 MiB (far enough apart that a disk model seeks between them, as it
+/// will in a run). The last read ends at this offset, so it is also the
+/// smallest device that can be calibrated ([`crate::MIN_SIZE`]).
+pub const CALIBRATION_SPAN: u64 = 64 << 20;
+
+/// Offsets of the calibration's `n` reads of `bytes` over the first
+/// [`CALIBRATION_SPAN`] bytes.
 fn calibration_offsets(bytes: u64, n: usize) -> Vec<u64> {
-    offsets(n as u64, 64 << 20, 7)
+    offsets(n as u64, CALIBRATION_SPAN, 7)
         .into_iter()
         .map(|off| off / bytes * bytes)
         .collect()

@@ -2,8 +2,9 @@
 // Each test binary uses a part of them.
 #![allow(dead_code)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::Duration;
 
 /// Runs the `tandem` binary under test with `args` and waits for it.
 pub fn tandem(args: &[&str]) -> Output {
@@ -133,165 +134,89 @@ pub fn require(needs: &[Need]) {
     );
 }
 
-// ------------------------------------------------- what a test itself started
-//
-// Other users of the machine (a user's own hostd, other test runs) may run
-// devemu daemons, QEMU, loop devices and FUSE mounts at the same time: a
-// "nothing left behind" check looks only at what this test started.
-
-/// Makes this test process the reaper of its orphaned descendants
-/// (`PR_SET_CHILD_SUBREAPER`): a daemon that a run started and left behind
-/// (the devemu daemon detaches with setsid) stays in this process's tree,
-/// where [`descendants`] finds it, instead of going to init.
-pub fn adopt_orphans() {
-    // SAFETY: prctl with an integer argument, on this process only.
-    let r = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
-    assert_eq!(
-        r,
-        0,
-        "PR_SET_CHILD_SUBREAPER: {}",
-        std::io::Error::last_os_error()
-    );
+/// The paths a run with this pid names after itself: its run directory,
+/// its devemu instance's state directory and backing file.
+pub fn run_paths(pid: u32) -> [(String, String); 3] {
+    [
+        ("/run/tandem/bench".into(), format!("{pid}-")),
+        ("/run/tandem/devemu".into(), format!("bench-{pid}-")),
+        (
+            "/var/lib/tandem/devemu".into(),
+            format!("tandem-devemu-bench-{pid}-"),
+        ),
+    ]
 }
 
-/// This process's live descendants (zombies excluded): pid and command line
-/// (arguments split).
-pub fn descendants() -> Vec<(u32, Vec<String>)> {
-    // pid -> (parent, state) of every process.
-    let mut procs = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
-            continue;
-        };
-        // After the command name in parentheses: state, ppid.
-        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
-            continue;
-        };
-        let mut f = rest.split_whitespace();
-        let (Some(state), Some(Ok(ppid))) = (f.next(), f.next().map(str::parse::<u32>)) else {
-            continue;
-        };
-        procs.push((pid, ppid, state == "Z"));
-    }
-    let mut mine = vec![std::process::id()];
-    let mut i = 0;
-    while i < mine.len() {
-        let parent = mine[i];
-        mine.extend(procs.iter().filter(|p| p.1 == parent).map(|p| p.0));
-        i += 1;
-    }
-    mine.into_iter()
-        .skip(1)
-        .filter(|pid| !procs.iter().any(|p| p.0 == *pid && p.2))
-        .filter_map(|pid| {
-            let c = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-            let args = String::from_utf8_lossy(&c)
-                .split('\0')
-                .filter(|a| !a.is_empty())
-                .map(str::to_string)
-                .collect::<Vec<_>>();
-            (!args.is_empty()).then_some((pid, args))
+/// Entries of `dir` whose name starts with `prefix`.
+pub fn named(dir: &str, prefix: &str) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with(prefix))
+                .map(|e| e.path())
+                .collect()
         })
-        .collect()
+        .unwrap_or_default()
 }
 
-/// An emulated device a run brought up, as its daemon's command line names
-/// it: the backing file and the FUSE mount point.
-#[derive(Clone, Debug, PartialEq)]
-pub struct DevemuSeen {
-    pub backing: String,
-    pub mountpoint: String,
-}
-
-/// Adds to `seen` the emulated devices whose daemon (`tandem devemu serve`)
-/// is now among this process's descendants. Called while a run goes on.
-pub fn note_devemu(seen: &mut Vec<DevemuSeen>) {
-    for (_, args) in descendants() {
-        if !(args.iter().any(|a| a == "devemu") && args.iter().any(|a| a == "serve")) {
-            continue;
-        }
-        let after = |flag: &str| {
-            let i = args.iter().position(|a| a == flag)?;
-            args.get(i + 1).cloned()
-        };
-        if let (Some(backing), Some(mountpoint)) = (after("--backing"), after("--mountpoint")) {
-            let d = DevemuSeen {
-                backing,
-                mountpoint,
-            };
-            if !seen.contains(&d) {
-                seen.push(d);
-            }
-        }
-    }
-}
-
-/// Loop devices whose backing file path contains `word`.
-pub fn loops_with(word: &str) -> Vec<String> {
-    let mut v = Vec::new();
-    for e in std::fs::read_dir("/sys/block")
-        .into_iter()
-        .flatten()
-        .flatten()
-    {
-        let f = e.path().join("loop/backing_file");
-        if let Ok(b) = std::fs::read_to_string(&f) {
-            if b.contains(word) {
-                v.push(format!("{}: {}", e.file_name().to_string_lossy(), b.trim()));
-            }
-        }
-    }
-    v
-}
-
-/// What `tandem bench run` with pid `run_pid` left behind, from this test's
-/// own view: live descendants of this process (with [`adopt_orphans`], any
-/// process the run started), its run directory `/run/tandem/bench/<pid>`
-/// and mounts and loop devices under it, its blkio groups
-/// (`tandem-bench-<pid>-*`), and the emulated devices in `devemu`
-/// (mounted, attached, or their backing file still there). Empty when the
-/// run cleaned up.
-pub fn leftovers_of_run(run_pid: u32, devemu: &[DevemuSeen]) -> Vec<String> {
-    let mut left: Vec<String> = descendants()
-        .into_iter()
-        .map(|(pid, args)| format!("process {pid}: {}", args.join(" ")))
+/// What is left of the run with this pid: files and directories named
+/// after it, mounts on or of them, processes naming them, loop devices
+/// attached to its image, and its loop device `loop_dev` (from its devemu
+/// record) if it still exists unattached or is in a process's arguments.
+pub fn leftovers(pid: u32, loop_dev: Option<&str>) -> Vec<String> {
+    let mut left = Vec::new();
+    let prefixes: Vec<String> = run_paths(pid)
+        .iter()
+        .map(|(d, p)| format!("{d}/{p}"))
         .collect();
-    let run_dir = format!("/run/tandem/bench/{run_pid}");
-    if std::path::Path::new(&run_dir).exists() {
-        left.push(run_dir.clone());
-    }
-    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    let mounted = |p: &str| {
-        mounts
-            .lines()
-            .filter_map(|l| l.split(' ').nth(4))
-            .any(|m| m == p || m.starts_with(&format!("{p}/")))
-    };
-    if mounted(&run_dir) {
-        left.push(format!("a mount under {run_dir}"));
-    }
-    left.extend(loops_with(&format!("{run_dir}/")));
-    for d in devemu {
-        if mounted(&d.mountpoint) {
-            left.push(format!("FUSE mount {}", d.mountpoint));
-        }
-        left.extend(loops_with(&d.backing));
-        if std::path::Path::new(&d.backing).exists() {
-            left.push(format!("backing file {}", d.backing));
+    let ours = |s: &str| prefixes.iter().any(|p| s.starts_with(p.as_str()));
+    for (d, p) in run_paths(pid) {
+        for f in named(&d, &p) {
+            left.push(format!("path {}", f.display()));
         }
     }
-    let prefix = format!("tandem-bench-{run_pid}-");
-    for e in std::fs::read_dir("/sys/fs/cgroup/blkio")
-        .into_iter()
-        .flatten()
-        .flatten()
+    for l in std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
     {
-        let n = e.file_name().to_string_lossy().into_owned();
-        if n.starts_with(&prefix) {
-            left.push(format!("blkio group {n}"));
+        let mp = l.split(' ').nth(4).unwrap_or("");
+        let src = l.split(" - ").nth(1).and_then(|r| r.split(' ').nth(1));
+        if ours(mp) || src.is_some_and(|s| ours(s) || Some(s) == loop_dev) {
+            left.push(format!("mount {mp}"));
+        }
+    }
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(c) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = c
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        if args.iter().any(|a| ours(a) || Some(a.as_str()) == loop_dev) {
+            left.push(format!(
+                "process {}: {}",
+                e.path().display(),
+                args.join(" ")
+            ));
+        }
+    }
+    for e in std::fs::read_dir("/sys/block").unwrap().flatten() {
+        let b = std::fs::read_to_string(e.path().join("loop/backing_file")).unwrap_or_default();
+        if ours(b.trim()) {
+            left.push(format!("loop device {:?} on {}", e.file_name(), b.trim()));
+        }
+    }
+    if let Some(dev) = loop_dev {
+        let sys = format!("/sys/block/{}", dev.trim_start_matches("/dev/"));
+        // Unattached for a while: not another instance's being set up.
+        let unbound =
+            || Path::new(&sys).exists() && !Path::new(&sys).join("loop/backing_file").exists();
+        if unbound() {
+            std::thread::sleep(Duration::from_secs(1));
+            if unbound() {
+                left.push(format!("loop device {dev}, unattached"));
+            }
         }
     }
     left
