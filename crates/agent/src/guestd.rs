@@ -7,7 +7,7 @@
 //! restarted, the VM migrated), and then asks again for what is still needed.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::thread;
@@ -192,25 +192,23 @@ pub fn parse_hint(line: &str) -> Option<(u64, Option<u32>)> {
 }
 
 fn spawn_hint_socket(path: &Path, tx: Sender<Ev>) -> Result<()> {
-    if let Some(d) = path.parent() {
-        let _ = std::fs::create_dir_all(d);
-    }
-    if path.exists() {
-        if UnixStream::connect(path).is_ok() {
-            return Err(err(format!("{}: in use (another guestd?)", path.display())));
-        }
-        let _ = std::fs::remove_file(path);
-    }
-    let l = UnixListener::bind(path).map_err(|e| err(format!("{}: {e}", path.display())))?;
-    thread::spawn(move || {
-        for s in l.incoming().flatten() {
+    let l = crate::listen::bind_unix(path, "hint socket")?;
+    // A sender per connection thread: Sender is Send but not Sync.
+    let tx = std::sync::Mutex::new(tx);
+    crate::listen::serve(
+        "tandem guestd: hint socket".into(),
+        "hint",
+        l,
+        crate::listen::CLIENT_LIMITS,
+        move |s: UnixStream| {
             let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+            let _ = s.set_write_timeout(Some(Duration::from_secs(2)));
             let mut line = String::new();
-            let Ok(c) = s.try_clone() else { continue };
-            let _ = BufReader::new(c).take(128).read_line(&mut line);
+            let _ = BufReader::new(&s).take(128).read_line(&mut line);
             let mut s = s;
             match parse_hint(&line) {
                 Some((ms, pid)) => {
+                    let tx = tx.lock().unwrap_or_else(|e| e.into_inner()).clone();
                     let _ = tx.send(Ev::Guest(GuestEvent::Explicit {
                         duration_ns: ms * MS,
                         pid,
@@ -222,14 +220,19 @@ fn spawn_hint_socket(path: &Path, tx: Sender<Ev>) -> Result<()> {
                         s.write_all(b"error: expected `hint MS [PID]` with MS from 1 to 600000\n");
                 }
             }
-        }
-    });
-    Ok(())
+        },
+    )
 }
 
 /// `tandem hint`: asks the local guestd for help for `ms` milliseconds.
 pub fn send_hint(socket: &Path, ms: u64, pid: Option<u32>) -> Result<()> {
     let mut s = UnixStream::connect(socket).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::PermissionDenied && !crate::is_root() {
+            return err(format!(
+                "{}: permission denied: guestd's hint socket is root's; run this as root",
+                socket.display()
+            ));
+        }
         err(format!(
             "{}: {e} (is tandem guestd running? --socket gives another path)",
             socket.display()
@@ -286,6 +289,11 @@ fn open_channel(o: &GuestdOptions, id: u64, tx: Sender<Ev>) -> Option<Channel> {
 pub fn run(o: GuestdOptions) -> Result<()> {
     if o.name.is_empty() || o.name.len() > policy::protocol::MAX_VM_NAME_BYTES {
         return Err(err("--name: 1 to 64 bytes"));
+    }
+    if o.netlink && !crate::is_root() {
+        return Err(err(
+            "guestd needs root: it listens to the process connector for execs (CAP_NET_ADMIN) and reads every process's /proc/PID/io; run it as root (or, to try it without, --no-netlink and a --hint-socket of your own)",
+        ));
     }
     sys::install_stop_handlers();
     let (tx, rx) = mpsc::channel();

@@ -3,7 +3,8 @@
 //! CPU and memory while idle and under a steady stream of hints.
 //!
 //! It starts a real hostd (`tandem hostd run`, a child process) serving one
-//! VM whose "QEMU" is a sleeping child process. For each hint the guest side
+//! VM whose "QEMU" is an idle child process (`tandem hostd fake-qemu` under
+//! QEMU's name). For each hint the guest side
 //! ([`GuestCore`], the same code as guestd's) takes an exec event, and the
 //! HELP it returns is written to the channel; the clock stops when
 //! `ioprio_get` on the VM's thread shows the boost. Then the process's exit
@@ -80,11 +81,11 @@ pub fn bench_latency(o: &LatencyOptions) -> Result<String> {
     let dir = std::env::temp_dir().join(format!("tandem-latency-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| err(e.to_string()))?;
     let mut kids = Kids(Vec::new(), dir.clone());
-    let vm = Command::new("sleep")
-        .arg("3600")
-        .stdin(Stdio::null())
-        .spawn()
-        .map_err(|e| err(format!("sleep: {e}")))?;
+    // hostd serves only a QEMU process: the stand-in is this binary's idle
+    // `hostd fake-qemu` under QEMU's name.
+    let vm = crate::testkit::fake_qemu_command(&dir, &o.exe)
+        .and_then(|mut c| c.args(["hostd", "fake-qemu"]).spawn())
+        .map_err(|e| err(format!("starting the stand-in QEMU: {e}")))?;
     let vm_pid = vm.id();
     kids.0.push(vm);
     let sock = dir.join("vm.sock");

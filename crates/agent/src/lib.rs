@@ -14,10 +14,12 @@ pub mod actuator;
 pub mod guestd;
 pub mod hostd;
 pub mod latency;
+pub mod listen;
 pub mod qmp;
 pub mod sys;
 pub mod testkit;
 pub mod transport;
+pub mod vmproc;
 
 use std::time::Instant;
 

@@ -76,9 +76,16 @@ pub fn threads(pid: u32) -> io::Result<Vec<u32>> {
 /// reused id is never mistaken for the task it replaced.
 pub fn start_time(path_pid: &str) -> Option<u64> {
     let s = std::fs::read_to_string(format!("/proc/{path_pid}/stat")).ok()?;
-    // The command name may hold spaces and parentheses: fields start after the last ')'.
-    let rest = &s[s.rfind(')')? + 2..];
-    rest.split(' ').nth(19)?.parse().ok()
+    crate::vmproc::parse_start_time(&s)
+}
+
+/// The process (thread group) thread `tid` belongs to (`Tgid:` in
+/// `/proc/TID/status`).
+pub fn thread_group(tid: u32) -> Option<u32> {
+    let s = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
+    s.lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))
+        .and_then(|v| v.trim().parse().ok())
 }
 
 /// Start time of thread `tid` of any process.
@@ -437,6 +444,7 @@ mod tests {
         let me = std::process::id();
         assert!(threads(me).unwrap().contains(&me));
         assert!(start_time(&me.to_string()).is_some());
+        assert_eq!(thread_group(me), Some(me));
         assert!(cpu_and_rss(me).is_some());
         assert!(ioprio_get(me).is_ok());
     }

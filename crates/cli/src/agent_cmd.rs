@@ -22,6 +22,9 @@ pub enum HostdCommand {
     /// A start-up-like burst of reads through a fake VM (tests).
     #[command(hide = true)]
     FakeBurst(FakeBurstArgs),
+    /// An idle process with threads and open files, run under QEMU's name (tests).
+    #[command(hide = true)]
+    FakeQemu(FakeQemuArgs),
 }
 
 #[derive(Args)]
@@ -42,7 +45,7 @@ pub struct HostdRunArgs {
     /// Control socket for `tandem hostd status`.
     #[arg(long)]
     control: Option<PathBuf>,
-    /// Prometheus metrics on unix:PATH or HOST:PORT.
+    /// Prometheus metrics on unix:PATH (default: hostd-metrics.sock beside the control socket), HOST:PORT (TCP), or off.
     #[arg(long)]
     metrics: Option<String>,
     /// ioprio actuator: ioprio-rt, ioprio-be0 or none.
@@ -65,6 +68,12 @@ pub struct HostdRunArgs {
     /// Messages a channel may send at once above the rate.
     #[arg(long)]
     rate_burst: Option<f64>,
+    /// Bytes per second hostd reads from a channel (a faster guest waits).
+    #[arg(long, value_name = "BYTES")]
+    rate_limit_bytes: Option<f64>,
+    /// Bytes a channel may send at once above that rate (at least 256).
+    #[arg(long, value_name = "BYTES")]
+    rate_burst_bytes: Option<f64>,
     /// Look for new threads and exited VMs this often (ms).
     #[arg(long)]
     rescan_ms: Option<u64>,
@@ -111,6 +120,19 @@ pub struct FakeVmArgs {
     threads: usize,
     #[arg(long)]
     control: PathBuf,
+}
+
+#[derive(Args)]
+pub struct FakeQemuArgs {
+    /// Idle threads beside the main one.
+    #[arg(long, default_value_t = 0)]
+    threads: usize,
+    /// A file to hold open for reading (repeatable).
+    #[arg(long)]
+    read: Vec<PathBuf>,
+    /// A file to hold open for writing (repeatable).
+    #[arg(long)]
+    write: Vec<PathBuf>,
 }
 
 #[derive(Args)]
@@ -221,6 +243,12 @@ fn hostd_config(a: HostdRunArgs) -> Result<agent::hostd::HostdConfig, Failure> {
     if let Some(v) = a.rate_burst {
         c.rate_burst = v;
     }
+    if let Some(v) = a.rate_limit_bytes {
+        c.rate_limit_bytes = v;
+    }
+    if let Some(v) = a.rate_burst_bytes {
+        c.rate_burst_bytes = v;
+    }
     if let Some(v) = a.rescan_ms {
         c.rescan_ms = v;
     }
@@ -252,6 +280,8 @@ pub fn run_hostd(cmd: HostdCommand) -> Result<(), Failure> {
                     "hostd needs root: it sets the I/O priority of QEMU's threads".into(),
                 ));
             }
+            // A pid that is not a QEMU process is bad input.
+            c.check_processes().map_err(|e| Failure::Usage(e.0))?;
             agent::hostd::Hostd::new(c)
                 .map_err(fail)?
                 .run()
@@ -289,6 +319,9 @@ pub fn run_hostd(cmd: HostdCommand) -> Result<(), Failure> {
         }
         HostdCommand::FakeVm(a) => {
             agent::testkit::fake_vm_main(&a.image, a.threads, &a.control).map_err(fail)
+        }
+        HostdCommand::FakeQemu(a) => {
+            agent::testkit::fake_qemu_main(a.threads, &a.read, &a.write).map_err(fail)
         }
         HostdCommand::FakeBurst(a) => {
             let s = agent::testkit::burst_main(&a.control, a.reads, a.kib, a.seed, a.run)
