@@ -121,7 +121,7 @@ pub fn check_qemu(pid: u32, what: &str) -> Result<ProcessId> {
     })?;
     let exe = exe(pid).map_err(|e| {
         err(format!(
-            "{what}: /proc/{pid}/exe: {e}{}",
+            "{what}: pid={pid} cannot be checked to be a QEMU process: /proc/{pid}/exe: {e}{}",
             crate::listen::root_hint(&e, Path::new("/proc"))
         ))
     })?;
