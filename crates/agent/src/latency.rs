@@ -33,7 +33,8 @@ pub struct LatencyOptions {
     pub phase_s: f64,
 }
 
-struct Kids(Vec<Child>, PathBuf);
+/// Child processes stopped (SIGTERM, then SIGKILL) and a directory removed on drop.
+pub(crate) struct Kids(pub(crate) Vec<Child>, pub(crate) PathBuf);
 impl Drop for Kids {
     fn drop(&mut self) {
         for c in self.0.iter_mut().rev() {
@@ -53,7 +54,7 @@ impl Drop for Kids {
     }
 }
 
-fn wait_for(p: &Path) -> Result<()> {
+pub(crate) fn wait_for(p: &Path) -> Result<()> {
     let t = Instant::now();
     while !p.exists() {
         if t.elapsed() > Duration::from_secs(10) {
@@ -64,7 +65,7 @@ fn wait_for(p: &Path) -> Result<()> {
     Ok(())
 }
 
-fn pct(v: &mut [f64], p: f64) -> f64 {
+pub(crate) fn pct(v: &mut [f64], p: f64) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     if v.is_empty() {
         return f64::NAN;
@@ -97,6 +98,12 @@ pub fn bench_latency(o: &LatencyOptions) -> Result<String> {
         .arg("--state-file")
         .arg(dir.join("hostd.state"))
         .args(["--rate-limit", "1000000", "--rate-burst", "1000000"])
+        .args([
+            "--rate-limit-bytes",
+            "100000000",
+            "--rate-burst-bytes",
+            "100000000",
+        ])
         .stdin(Stdio::null())
         .spawn()
         .map_err(|e| err(format!("{}: {e}", o.exe.display())))?;

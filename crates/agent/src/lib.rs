@@ -13,6 +13,7 @@
 pub mod actuator;
 pub mod guestd;
 pub mod hostd;
+pub mod hostile;
 pub mod latency;
 pub mod listen;
 pub mod qmp;

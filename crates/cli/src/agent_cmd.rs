@@ -16,6 +16,8 @@ pub enum HostdCommand {
     Metrics(ControlArgs),
     /// Measure the hint latency (guest exec -> boost applied) and hostd's CPU and memory (needs root).
     BenchLatency(LatencyArgs),
+    /// Measure hostd's CPU, memory and another VM's boost latency under hostile inputs (needs root).
+    BenchHostile(HostileArgs),
     /// A VM-like process whose reads go through a pool of threads (tests).
     #[command(hide = true)]
     FakeVm(FakeVmArgs),
@@ -110,6 +112,16 @@ pub struct LatencyArgs {
     /// Seconds of the idle and of the load phase.
     #[arg(long, default_value_t = 10.0)]
     phase_s: f64,
+}
+
+#[derive(Args)]
+pub struct HostileArgs {
+    /// Seconds each hostile input runs while it is measured.
+    #[arg(long, default_value_t = 10.0)]
+    window_s: f64,
+    /// Boosts of the quiet VM timed during each input.
+    #[arg(long, default_value_t = 20)]
+    trials: usize,
 }
 
 #[derive(Args)]
@@ -315,6 +327,23 @@ pub fn run_hostd(cmd: HostdCommand) -> Result<(), Failure> {
                 phase_s: a.phase_s,
             };
             print!("{}", agent::latency::bench_latency(&o).map_err(fail)?);
+            Ok(())
+        }
+        HostdCommand::BenchHostile(a) => {
+            if !(a.window_s.is_finite() && a.window_s > 0.0 && a.window_s <= 600.0) || a.trials == 0
+            {
+                return Err(Failure::Usage(
+                    "--window-s must be in (0, 600] and --trials at least 1".into(),
+                ));
+            }
+            let exe = std::env::current_exe().map_err(|e| Failure::Run(e.to_string()))?;
+            let o = agent::hostile::HostileOptions {
+                exe,
+                window_s: a.window_s,
+                trials: a.trials,
+            };
+            let rows = agent::hostile::bench_hostile(&o).map_err(fail)?;
+            print!("{}", agent::hostile::table(&rows));
             Ok(())
         }
         HostdCommand::FakeVm(a) => {
