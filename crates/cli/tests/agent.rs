@@ -1604,3 +1604,27 @@ fn hostile_inputs_cost_hostd_a_bounded_amount() {
         );
     }
 }
+
+/// A VM's QEMU is checked (pid and start time) before each boost, not only
+/// at the rescan: a HELP for a VM whose process is gone marks it exited at
+/// once and boosts nothing.
+#[test]
+#[ignore = "needs root: runs hostd"]
+fn the_qemu_process_is_checked_before_each_boost() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    assert!(devemu::is_root(), "needs root");
+    let dir = Scratch::new("agent-recheck");
+    let mut vm = sleeper(&dir);
+    // Rescans a minute apart: only the check at the boost can see the exit.
+    let mut h = hostd(&dir, &[("a", vm.pid())], &["--rescan-ms", "60000"]);
+    let mut g = Guest::connect(&dir, "a");
+    assert!(status(&dir).contains("running"), "{}", status(&dir));
+    let _ = vm.0.kill();
+    let _ = vm.0.wait();
+    g.help(3000);
+    wait_until("the VM taken for exited at its HELP", 5.0, || {
+        status(&dir).contains("exited")
+    });
+    assert!(!boosted(&dir, "a"), "{}", status(&dir));
+    assert!(h.stop());
+}
