@@ -1066,6 +1066,57 @@ pub struct Hostd {
     vsock_refused_cids: std::collections::BTreeSet<u32>,
     /// When hostd started, for the times in the boost log.
     started_ns: u64,
+    /// Each VM's channel limits, shared by its connections.
+    limiters: Vec<SharedLimiter>,
+    /// Where SIGHUP gets the configuration again.
+    reload: Option<ReloadFn>,
+}
+
+/// Builds the configuration again (SIGHUP): the file and the command line.
+pub type ReloadFn = Box<dyn Fn() -> Result<HostdConfig> + Send>;
+
+/// Tells the service manager (systemd, `Type=notify`) of a state change;
+/// nothing without `NOTIFY_SOCKET`.
+fn notify(states: &[sd_notify::NotifyState]) {
+    let _ = sd_notify::notify(false, states);
+}
+
+/// The settings a reload cannot change while hostd runs, by name, where
+/// `new` differs from `old`.
+fn needs_restart(old: &HostdConfig, new: &HostdConfig) -> Vec<&'static str> {
+    let mut v = Vec::new();
+    let mut differ = |name, d: bool| {
+        if d {
+            v.push(name)
+        }
+    };
+    differ("the VMs", old.vms != new.vms);
+    differ("state_file", old.state_file != new.state_file);
+    differ("control", old.control != new.control);
+    differ("metrics", old.metrics != new.metrics);
+    differ("vsock_port", old.vsock_port != new.vsock_port);
+    differ(
+        "the actuators",
+        (
+            &old.ioprio,
+            old.ioprio_level,
+            old.cgroup_weight,
+            &old.boost_cgroup,
+            old.bfq_idling,
+        ) != (
+            &new.ioprio,
+            new.ioprio_level,
+            new.cgroup_weight,
+            &new.boost_cgroup,
+            new.bfq_idling,
+        ),
+    );
+    differ(
+        "the lease and budget",
+        (old.max_lease_ms, old.budget_fraction, old.budget_window_s)
+            != (new.max_lease_ms, new.budget_fraction, new.budget_window_s),
+    );
+    v
 }
 
 impl Hostd {
@@ -1112,6 +1163,12 @@ impl Hostd {
             });
         }
         let journal = Journal::new(Some(cfg.state_file.clone()));
+        let now = now_ns();
+        let limiters = cfg
+            .vms
+            .iter()
+            .map(|_| Arc::new(Mutex::new(ChannelLimiter::new(&cfg.channel_limits(), now))))
+            .collect();
         Ok(Hostd {
             cfg,
             arbiter,
@@ -1122,7 +1179,63 @@ impl Hostd {
             vsock_refused: 0,
             vsock_refused_cids: Default::default(),
             started_ns: now_ns(),
+            limiters,
+            reload: None,
         })
+    }
+
+    /// On SIGHUP, build the configuration with `f` and apply what can be
+    /// applied while running: the rate limits, `rescan_ms` and
+    /// `log_boosts`. A change to anything else is logged as needing a
+    /// restart and not applied; an invalid configuration is logged and the
+    /// running one kept.
+    pub fn reload_with(mut self, f: ReloadFn) -> Hostd {
+        self.reload = Some(f);
+        self
+    }
+
+    fn reload(&mut self) {
+        notify(&[sd_notify::NotifyState::Reloading]);
+        let Some(f) = &self.reload else {
+            log("SIGHUP: nothing to reload from");
+            notify(&[sd_notify::NotifyState::Ready]);
+            return;
+        };
+        match f().and_then(|c| c.validate().map(|()| c)) {
+            Err(e) => log(&format!(
+                "SIGHUP: configuration not reloaded: {e}; the running one stays"
+            )),
+            Ok(new) => {
+                let kept = needs_restart(&self.cfg, &new);
+                self.cfg.rate_limit = new.rate_limit;
+                self.cfg.rate_burst = new.rate_burst;
+                self.cfg.rate_limit_bytes = new.rate_limit_bytes;
+                self.cfg.rate_burst_bytes = new.rate_burst_bytes;
+                self.cfg.rescan_ms = new.rescan_ms;
+                self.cfg.log_boosts = new.log_boosts;
+                let now = now_ns();
+                for l in &self.limiters {
+                    lock(l).set_limits(&self.cfg.channel_limits(), now);
+                }
+                let mut m = format!(
+                    "SIGHUP: reloaded: rate {} msgs/s (burst {}), {} B/s (burst {}), rescan {} ms, log_boosts {}",
+                    self.cfg.rate_limit,
+                    self.cfg.rate_burst,
+                    self.cfg.rate_limit_bytes,
+                    self.cfg.rate_burst_bytes,
+                    self.cfg.rescan_ms,
+                    self.cfg.log_boosts
+                );
+                if !kept.is_empty() {
+                    m += &format!(
+                        "; changed but kept as they were until a restart: {}",
+                        kept.join(", ")
+                    );
+                }
+                log(&m);
+            }
+        }
+        notify(&[sd_notify::NotifyState::Ready]);
     }
 
     /// One line of the boost log (`log_boosts`): seconds since start, the
@@ -1373,11 +1486,13 @@ impl Hostd {
     fn status_text(&self, now: u64) -> String {
         let p = self.arbiter.config();
         let mut s = format!(
-            "hostd pid {}  lease {} ms  budget {:.1} s per {:.0} s window  actuators: {}\n",
+            "hostd pid {}  lease {} ms  budget {:.1} s per {:.0} s window  rate {} msgs/s, {} B/s per VM  actuators: {}\n",
             std::process::id(),
             p.max_lease_ns / MS,
             p.budget_ns() as f64 / 1e9,
             p.budget_window_ns as f64 / 1e9,
+            self.cfg.rate_limit,
+            self.cfg.rate_limit_bytes,
             self.actuators
                 .iter()
                 .map(|a| a.name())
@@ -1560,7 +1675,7 @@ impl Hostd {
 
     /// Runs the daemon until a stop signal; reverts every boost before returning.
     pub fn run(mut self) -> Result<()> {
-        sys::install_stop_handlers();
+        sys::install_daemon_handlers();
         let rec = Journal::recover(&self.cfg.state_file, &self.recovery_scope())?;
         for why in &rec.refused {
             log(&format!(
@@ -1577,18 +1692,7 @@ impl Hostd {
         }
         let (tx, rx) = mpsc::channel();
         let mut created: Vec<PathBuf> = Vec::new();
-        let now = now_ns();
-        let limiters: Vec<SharedLimiter> = self
-            .cfg
-            .vms
-            .iter()
-            .map(|_| {
-                Arc::new(Mutex::new(ChannelLimiter::new(
-                    &self.cfg.channel_limits(),
-                    now,
-                )))
-            })
-            .collect();
+        let limiters = self.limiters.clone();
         let r = (|| -> Result<()> {
             for (i, v) in self.cfg.vms.iter().enumerate() {
                 if let Some(p) = start_channel(i, v, tx.clone(), limiters[i].clone())? {
@@ -1626,7 +1730,12 @@ impl Hostd {
                     .collect::<Vec<_>>()
                     .join(", ")
             ));
+            notify(&[
+                sd_notify::NotifyState::Ready,
+                sd_notify::NotifyState::Status(&format!("serving {} VM(s)", self.targets.len())),
+            ]);
             self.event_loop(&rx);
+            notify(&[sd_notify::NotifyState::Stopping]);
         }
         // Daemon exit: undo everything.
         let now = now_ns();
@@ -1643,11 +1752,28 @@ impl Hostd {
     }
 
     fn event_loop(&mut self, rx: &Receiver<Event>) {
-        let rescan = self.cfg.rescan_ms.max(10) * MS;
-        let mut next_rescan = now_ns() + rescan;
+        let mut next_rescan = now_ns() + self.cfg.rescan_ms * MS;
+        // systemd's watchdog (WatchdogSec=): pinged from this loop at half
+        // its period, so a stuck loop gets hostd restarted.
+        let mut usec = 0u64;
+        let watchdog = sd_notify::watchdog_enabled(false, &mut usec)
+            .then(|| (usec / 2).saturating_mul(1000).max(MS));
+        let mut next_ping = now_ns();
         while !sys::stop_requested() {
+            if sys::reload_requested() {
+                self.reload();
+            }
             let now = now_ns();
+            if let Some(period) = watchdog {
+                if now >= next_ping {
+                    notify(&[sd_notify::NotifyState::Watchdog]);
+                    next_ping = now + period;
+                }
+            }
             let mut wake = next_rescan.min(now + 100 * MS);
+            if watchdog.is_some() {
+                wake = wake.min(next_ping);
+            }
             if let Some(d) = self.arbiter.next_deadline() {
                 wake = wake.min(d);
             }
@@ -1666,7 +1792,7 @@ impl Hostd {
             }
             if now >= next_rescan {
                 self.rescan(now);
-                next_rescan = now + rescan;
+                next_rescan = now + self.cfg.rescan_ms * MS;
             }
         }
     }

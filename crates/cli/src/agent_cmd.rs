@@ -29,7 +29,7 @@ pub enum HostdCommand {
     FakeQemu(FakeQemuArgs),
 }
 
-#[derive(Args)]
+#[derive(Args, Clone)]
 pub struct HostdRunArgs {
     /// Configuration file (TOML; see docs/protocol.md and the README).
     #[arg(long)]
@@ -286,6 +286,7 @@ fn hostd_config(a: HostdRunArgs) -> Result<agent::hostd::HostdConfig, Failure> {
 pub fn run_hostd(cmd: HostdCommand) -> Result<(), Failure> {
     match cmd {
         HostdCommand::Run(a) => {
+            let args = (*a).clone();
             let c = hostd_config(*a)?;
             if !agent::is_root() {
                 return Err(Failure::Run(
@@ -294,8 +295,15 @@ pub fn run_hostd(cmd: HostdCommand) -> Result<(), Failure> {
             }
             // A pid that is not a QEMU process is bad input.
             c.check_processes().map_err(|e| Failure::Usage(e.0))?;
+            // SIGHUP reads the configuration file and the command line again.
+            let reload = move || {
+                hostd_config(args.clone()).map_err(|f| match f {
+                    Failure::Usage(m) | Failure::Run(m) => agent::err(m),
+                })
+            };
             agent::hostd::Hostd::new(c)
                 .map_err(fail)?
+                .reload_with(Box::new(reload))
                 .run()
                 .map_err(fail)
         }

@@ -1628,3 +1628,99 @@ fn the_qemu_process_is_checked_before_each_boost() {
     assert!(!boosted(&dir, "a"), "{}", status(&dir));
     assert!(h.stop());
 }
+
+/// hostd as a `Type=notify` service, against a notify socket of the test's
+/// own (systemd is not PID 1 here): READY=1 once its sockets are bound,
+/// WATCHDOG=1 at half of WATCHDOG_USEC, RELOADING=1 and READY=1 around a
+/// SIGHUP that applies the new rate limit (and says which changes need a
+/// restart), an invalid file refused on SIGHUP with the running
+/// configuration kept, STOPPING=1 at SIGTERM.
+#[test]
+#[ignore = "needs root: runs hostd"]
+fn hostd_speaks_the_notify_protocol_and_reloads_on_sighup() {
+    use std::os::unix::net::UnixDatagram;
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    assert!(devemu::is_root(), "needs root");
+    let dir = Scratch::new("agent-notify");
+    let vm = sleeper(&dir);
+    let sock = UnixDatagram::bind(dir.p("notify.sock")).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let next = || {
+        let mut b = [0u8; 512];
+        let n = sock.recv(&mut b).expect("a notification");
+        String::from_utf8_lossy(&b[..n]).trim().to_string()
+    };
+    // Until a message with `want`, skipping watchdog pings; returns what came.
+    let until = |want: &str| {
+        let mut seen = Vec::new();
+        loop {
+            let m = next();
+            let done = m.lines().any(|l| l == want);
+            if m != "WATCHDOG=1" {
+                seen.push(m);
+            }
+            if done {
+                return seen;
+            }
+        }
+    };
+    let conf = dir.p("hostd.toml");
+    std::fs::write(&conf, "rate_limit = 200\n").unwrap();
+    let log = std::fs::File::create(dir.p("hostd.log")).unwrap();
+    // systemd sets WATCHDOG_PID to the service's pid: a shell that execs
+    // hostd knows it.
+    let mut c = Command::new("sh");
+    c.args(["-c", "WATCHDOG_PID=$$ exec \"$0\" \"$@\"", EXE])
+        .args(["hostd", "run", "--config"])
+        .arg(&conf)
+        .arg("--vm")
+        .arg(format!(
+            "name=a,socket={},pid={}",
+            dir.p("a.sock").display(),
+            vm.pid()
+        ))
+        .arg("--control")
+        .arg(dir.p("control.sock"))
+        .arg("--state-file")
+        .arg(dir.p("hostd.state"))
+        .env("NOTIFY_SOCKET", dir.p("notify.sock"))
+        .env("WATCHDOG_USEC", "200000")
+        .stderr(log);
+    let mut h = Proc::spawn(&mut c);
+    let first = until("READY=1");
+    assert!(first[0].contains("STATUS=serving 1 VM(s)"), "{first:?}");
+    assert!(dir.p("control.sock").exists() && dir.p("a.sock").exists());
+    // Watchdog pings every 100 ms.
+    let t = Instant::now();
+    let pings = (0..5).filter(|_| next() == "WATCHDOG=1").count();
+    assert!(
+        pings >= 4 && t.elapsed() < Duration::from_secs(2),
+        "{pings} pings in {:?}",
+        t.elapsed()
+    );
+    assert!(status(&dir).contains("rate 200 msgs/s"), "{}", status(&dir));
+
+    std::fs::write(&conf, "rate_limit = 5\nmax_lease_ms = 500\n").unwrap();
+    h.signal(libc::SIGHUP);
+    let seen = until("READY=1");
+    assert!(seen.iter().any(|m| m == "RELOADING=1"), "{seen:?}");
+    assert!(status(&dir).contains("rate 5 msgs/s"), "{}", status(&dir));
+    // An invalid file: refused, the running configuration stays.
+    std::fs::write(&conf, "rate_burst = nan\n").unwrap();
+    h.signal(libc::SIGHUP);
+    until("READY=1");
+    assert!(status(&dir).contains("rate 5 msgs/s"), "{}", status(&dir));
+    assert!(h.0.try_wait().unwrap().is_none(), "SIGHUP stopped hostd");
+    assert!(h.stop(), "hostd exited with an error");
+    until("STOPPING=1");
+    let log = std::fs::read_to_string(dir.p("hostd.log")).unwrap();
+    assert!(
+        log.contains("kept as they were until a restart: the lease and budget"),
+        "{log}"
+    );
+    assert!(
+        log.contains("configuration not reloaded") && log.contains("rate_burst = NaN"),
+        "{log}"
+    );
+}

@@ -39,6 +39,15 @@ impl TokenBucket {
         self.tokens = (self.tokens + dt * self.rate).min(self.burst);
     }
 
+    /// New rate and burst from `now` on (a configuration reload); the
+    /// tokens held stay, up to the new burst.
+    pub fn set(&mut self, rate: f64, burst: f64, now: Nanos) {
+        self.refill(now);
+        self.rate = rate;
+        self.burst = burst;
+        self.tokens = self.tokens.min(burst);
+    }
+
     /// Whole tokens available at `now`.
     pub fn available(&mut self, now: Nanos) -> f64 {
         self.refill(now);
@@ -137,6 +146,12 @@ impl ChannelLimiter {
         }
     }
 
+    /// New limits from `now` on (a configuration reload).
+    pub fn set_limits(&mut self, l: &ChannelLimits, now: Nanos) {
+        self.msgs.set(l.msg_rate, l.msg_burst, now);
+        self.bytes.set(l.byte_rate, l.byte_burst, now);
+    }
+
     /// How many bytes the host may read now (0: wait [`Self::read_wait`]).
     pub fn readable(&mut self, now: Nanos) -> usize {
         self.bytes.available(now) as usize
@@ -212,6 +227,17 @@ mod tests {
         let mut c = ChannelLimiter::new(&l, 0);
         assert_eq!((0..10).filter(|_| c.message(0)).count(), 3);
         assert!(c.message(100 * MS));
+        // A reload to 1 per second: the next token comes a second later.
+        c.set_limits(
+            &ChannelLimits {
+                msg_rate: 1.0,
+                msg_burst: 1.0,
+                ..l
+            },
+            100 * MS,
+        );
+        assert!(!c.message(600 * MS));
+        assert!(c.message(1100 * MS));
     }
 
     #[test]
