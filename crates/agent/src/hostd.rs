@@ -40,6 +40,44 @@ use crate::transport::{
 use crate::vmproc::{self, Liveness, ProcessId};
 use crate::{err, now_ns, sys, Result};
 use policy::ratelimit::{ChannelLimiter, ChannelLimits};
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
+use prometheus_client::metrics::{counter::Counter, family::Family, gauge::Gauge};
+use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
+
+/// A VM's name as a label value, escaped as the exposition format asks
+/// (backslash, double quote and line feed as `\\`, `\"`, `\n`):
+/// prometheus-client 0.24 writes label values as they are (its issue 151).
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+struct VmName(String);
+
+impl EncodeLabelValue for VmName {
+    fn encode(&self, e: &mut LabelValueEncoder<'_>) -> std::fmt::Result {
+        use std::fmt::Write;
+        for c in self.0.chars() {
+            match c {
+                '\\' => e.write_str("\\\\")?,
+                '"' => e.write_str("\\\"")?,
+                '\n' => e.write_str("\\n")?,
+                c => e.write_char(c)?,
+            }
+        }
+        Ok(())
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VmLabel {
+    vm: VmName,
+}
+
+impl VmLabel {
+    fn new(name: &str) -> VmLabel {
+        VmLabel {
+            vm: VmName(name.to_string()),
+        }
+    }
+}
 
 pub const DEFAULT_STATE_FILE: &str = "/run/tandem/hostd.state";
 pub const DEFAULT_CONTROL: &str = "/run/tandem/hostd.sock";
@@ -1009,7 +1047,7 @@ fn http_answer<S: Read + Write>(mut s: S, tx: &Sender<Event>) {
     };
     let _ = write!(
         s,
-        "HTTP/1.0 {status}\r\n{allow}Content-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\n\r\n{}",
+        "HTTP/1.0 {status}\r\n{allow}Content-Type: application/openmetrics-text; version=1.0.0; charset=utf-8\r\nContent-Length: {}\r\n\r\n{}",
         body.len(),
         body
     );
@@ -1543,114 +1581,80 @@ impl Hostd {
         s
     }
 
+    /// The Prometheus metrics (OpenMetrics text, by prometheus-client).
     fn metrics_text(&self, _now: u64) -> String {
-        let mut s = String::new();
-        let mut metric = |name: &str, help: &str, kind: &str, vals: Vec<(String, f64)>| {
-            s += &format!("# HELP tandem_hostd_{name} {help}\n# TYPE tandem_hostd_{name} {kind}\n");
-            for (vm, v) in vals {
-                s += &format!("tandem_hostd_{name}{{vm=\"{vm}\"}} {v}\n");
+        let mut reg = Registry::with_prefix("tandem_hostd");
+        let st = |i: usize| self.arbiter.stats(i as u32).unwrap_or_default();
+        let label = |i: usize| VmLabel::new(&self.targets[i].name);
+        let vms = 0..self.targets.len();
+        let gauges: [(&str, &str, &dyn Fn(usize) -> bool); 2] = [
+            ("boosted", "1 while the VM is boosted", &|i| {
+                self.arbiter.is_boosted(i as u32)
+            }),
+            ("connected", "1 while the VM's channel is open", &|i| {
+                self.rt[i].conn.is_some()
+            }),
+        ];
+        for (name, help, f) in gauges {
+            let fam = Family::<VmLabel, Gauge>::default();
+            for i in vms.clone() {
+                fam.get_or_create(&label(i)).set(f(i) as i64);
             }
-        };
-        let per = |f: &dyn Fn(usize) -> f64| -> Vec<(String, f64)> {
-            self.targets
-                .iter()
-                .enumerate()
-                .map(|(i, t)| (t.name.clone(), f(i)))
-                .collect()
-        };
-        metric(
-            "boosted",
-            "1 while the VM is boosted",
-            "gauge",
-            per(&|i| self.arbiter.is_boosted(i as u32) as u8 as f64),
-        );
-        metric(
-            "connected",
-            "1 while the VM's channel is open",
-            "gauge",
-            per(&|i| self.rt[i].conn.is_some() as u8 as f64),
-        );
-        metric(
-            "boosts_total",
-            "Boosts started",
-            "counter",
-            per(&|i| self.rt[i].boosts as f64),
-        );
-        metric(
-            "boosted_seconds_total",
-            "Time boosted",
-            "counter",
-            per(&|i| self.arbiter.stats(i as u32).unwrap_or_default().boosted_ns as f64 / 1e9),
-        );
-        metric(
-            "helps_total",
-            "HELP messages taken by the arbiter",
-            "counter",
-            per(&|i| self.arbiter.stats(i as u32).unwrap_or_default().helps as f64),
-        );
-        metric(
-            "leases_expired_total",
-            "Leases that ran out without NO-HELP",
-            "counter",
-            per(&|i| {
-                self.arbiter
-                    .stats(i as u32)
-                    .unwrap_or_default()
-                    .leases_expired as f64
+            reg.register(name, help, fam);
+        }
+        let seconds = Family::<VmLabel, Counter<f64, AtomicU64>>::default();
+        for i in vms.clone() {
+            seconds
+                .get_or_create(&label(i))
+                .inc_by(st(i).boosted_ns as f64 / 1e9);
+        }
+        // Registered without the `_total` that prometheus-client adds.
+        reg.register("boosted_seconds", "Time boosted", seconds);
+        let counters: [(&str, &str, &dyn Fn(usize) -> u64); 10] = [
+            ("boosts", "Boosts started", &|i| self.rt[i].boosts),
+            ("helps", "HELP messages taken by the arbiter", &|i| st(i).helps),
+            ("leases_expired", "Leases that ran out without NO-HELP", &|i| {
+                st(i).leases_expired
             }),
-        );
-        metric(
-            "budget_denials_total",
-            "Times the budget held the VM back",
-            "counter",
-            per(&|i| {
-                self.arbiter
-                    .stats(i as u32)
-                    .unwrap_or_default()
-                    .budget_denials as f64
+            ("budget_denials", "Times the budget held the VM back", &|i| {
+                st(i).budget_denials
             }),
-        );
-        metric(
-            "messages_total",
-            "Messages passed to the arbiter",
-            "counter",
-            per(&|i| self.rt[i].messages as f64),
-        );
-        metric(
-            "rate_limited_total",
-            "Messages coalesced by the rate limit",
-            "counter",
-            per(&|i| self.rt[i].limited as f64),
-        );
-        metric(
-            "malformed_total",
-            "Channels closed on a malformed frame",
-            "counter",
-            per(&|i| self.rt[i].malformed as f64),
-        );
-        metric(
-            "channel_bytes_total",
-            "Bytes read from the VM's channel (at most rate_limit_bytes a second)",
-            "counter",
-            per(&|i| self.rt[i].bytes as f64),
-        );
-        metric(
-            "process_check_errors_total",
-            "Times the VM's QEMU process could not be checked (an error reading /proc); it stays served",
-            "counter",
-            per(&|i| self.rt[i].check_errors as f64),
-        );
-        metric(
-            "actuator_errors_total",
-            "Failed actuator calls",
-            "counter",
-            per(&|i| self.rt[i].actuator_errors as f64),
-        );
+            ("messages", "Messages passed to the arbiter", &|i| self.rt[i].messages),
+            ("rate_limited", "Messages coalesced or dropped by the rate limit", &|i| {
+                self.rt[i].limited
+            }),
+            ("malformed", "Channels closed on a malformed frame", &|i| self.rt[i].malformed),
+            (
+                "channel_bytes",
+                "Bytes read from the VM's channel (at most rate_limit_bytes a second)",
+                &|i| self.rt[i].bytes,
+            ),
+            (
+                "process_check_errors",
+                "Times the VM's QEMU process could not be checked (an error reading /proc); it stays served",
+                &|i| self.rt[i].check_errors,
+            ),
+            ("actuator_errors", "Failed actuator calls", &|i| self.rt[i].actuator_errors),
+        ];
+        for (name, help, f) in counters {
+            let fam = Family::<VmLabel, Counter>::default();
+            for i in vms.clone() {
+                fam.get_or_create(&label(i)).inc_by(f(i));
+            }
+            reg.register(name, help, fam);
+        }
         if self.cfg.vsock_port.is_some() {
-            s += &format!(
-                "# HELP tandem_hostd_vsock_refused_total Connections to the vsock port from CIDs that are no VM's, closed\n# TYPE tandem_hostd_vsock_refused_total counter\ntandem_hostd_vsock_refused_total {}\n",
-                self.vsock_refused
+            let c = Counter::<u64>::default();
+            c.inc_by(self.vsock_refused);
+            reg.register(
+                "vsock_refused",
+                "Connections to the vsock port from CIDs that are no VM's, closed",
+                c,
             );
+        }
+        let mut s = String::new();
+        if let Err(e) = prometheus_client::encoding::text::encode(&mut s, &reg) {
+            return format!("# metrics could not be encoded: {e}\n");
         }
         s
     }
@@ -2111,6 +2115,62 @@ mod tests {
             .metrics_text(now_ns())
             .contains("\ntandem_hostd_vsock_refused_total 2\n"));
         drop(g2);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A label value unescaped as a Prometheus parser does (`\\`, `\"`,
+    /// `\n`); panics on anything the format does not allow.
+    fn unescape(v: &str) -> String {
+        let mut out = String::new();
+        let mut it = v.chars();
+        while let Some(c) = it.next() {
+            match c {
+                '\\' => match it.next() {
+                    Some('\\') => out.push('\\'),
+                    Some('"') => out.push('"'),
+                    Some('n') => out.push('\n'),
+                    other => panic!("bad escape {other:?} in {v:?}"),
+                },
+                '"' | '\n' => panic!("unescaped {c:?} in {v:?}"),
+                c => out.push(c),
+            }
+        }
+        out
+    }
+
+    /// A VM named with a quote, a backslash and a line feed: every sample
+    /// line of the metrics parses back (name, one label, a number) to that
+    /// name. prometheus-client has no parser; `unescape` follows the text
+    /// format's rules.
+    #[test]
+    fn metrics_escape_label_values() {
+        let dir = std::env::temp_dir().join(format!("tandem-hostd-escape-{}", std::process::id()));
+        let qemu = crate::testkit::FakeQemu::spawn(&dir, Path::new("/bin/sleep"), &["60"]).unwrap();
+        let name = "a\"b\\c\nd";
+        let sock = dir.join("s.sock");
+        let mut c = config(vec![vm(name, sock.to_str(), None)], None);
+        c.vms[0].pid = Some(qemu.pid());
+        c.ioprio = "none".into();
+        c.state_file = dir.join("state");
+        c.control = dir.join("control");
+        let h = Hostd::new(c).unwrap();
+        let m = h.metrics_text(now_ns());
+        let mut samples = Vec::new();
+        for l in m.lines().filter(|l| !l.starts_with('#')) {
+            let (lhs, value) = l.rsplit_once(' ').unwrap_or_else(|| panic!("{l:?}\n{m}"));
+            value.parse::<f64>().unwrap_or_else(|_| panic!("{l:?}"));
+            let (metric, rest) = lhs.split_once("{vm=\"").unwrap_or_else(|| panic!("{l:?}"));
+            let v = rest.strip_suffix("\"}").unwrap_or_else(|| panic!("{l:?}"));
+            assert_eq!(unescape(v), name, "{l:?}");
+            samples.push(metric.to_string());
+        }
+        assert_eq!(samples.len(), 13, "{m}");
+        assert!(
+            samples.contains(&"tandem_hostd_boosted_seconds_total".to_string()),
+            "{m}"
+        );
+        assert!(m.ends_with("# EOF\n"), "{m}");
+        drop(qemu);
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -301,6 +301,7 @@ pub fn bench_hostile(o: &HostileOptions) -> Result<Vec<HostileRow>> {
             let c = crate::testkit::fake_qemu_command(&dir, &o.exe)
                 .and_then(|mut c| c.args(["hostd", "fake-qemu"]).spawn())
                 .map_err(|e| err(format!("starting a stand-in QEMU: {e}")))?;
+            crate::testkit::wait_exec(c.id());
             pids.push(c.id());
             kids.0.push(c);
         }

@@ -88,6 +88,7 @@ pub fn bench_latency(o: &LatencyOptions) -> Result<String> {
         .and_then(|mut c| c.args(["hostd", "fake-qemu"]).spawn())
         .map_err(|e| err(format!("starting the stand-in QEMU: {e}")))?;
     let vm_pid = vm.id();
+    crate::testkit::wait_exec(vm_pid);
     kids.0.push(vm);
     let sock = dir.join("vm.sock");
     let hostd = Command::new(&o.exe)

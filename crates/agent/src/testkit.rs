@@ -165,16 +165,32 @@ pub fn fake_qemu_command(dir: &Path, program: &Path) -> std::io::Result<std::pro
     Ok(c)
 }
 
+/// Waits (at most 5 s) until process `pid` has exec'd a program named
+/// [`FAKE_QEMU_NAME`]: right after a spawn its command line may still be
+/// empty, and hostd would rightly refuse it.
+pub fn wait_exec(pid: u32) {
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(5) {
+        let argv = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        if String::from_utf8_lossy(&argv).contains(FAKE_QEMU_NAME) {
+            return;
+        }
+        thread::sleep(Duration::from_millis(2));
+    }
+}
+
 /// A stand-in for QEMU, killed on drop.
 pub struct FakeQemu(std::process::Child);
 
 impl FakeQemu {
     /// Runs `program args` as [`fake_qemu_command`] does.
     pub fn spawn(dir: &Path, program: &Path, args: &[&str]) -> std::io::Result<FakeQemu> {
-        fake_qemu_command(dir, program)?
+        let q = fake_qemu_command(dir, program)?
             .args(args)
             .spawn()
-            .map(FakeQemu)
+            .map(FakeQemu)?;
+        wait_exec(q.pid());
+        Ok(q)
     }
 
     pub fn pid(&self) -> u32 {

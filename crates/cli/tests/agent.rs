@@ -99,13 +99,16 @@ fn fake_qemu(dir: &Scratch) -> Command {
 
 /// A stand-in for QEMU: an idle process under QEMU's name.
 fn sleeper(dir: &Scratch) -> Proc {
-    Proc::spawn(fake_qemu(dir).args(["hostd", "fake-qemu"]))
+    let p = Proc::spawn(fake_qemu(dir).args(["hostd", "fake-qemu"]));
+    agent::testkit::wait_exec(p.pid());
+    p
 }
 
 /// A stand-in for QEMU with three threads (main, and two that could be an
 /// iothread and a vCPU), returned once all three exist.
 fn three_threads(dir: &Scratch) -> Proc {
     let vm = Proc::spawn(fake_qemu(dir).args(["hostd", "fake-qemu", "--threads", "2"]));
+    agent::testkit::wait_exec(vm.pid());
     wait_until("the threads", 10.0, || {
         sys::threads(vm.pid()).map(|t| t.len()).unwrap_or(0) == 3
     });
