@@ -95,6 +95,16 @@ fn log(m: &str) {
     eprintln!("tandem guestd: {m}");
 }
 
+/// Starts a named thread; an error (no memory, a thread limit) instead of
+/// std's panic.
+fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<()> {
+    thread::Builder::new()
+        .name(name.into())
+        .spawn(f)
+        .map(|_| ())
+        .map_err(|e| err(format!("starting the {name} thread: {e}")))
+}
+
 fn spawn_netlink(tx: Sender<Ev>) -> Result<()> {
     let c = sys::ProcConnector::open().map_err(|e| {
         err(format!(
@@ -102,7 +112,7 @@ fn spawn_netlink(tx: Sender<Ev>) -> Result<()> {
         ))
     })?;
     let me = std::process::id();
-    thread::spawn(move || loop {
+    spawn("netlink", move || loop {
         match c.recv() {
             Ok(evs) => {
                 for e in evs {
@@ -123,13 +133,12 @@ fn spawn_netlink(tx: Sender<Ev>) -> Result<()> {
                 return;
             }
         }
-    });
-    Ok(())
+    })
 }
 
-fn spawn_sampler(tx: Sender<Ev>, period: Duration) {
+fn spawn_sampler(tx: Sender<Ev>, period: Duration) -> Result<()> {
     let me = std::process::id();
-    thread::spawn(move || {
+    spawn("sampler", move || {
         let mut last: std::collections::HashMap<u32, u64> = Default::default();
         loop {
             let mut seen = std::collections::HashMap::with_capacity(last.len());
@@ -171,7 +180,7 @@ fn spawn_sampler(tx: Sender<Ev>, period: Duration) {
             last = seen;
             thread::sleep(period);
         }
-    });
+    })
 }
 
 /// Parses a hint request: `hint MS [PID]`.
@@ -270,7 +279,7 @@ fn open_channel(o: &GuestdOptions, id: u64, tx: Sender<Ev>) -> Option<Channel> {
         },
     )
     .ok()?;
-    thread::spawn(move || {
+    spawn("channel", move || {
         let mut r = FrameReader::new(s);
         let why = loop {
             match r.read_message() {
@@ -281,7 +290,8 @@ fn open_channel(o: &GuestdOptions, id: u64, tx: Sender<Ev>) -> Option<Channel> {
             }
         };
         let _ = tx.send(Ev::HostClosed(id, why));
-    });
+    })
+    .ok()?;
     Some(Channel { id, w })
 }
 
@@ -300,7 +310,7 @@ pub fn run(o: GuestdOptions) -> Result<()> {
     if o.netlink {
         spawn_netlink(tx.clone())?;
     }
-    spawn_sampler(tx.clone(), Duration::from_millis(o.sample_ms.max(10)));
+    spawn_sampler(tx.clone(), Duration::from_millis(o.sample_ms.max(10)))?;
     spawn_hint_socket(&o.hint_socket, tx.clone())?;
     log(&format!("connecting to {} as {:?}", o.endpoint, o.name));
     let mut core = GuestCore::new(o.lease_ms.max(1) * MS, o.sample_ms.max(10) * MS);

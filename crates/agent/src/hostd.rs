@@ -66,6 +66,9 @@ impl EncodeLabelValue for VmName {
     }
 }
 
+/// A per-VM metric: its name, its help and its value for VM `i`.
+type PerVm<'a, T> = (&'a str, &'a str, &'a dyn Fn(usize) -> T);
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct VmLabel {
     vm: VmName,
@@ -1587,7 +1590,7 @@ impl Hostd {
         let st = |i: usize| self.arbiter.stats(i as u32).unwrap_or_default();
         let label = |i: usize| VmLabel::new(&self.targets[i].name);
         let vms = 0..self.targets.len();
-        let gauges: [(&str, &str, &dyn Fn(usize) -> bool); 2] = [
+        let gauges: [PerVm<'_, bool>; 2] = [
             ("boosted", "1 while the VM is boosted", &|i| {
                 self.arbiter.is_boosted(i as u32)
             }),
@@ -1610,7 +1613,7 @@ impl Hostd {
         }
         // Registered without the `_total` that prometheus-client adds.
         reg.register("boosted_seconds", "Time boosted", seconds);
-        let counters: [(&str, &str, &dyn Fn(usize) -> u64); 10] = [
+        let counters: [PerVm<'_, u64>; 10] = [
             ("boosts", "Boosts started", &|i| self.rt[i].boosts),
             ("helps", "HELP messages taken by the arbiter", &|i| st(i).helps),
             ("leases_expired", "Leases that ran out without NO-HELP", &|i| {
