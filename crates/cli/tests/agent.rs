@@ -13,7 +13,9 @@
 //! - vsock: hostd's listener binds and shows in `status` (no guest can
 //!   connect on this machine).
 //!
-//! Needs root (and /dev/fuse and loop devices for the end-to-end test); skipped otherwise.
+//! Needs root (and /dev/fuse and loop devices for the end-to-end test): the
+//! tests that do are `#[ignore]`d with the reason, and run with
+//! `cargo test -p tandem --test agent -- --include-ignored` (as root).
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
@@ -31,14 +33,6 @@ use common::{processes_with, Scratch};
 static SERIAL: Mutex<()> = Mutex::new(());
 
 const EXE: &str = env!("CARGO_BIN_EXE_tandem");
-
-fn root() -> bool {
-    if !devemu::is_root() {
-        eprintln!("skipped: needs root");
-        return false;
-    }
-    true
-}
 
 /// A child process, stopped (SIGTERM, then SIGKILL) on drop.
 struct Proc(Child);
@@ -248,11 +242,10 @@ fn hello_bytes(vm: &str) -> Vec<u8> {
 }
 
 #[test]
+#[ignore = "needs root: runs hostd"]
 fn malformed_truncated_oversized_and_unknown_version() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    if !root() {
-        return;
-    }
+    assert!(devemu::is_root(), "needs root");
     let dir = Scratch::new("agent-malformed");
     let vm = sleeper(&dir);
     let orig = sys::ioprio_get(vm.pid()).unwrap();
@@ -591,11 +584,10 @@ fn hostd_keeps_serving_after_running_out_of_descriptors() {
 }
 
 #[test]
+#[ignore = "needs root: runs hostd"]
 fn silent_guest_loses_its_lease_and_a_disconnect_unboosts() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    if !root() {
-        return;
-    }
+    assert!(devemu::is_root(), "needs root");
     let dir = Scratch::new("agent-lease");
     let vm = sleeper(&dir);
     let orig = sys::ioprio_get(vm.pid()).unwrap();
@@ -632,11 +624,10 @@ fn silent_guest_loses_its_lease_and_a_disconnect_unboosts() {
 }
 
 #[test]
+#[ignore = "needs root: runs hostd"]
 fn sigkill_of_hostd_is_reverted_at_the_next_start() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    if !root() {
-        return;
-    }
+    assert!(devemu::is_root(), "needs root");
     let dir = Scratch::new("agent-sigkill");
     let vm = sleeper(&dir);
     let orig = sys::ioprio_get(vm.pid()).unwrap();
@@ -673,6 +664,7 @@ fn sigkill_of_hostd_is_reverted_at_the_next_start() {
 /// No guest connects: this machine has no vsock loopback transport and no
 /// /dev/vhost-vsock; routing by peer CID is tested in `agent::hostd`.
 #[test]
+#[ignore = "needs root: runs hostd on a vsock port"]
 fn hostd_listens_on_vsock_and_status_shows_it() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     // Usage errors come before anything else (no root needed for them).
@@ -847,11 +839,14 @@ fn thread_prios(pid: u32) -> Vec<(u32, u32)> {
 }
 
 #[test]
+#[ignore = "needs root, /dev/fuse and loop devices: an emulated disk"]
 fn hostd_speeds_up_a_vm_burst_under_5_sequential_readers() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    if !root() || !Path::new("/dev/fuse").exists() || !Path::new("/dev/loop-control").exists() {
-        return;
-    }
+    assert!(devemu::is_root(), "needs root");
+    assert!(
+        Path::new("/dev/fuse").exists() && Path::new("/dev/loop-control").exists(),
+        "needs /dev/fuse and loop devices"
+    );
     let reads: u64 = std::env::var("TANDEM_E2E_READS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -991,16 +986,15 @@ fn hostd_speeds_up_a_vm_burst_under_5_sequential_readers() {
 }
 
 #[test]
+#[ignore = "needs root and a cgroup v1 blkio hierarchy with BFQ"]
 fn cgroup_bfq_weight_is_boosted_and_restored() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    if !root() {
-        return;
-    }
+    assert!(devemu::is_root(), "needs root");
     // A child cgroup of the v1 blkio hierarchy (the root has no weight file).
-    if !Path::new(BLKIO_ROOT).join("blkio.bfq.io_serviced").exists() {
-        eprintln!("skipped: no cgroup v1 blkio hierarchy with BFQ");
-        return;
-    }
+    assert!(
+        Path::new(BLKIO_ROOT).join("blkio.bfq.io_serviced").exists(),
+        "needs a cgroup v1 blkio hierarchy with BFQ"
+    );
     let dir = Scratch::new("agent-cgroup");
     let group = TestCgroup::new("tandem-test");
     let cg = group.0.clone();
@@ -1050,11 +1044,10 @@ fn cgroup_bfq_weight_is_boosted_and_restored() {
 /// the hierarchy's root, with the RT class, and go back at NO-HELP, and after
 /// a SIGKILL of hostd, at its next start.
 #[test]
+#[ignore = "needs root and a cgroup v1 blkio hierarchy"]
 fn boost_cgroup_moves_the_threads_to_the_root_group_and_back() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    if !root() {
-        return;
-    }
+    assert!(devemu::is_root(), "needs root");
     let dir = Scratch::new("agent-cgmove");
     let group = TestCgroup::new("tandem-test-move");
     let cg = group.0.clone();
@@ -1124,11 +1117,10 @@ fn boost_cgroup_moves_the_threads_to_the_root_group_and_back() {
 }
 
 #[test]
+#[ignore = "needs root: runs hostd"]
 fn guestd_hints_and_reconnects_after_hostd_restarts() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    if !root() {
-        return;
-    }
+    assert!(devemu::is_root(), "needs root");
     let dir = Scratch::new("agent-reconnect");
     let vm = sleeper(&dir);
     let orig = sys::ioprio_get(vm.pid()).unwrap();
@@ -1191,11 +1183,10 @@ fn guestd_hints_and_reconnects_after_hostd_restarts() {
 /// only. QEMU is played by a process with three threads and a QMP server in
 /// this test that names one of them a vCPU and another an iothread.
 #[test]
+#[ignore = "needs root: runs hostd"]
 fn qmp_names_the_vcpu_threads_and_the_boost_leaves_them_alone() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    if !root() {
-        return;
-    }
+    assert!(devemu::is_root(), "needs root");
     use std::io::BufRead;
     let dir = Scratch::new("agent-qmp");
     let vm = three_threads(&dir);
@@ -1311,11 +1302,10 @@ impl Drop for LoopDev {
 /// after a SIGKILL of hostd. A longer slice_idle chosen by the administrator
 /// stays; a device the VM only writes to (a log) is left alone.
 #[test]
+#[ignore = "needs root: loop devices with BFQ"]
 fn bfq_idling_is_set_on_the_vm_disk_while_boosted() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    if !root() {
-        return;
-    }
+    assert!(devemu::is_root(), "needs root");
     let dir = Scratch::new("agent-idling");
     let disk = LoopDev::new(&dir);
     let log_disk = LoopDev::new(&dir);
