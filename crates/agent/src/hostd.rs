@@ -697,6 +697,24 @@ impl Tally {
     }
 }
 
+/// A channel's stream ended or broke: refuses a malformed frame with the
+/// reason, and counts it.
+fn close_on(e: ReadError, w: &mut Stream, tally: &mut Tally) {
+    let reason = match e {
+        ReadError::Eof { partial } => {
+            tally.malformed += (partial > 0) as u64;
+            return;
+        }
+        ReadError::Timeout | ReadError::Io(_) => return,
+        ReadError::Decode(policy::DecodeError::UnknownVersion(v)) => {
+            format!("protocol version {v} is not supported; this host speaks {PROTOCOL_VERSION}")
+        }
+        ReadError::Decode(e) => format!("malformed frame: {e}"),
+    };
+    let _ = write_message(w, &Message::Refuse { reason });
+    tally.malformed += 1;
+}
+
 /// Reads one channel until it closes. Every message takes a token of the
 /// VM's message bucket and its bytes of the byte bucket (see [`Metered`]).
 /// Answers Hello itself; passes Help and NoHelp on, keeping only the
@@ -742,24 +760,10 @@ fn serve_channel(vm: usize, conn: u64, stream: Stream, tx: Sender<Event>, limite
         let msg = match res {
             Ok(m) => m,
             Err(ReadError::Timeout) => continue,
-            Err(ReadError::Eof { partial }) => {
-                tally.malformed += (partial > 0) as u64;
+            Err(e) => {
+                close_on(e, &mut w, &mut tally);
                 break;
             }
-            Err(ReadError::Decode(policy::DecodeError::UnknownVersion(v))) => {
-                refuse(
-                    &mut w,
-                    format!("protocol version {v} is not supported; this host speaks {PROTOCOL_VERSION}"),
-                );
-                tally.malformed += 1;
-                break;
-            }
-            Err(ReadError::Decode(e)) => {
-                refuse(&mut w, format!("malformed frame: {e}"));
-                tally.malformed += 1;
-                break;
-            }
-            Err(ReadError::Io(_)) => break,
         };
         let within = lock(&limiter).message(now_ns());
         match msg {
