@@ -988,18 +988,19 @@ fn ask(tx: &Sender<Event>, req: &str) -> String {
         .unwrap_or_else(|_| "hostd did not answer\n".into())
 }
 
-/// How long a control or metrics client may take to send its request and
-/// read the answer, each (a client that stalls loses its connection).
+/// How long a control or metrics client may take to send its whole request,
+/// and then to read the whole answer (a client that stalls or trickles loses
+/// its connection, and its slot).
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Answers one control connection: one request line, one answer.
 fn control_answer(s: UnixStream, tx: &Sender<Event>) {
-    let _ = s.set_read_timeout(Some(CLIENT_TIMEOUT));
-    let _ = s.set_write_timeout(Some(CLIENT_TIMEOUT));
+    let mut s = listen::Deadline::new(s, CLIENT_TIMEOUT);
     let mut line = String::new();
-    let _ = BufReader::new(&s).take(256).read_line(&mut line);
+    let _ = BufReader::new(&mut s).take(256).read_line(&mut line);
     let answer = ask(tx, line.trim());
-    let _ = (&s).write_all(answer.as_bytes());
+    s.restart(CLIENT_TIMEOUT);
+    let _ = s.write_all(answer.as_bytes());
 }
 
 fn start_control(path: &Path, tx: Sender<Event>) -> Result<()> {
@@ -1023,8 +1024,9 @@ fn request_line(head: &[u8]) -> Option<(String, String)> {
 
 /// Answers one HTTP request: `GET /metrics` gets the metrics, another path
 /// 404, another method 405. The request head may take at most
-/// [`CLIENT_TIMEOUT`] between reads and 8 KiB.
-fn http_answer<S: Read + Write>(mut s: S, tx: &Sender<Event>) {
+/// [`CLIENT_TIMEOUT`] and 8 KiB, the answer [`CLIENT_TIMEOUT`].
+fn http_answer<S: Read + Write + listen::Timed>(s: S, tx: &Sender<Event>) {
+    let mut s = listen::Deadline::new(s, CLIENT_TIMEOUT);
     let mut buf = [0u8; 1024];
     let mut got = Vec::new();
     while got.len() < 8192 {
@@ -1047,6 +1049,7 @@ fn http_answer<S: Read + Write>(mut s: S, tx: &Sender<Event>) {
         Some(_) => ("404 Not Found", "the metrics are at /metrics\n".to_string()),
         None => ("400 Bad Request", "no request line\n".to_string()),
     };
+    s.restart(CLIENT_TIMEOUT);
     let allow = if status.starts_with("405") {
         "Allow: GET\r\n"
     } else {
@@ -1071,11 +1074,7 @@ fn start_metrics(ep: &MetricsEndpoint, tx: Sender<Event>) -> Result<Option<PathB
                 "metrics",
                 l,
                 CLIENT_LIMITS,
-                move |s: UnixStream| {
-                    let _ = s.set_read_timeout(Some(CLIENT_TIMEOUT));
-                    let _ = s.set_write_timeout(Some(CLIENT_TIMEOUT));
-                    http_answer(s, &tx)
-                },
+                move |s: UnixStream| http_answer(s, &tx),
             )?;
             Ok(Some(path.clone()))
         }
@@ -1086,11 +1085,7 @@ fn start_metrics(ep: &MetricsEndpoint, tx: Sender<Event>) -> Result<Option<PathB
                 "metrics",
                 l,
                 CLIENT_LIMITS,
-                move |s: std::net::TcpStream| {
-                    let _ = s.set_read_timeout(Some(CLIENT_TIMEOUT));
-                    let _ = s.set_write_timeout(Some(CLIENT_TIMEOUT));
-                    http_answer(s, &tx)
-                },
+                move |s: std::net::TcpStream| http_answer(s, &tx),
             )?;
             Ok(None)
         }
@@ -2179,6 +2174,41 @@ mod tests {
         assert!(m.ends_with("# EOF\n"), "{m}");
         drop(qemu);
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The metrics endpoint answers `GET /metrics` only.
+    #[test]
+    fn metrics_answer_get_metrics_only() {
+        let (tx, rx) = mpsc::channel();
+        thread::spawn(move || {
+            while let Ok(ev) = rx.recv() {
+                if let Event::Control { reply, .. } = ev {
+                    let _ = reply.send("m 1\n".to_string());
+                }
+            }
+        });
+        for (req, want) in [
+            ("GET /metrics HTTP/1.0\r\n\r\n", "200 OK"),
+            ("GET /metrics?x=1 HTTP/1.1\r\nHost: a\r\n\r\n", "200 OK"),
+            ("POST /metrics HTTP/1.0\r\n\r\n", "405 Method Not Allowed"),
+            ("GET / HTTP/1.0\r\n\r\n", "404 Not Found"),
+            ("\r\n\r\n", "400 Bad Request"),
+        ] {
+            let (a, mut b) = UnixStream::pair().unwrap();
+            b.write_all(req.as_bytes()).unwrap();
+            let t = {
+                let tx = tx.clone();
+                thread::spawn(move || http_answer(a, &tx))
+            };
+            let mut out = String::new();
+            b.read_to_string(&mut out).unwrap();
+            t.join().unwrap();
+            assert!(
+                out.starts_with(&format!("HTTP/1.0 {want}\r\n")),
+                "{req:?}: {out}"
+            );
+            assert_eq!(out.ends_with("\r\n\r\nm 1\n"), want == "200 OK", "{out}");
+        }
     }
 
     fn test_limiters(n: usize) -> Vec<SharedLimiter> {

@@ -11,7 +11,7 @@
 //!   accept fails (out of descriptors) instead of spinning or giving up.
 //!   An error on one connection ends that connection only.
 
-use std::io;
+use std::io::{self, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -19,7 +19,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use policy::ratelimit::TokenBucket;
 
@@ -81,6 +81,81 @@ pub fn bind_unix(path: &Path, what: &str) -> Result<UnixListener> {
             root_hint(&e, path)
         ))
     })
+}
+
+/// A connection whose read and write timeouts can be set.
+pub trait Timed {
+    fn set_read_timeout(&self, d: Option<Duration>) -> io::Result<()>;
+    fn set_write_timeout(&self, d: Option<Duration>) -> io::Result<()>;
+}
+
+impl Timed for UnixStream {
+    fn set_read_timeout(&self, d: Option<Duration>) -> io::Result<()> {
+        UnixStream::set_read_timeout(self, d)
+    }
+    fn set_write_timeout(&self, d: Option<Duration>) -> io::Result<()> {
+        UnixStream::set_write_timeout(self, d)
+    }
+}
+
+impl Timed for TcpStream {
+    fn set_read_timeout(&self, d: Option<Duration>) -> io::Result<()> {
+        TcpStream::set_read_timeout(self, d)
+    }
+    fn set_write_timeout(&self, d: Option<Duration>) -> io::Result<()> {
+        TcpStream::set_write_timeout(self, d)
+    }
+}
+
+/// A client connection with one deadline for a whole request (or a whole
+/// answer): each read or write gets the time left as its timeout, and none
+/// is left after the deadline, so a client that trickles a byte at a time
+/// cannot hold its slot longer than that.
+pub struct Deadline<S> {
+    inner: S,
+    until: Instant,
+}
+
+impl<S: Timed> Deadline<S> {
+    pub fn new(inner: S, d: Duration) -> Deadline<S> {
+        Deadline {
+            inner,
+            until: Instant::now() + d,
+        }
+    }
+
+    /// A new deadline, `d` from now (e.g. for the answer, once the request
+    /// is in).
+    pub fn restart(&mut self, d: Duration) {
+        self.until = Instant::now() + d;
+    }
+
+    fn left(&self) -> io::Result<Duration> {
+        let left = self.until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        Ok(left)
+    }
+}
+
+impl<S: Read + Timed> Read for Deadline<S> {
+    fn read(&mut self, b: &mut [u8]) -> io::Result<usize> {
+        let left = self.left()?;
+        self.inner.set_read_timeout(Some(left))?;
+        self.inner.read(b)
+    }
+}
+
+impl<S: Write + Timed> Write for Deadline<S> {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        let left = self.left()?;
+        self.inner.set_write_timeout(Some(left))?;
+        self.inner.write(b)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
 }
 
 /// Something that accepts connections.
@@ -262,7 +337,43 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::{Read, Write};
+
+    /// A client that sends a byte every 50 ms never ends its request: the
+    /// deadline ends it after 300 ms all told, not 300 ms after its last byte.
+    #[test]
+    fn a_trickling_client_is_cut_at_the_deadline() {
+        let (a, mut b) = UnixStream::pair().unwrap();
+        let t = thread::spawn(move || {
+            for _ in 0..40 {
+                if b.write_all(b"x").is_err() {
+                    break;
+                }
+                thread::sleep(Duration::from_millis(50));
+            }
+        });
+        let mut d = Deadline::new(a, Duration::from_millis(300));
+        let t0 = Instant::now();
+        let mut got = 0;
+        let mut buf = [0u8; 16];
+        let e = loop {
+            match d.read(&mut buf) {
+                Ok(n) => got += n,
+                Err(e) => break e,
+            }
+        };
+        let took = t0.elapsed();
+        assert!(
+            matches!(
+                e.kind(),
+                io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock
+            ),
+            "{e}"
+        );
+        assert!(took < Duration::from_millis(600), "{took:?}");
+        assert!(got >= 3, "{got}");
+        drop(d);
+        t.join().unwrap();
+    }
 
     fn scratch(name: &str) -> std::path::PathBuf {
         let d = std::env::temp_dir().join(format!("tandem-listen-{name}-{}", std::process::id()));
