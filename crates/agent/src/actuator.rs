@@ -24,6 +24,8 @@
 //! journal is saved to disk; on unboost the value is restored and the entry
 //! dropped. At start hostd restores whatever a crashed predecessor left.
 
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -249,18 +251,34 @@ impl Journal {
             entries: self.entries.clone(),
         })
         .map_err(|e| err(e.to_string()))?;
-        std::fs::write(&tmp, text).map_err(|e| err(format!("{}: {e}", tmp.display())))?;
+        // Root's only: the next hostd trusts this file's entries (see
+        // `recover`).
+        let _ = std::fs::remove_file(&tmp);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)
+            .and_then(|mut f| f.write_all(text.as_bytes()))
+            .map_err(|e| err(format!("{}: {e}", tmp.display())))?;
         std::fs::rename(&tmp, p).map_err(|e| err(format!("{}: {e}", p.display())))
     }
 
     /// Reverts what a previous hostd left in the state file at `path` (it
-    /// crashed or was killed while boosting) and removes the file. Returns
-    /// how many knobs were restored.
-    pub fn recover(path: &Path) -> Result<usize> {
-        let text = match std::fs::read_to_string(path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+    /// crashed or was killed while boosting) and removes the file. The file
+    /// is read only if it and its directory are this process's user's and
+    /// no one else may write them; each entry is reverted only if `scope`
+    /// allows it (a knob this hostd would touch). Returns how many knobs
+    /// were restored and why the others were refused.
+    pub fn recover(path: &Path, scope: &RecoveryScope) -> Result<Recovered> {
+        let text = match std::fs::symlink_metadata(path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Recovered::default()),
             Err(e) => return Err(err(format!("{}: {e}", path.display()))),
+            Ok(_) => {
+                check_private(path)?;
+                std::fs::read_to_string(path)
+                    .map_err(|e| err(format!("{}: {e}", path.display())))?
+            }
         };
         let _ = std::fs::remove_file(path.with_extension("tmp"));
         let f: JournalFile = serde_json::from_str(&text).map_err(|e| {
@@ -269,13 +287,161 @@ impl Journal {
                 path.display()
             ))
         })?;
-        let n = f.entries.len();
+        let mut out = Recovered::default();
+        let mut entries = Vec::new();
+        for e in f.entries {
+            match scope.allows(&e) {
+                Ok(()) => entries.push(e),
+                Err(why) => out.refused.push(why),
+            }
+        }
+        out.restored = entries.len();
         let mut j = Journal {
             path: Some(path.to_path_buf()),
-            entries: f.entries,
+            entries,
         };
         j.revert_all()?;
-        Ok(n)
+        Ok(out)
+    }
+}
+
+/// What [`Journal::recover`] did.
+#[derive(Debug, Default)]
+pub struct Recovered {
+    pub restored: usize,
+    /// Entries left alone, each with the reason.
+    pub refused: Vec<String>,
+}
+
+/// Refuses a state file that someone other than this process's user could
+/// have written: a symbolic link, a file or directory owned by another user,
+/// or writable by group or others.
+pub fn check_private(path: &Path) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let me = nix::unistd::geteuid().as_raw();
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    for (p, what) in [
+        (path, "state file"),
+        (dir.as_path(), "state file's directory"),
+    ] {
+        let m = std::fs::symlink_metadata(p).map_err(|e| err(format!("{}: {e}", p.display())))?;
+        let problem = if m.file_type().is_symlink() {
+            Some("is a symbolic link".to_string())
+        } else if m.uid() != me {
+            Some(format!("belongs to uid {}, not to hostd's ({me})", m.uid()))
+        } else if m.mode() & 0o022 != 0 {
+            Some(format!(
+                "may be written by others (mode {:o})",
+                m.mode() & 0o7777
+            ))
+        } else {
+            None
+        };
+        if let Some(why) = problem {
+            return Err(err(format!(
+                "{what} {}: {why}; hostd trusts only a state file in a directory of its own that only root may write (remove the file, or give --state-file under /run/tandem)",
+                p.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// A served VM, as [`RecoveryScope`] knows it.
+#[derive(Clone, Debug)]
+pub struct ScopeVm {
+    pub name: String,
+    /// Its QEMU process, if it runs.
+    pub pid: Option<u32>,
+    pub cgroup: Option<PathBuf>,
+}
+
+/// The knobs this hostd would touch: the threads of its VMs' QEMU
+/// processes, their cgroups' BFQ weight files, groups of the cgroup v1
+/// blkio hierarchy, and BFQ's idling tunables of a disk.
+#[derive(Clone, Debug, Default)]
+pub struct RecoveryScope {
+    pub vms: Vec<ScopeVm>,
+    /// Where the cgroup v1 blkio hierarchy is mounted, if it is.
+    pub blkio_mount: Option<PathBuf>,
+}
+
+impl RecoveryScope {
+    /// Whether `e` names a knob of a served VM; else why not.
+    pub fn allows(&self, e: &Entry) -> std::result::Result<(), String> {
+        let vm = self
+            .vms
+            .iter()
+            .find(|v| v.name == e.vm())
+            .ok_or_else(|| format!("{e:?}: VM {:?} is not served by this hostd", e.vm()))?;
+        let thread_ok = |tid: u32, start: u64| -> std::result::Result<(), String> {
+            // A thread that is gone needs nothing; a live one must be QEMU's.
+            if sys::thread_start_time(tid) != Some(start) {
+                return Ok(());
+            }
+            let tgid = sys::thread_group(tid);
+            if tgid.is_some() && tgid == vm.pid {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{e:?}: thread {tid} is not a thread of VM {}'s QEMU",
+                    vm.name
+                ))
+            }
+        };
+        match e {
+            Entry::Ioprio { tid, start, .. } => thread_ok(*tid, *start),
+            Entry::ThreadCgroup {
+                tid, start, orig, ..
+            } => {
+                let under_mount = self.blkio_mount.as_ref().is_some_and(|m| {
+                    orig.starts_with(m)
+                        && orig
+                            .components()
+                            .all(|c| !matches!(c, std::path::Component::ParentDir))
+                });
+                if !under_mount {
+                    return Err(format!(
+                        "{e:?}: {} is not a group of the cgroup v1 blkio hierarchy",
+                        orig.display()
+                    ));
+                }
+                thread_ok(*tid, *start)
+            }
+            Entry::CgroupWeight { file, .. } => {
+                let known = vm.cgroup.as_ref().is_some_and(|c| {
+                    ["io.bfq.weight", "blkio.bfq.weight"]
+                        .iter()
+                        .any(|f| c.join(f) == *file)
+                });
+                if known {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "{e:?}: not the BFQ weight file of VM {}'s cgroup",
+                        vm.name
+                    ))
+                }
+            }
+            Entry::BfqTunable { file, .. } => {
+                let name = file.file_name().and_then(|n| n.to_str()).unwrap_or("");
+                let parent = file.parent();
+                let known = IDLING_TUNABLES.iter().any(|(n, _)| *n == name)
+                    && parent.is_some_and(|p| p.ends_with("queue/iosched"))
+                    && file.starts_with("/sys/")
+                    && file
+                        .components()
+                        .all(|c| !matches!(c, std::path::Component::ParentDir));
+                if known {
+                    Ok(())
+                } else {
+                    Err(format!("{e:?}: not a BFQ idling tunable of a disk"))
+                }
+            }
+        }
     }
 }
 
@@ -611,14 +777,25 @@ impl Actuator for BfqIdlingActuator {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
     #[test]
     fn journal_round_trip() {
         let d = std::env::temp_dir().join(format!("tandem-journal-{}", std::process::id()));
         let p = d.join("hostd.state");
         let mut j = Journal::new(Some(p.clone()));
-        let w = d.join("weight");
+        let w = d.join("io.bfq.weight");
+        let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let scope = RecoveryScope {
+            vms: vec![ScopeVm {
+                name: "a".into(),
+                pid: None,
+                cgroup: Some(d.clone()),
+            }],
+            blkio_mount: None,
+        };
         std::fs::write(&w, "default 100\n").unwrap();
         assert_eq!(read_weight(&w).unwrap(), 100);
         j.add(Entry::CgroupWeight {
@@ -629,10 +806,101 @@ mod tests {
         .unwrap();
         std::fs::write(&w, "1000\n").unwrap();
         assert!(p.exists());
+        assert_eq!(p.metadata().unwrap().mode() & 0o777, 0o600, "root's only");
         drop(j);
-        assert_eq!(Journal::recover(&p).unwrap(), 1);
+        let r = Journal::recover(&p, &scope).unwrap();
+        assert_eq!((r.restored, r.refused.len()), (1, 0));
         assert_eq!(read_weight(&w).unwrap(), 100);
         assert!(!p.exists());
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    fn write_state(p: &Path, entries: Vec<Entry>) {
+        let t = serde_json::to_string(&JournalFile { entries }).unwrap();
+        std::fs::write(p, t).unwrap();
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+
+    /// A state file someone else could have written is not read, and an
+    /// entry for a path hostd would never touch is not acted on.
+    #[test]
+    fn only_a_private_state_file_and_known_knobs_are_restored() {
+        let d = std::env::temp_dir().join(format!("tandem-journal-trust-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(d.join("cg")).unwrap();
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let victim = d.join("precious");
+        std::fs::write(&victim, "data\n").unwrap();
+        let p = d.join("hostd.state");
+        let scope = RecoveryScope {
+            vms: vec![ScopeVm {
+                name: "a".into(),
+                pid: Some(1),
+                cgroup: Some(d.join("cg")),
+            }],
+            blkio_mount: Some("/sys/fs/cgroup/blkio".into()),
+        };
+        let bad = vec![
+            // Not a served VM.
+            Entry::CgroupWeight {
+                vm: "z".into(),
+                file: d.join("cg/io.bfq.weight"),
+                orig: 5,
+            },
+            // A served VM, a file that is not its cgroup's weight.
+            Entry::CgroupWeight {
+                vm: "a".into(),
+                file: victim.clone(),
+                orig: 5,
+            },
+            Entry::BfqTunable {
+                vm: "a".into(),
+                file: victim.clone(),
+                orig: "x".into(),
+            },
+            Entry::BfqTunable {
+                vm: "a".into(),
+                file: "/sys/block/sda/queue/iosched/../../../../../etc/passwd".into(),
+                orig: "x".into(),
+            },
+            Entry::ThreadCgroup {
+                vm: "a".into(),
+                tid: std::process::id(),
+                start: sys::thread_start_time(std::process::id()).unwrap(),
+                orig: d.clone(),
+            },
+            // This test's own thread is no thread of VM a's QEMU (pid 1).
+            Entry::Ioprio {
+                vm: "a".into(),
+                tid: std::process::id(),
+                start: sys::thread_start_time(std::process::id()).unwrap(),
+                orig: 0,
+            },
+        ];
+        let n = bad.len();
+        write_state(&p, bad);
+        let r = Journal::recover(&p, &scope).unwrap();
+        assert_eq!((r.restored, r.refused.len()), (0, n), "{:?}", r.refused);
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "data\n");
+        assert!(!p.exists());
+
+        // Writable by others: refused whole, and left in place.
+        write_state(&p, vec![]);
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let e = Journal::recover(&p, &scope).unwrap_err().0;
+        assert!(e.contains("may be written by others"), "{e}");
+        // In a directory others may write.
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let e = Journal::recover(&p, &scope).unwrap_err().0;
+        assert!(e.contains("state file's directory"), "{e}");
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).unwrap();
+        // A symbolic link.
+        std::fs::remove_file(&p).unwrap();
+        std::os::unix::fs::symlink(&victim, &p).unwrap();
+        let e = Journal::recover(&p, &scope).unwrap_err().0;
+        assert!(e.contains("symbolic link"), "{e}");
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "data\n");
         std::fs::remove_dir_all(&d).unwrap();
     }
 }

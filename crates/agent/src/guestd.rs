@@ -7,7 +7,7 @@
 //! restarted, the VM migrated), and then asks again for what is still needed.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::thread;
@@ -95,6 +95,16 @@ fn log(m: &str) {
     eprintln!("tandem guestd: {m}");
 }
 
+/// Starts a named thread; an error (no memory, a thread limit) instead of
+/// std's panic.
+fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<()> {
+    thread::Builder::new()
+        .name(name.into())
+        .spawn(f)
+        .map(|_| ())
+        .map_err(|e| err(format!("starting the {name} thread: {e}")))
+}
+
 fn spawn_netlink(tx: Sender<Ev>) -> Result<()> {
     let c = sys::ProcConnector::open().map_err(|e| {
         err(format!(
@@ -102,7 +112,7 @@ fn spawn_netlink(tx: Sender<Ev>) -> Result<()> {
         ))
     })?;
     let me = std::process::id();
-    thread::spawn(move || loop {
+    spawn("netlink", move || loop {
         match c.recv() {
             Ok(evs) => {
                 for e in evs {
@@ -123,13 +133,12 @@ fn spawn_netlink(tx: Sender<Ev>) -> Result<()> {
                 return;
             }
         }
-    });
-    Ok(())
+    })
 }
 
-fn spawn_sampler(tx: Sender<Ev>, period: Duration) {
+fn spawn_sampler(tx: Sender<Ev>, period: Duration) -> Result<()> {
     let me = std::process::id();
-    thread::spawn(move || {
+    spawn("sampler", move || {
         let mut last: std::collections::HashMap<u32, u64> = Default::default();
         loop {
             let mut seen = std::collections::HashMap::with_capacity(last.len());
@@ -171,7 +180,7 @@ fn spawn_sampler(tx: Sender<Ev>, period: Duration) {
             last = seen;
             thread::sleep(period);
         }
-    });
+    })
 }
 
 /// Parses a hint request: `hint MS [PID]`.
@@ -192,25 +201,23 @@ pub fn parse_hint(line: &str) -> Option<(u64, Option<u32>)> {
 }
 
 fn spawn_hint_socket(path: &Path, tx: Sender<Ev>) -> Result<()> {
-    if let Some(d) = path.parent() {
-        let _ = std::fs::create_dir_all(d);
-    }
-    if path.exists() {
-        if UnixStream::connect(path).is_ok() {
-            return Err(err(format!("{}: in use (another guestd?)", path.display())));
-        }
-        let _ = std::fs::remove_file(path);
-    }
-    let l = UnixListener::bind(path).map_err(|e| err(format!("{}: {e}", path.display())))?;
-    thread::spawn(move || {
-        for s in l.incoming().flatten() {
+    let l = crate::listen::bind_unix(path, "hint socket")?;
+    // A sender per connection thread: Sender is Send but not Sync.
+    let tx = std::sync::Mutex::new(tx);
+    crate::listen::serve(
+        "tandem guestd: hint socket".into(),
+        "hint",
+        l,
+        crate::listen::CLIENT_LIMITS,
+        move |s: UnixStream| {
             let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+            let _ = s.set_write_timeout(Some(Duration::from_secs(2)));
             let mut line = String::new();
-            let Ok(c) = s.try_clone() else { continue };
-            let _ = BufReader::new(c).take(128).read_line(&mut line);
+            let _ = BufReader::new(&s).take(128).read_line(&mut line);
             let mut s = s;
             match parse_hint(&line) {
                 Some((ms, pid)) => {
+                    let tx = tx.lock().unwrap_or_else(|e| e.into_inner()).clone();
                     let _ = tx.send(Ev::Guest(GuestEvent::Explicit {
                         duration_ns: ms * MS,
                         pid,
@@ -222,14 +229,19 @@ fn spawn_hint_socket(path: &Path, tx: Sender<Ev>) -> Result<()> {
                         s.write_all(b"error: expected `hint MS [PID]` with MS from 1 to 600000\n");
                 }
             }
-        }
-    });
-    Ok(())
+        },
+    )
 }
 
 /// `tandem hint`: asks the local guestd for help for `ms` milliseconds.
 pub fn send_hint(socket: &Path, ms: u64, pid: Option<u32>) -> Result<()> {
     let mut s = UnixStream::connect(socket).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::PermissionDenied && !crate::is_root() {
+            return err(format!(
+                "{}: permission denied: guestd's hint socket is root's; run this as root",
+                socket.display()
+            ));
+        }
         err(format!(
             "{}: {e} (is tandem guestd running? --socket gives another path)",
             socket.display()
@@ -267,7 +279,7 @@ fn open_channel(o: &GuestdOptions, id: u64, tx: Sender<Ev>) -> Option<Channel> {
         },
     )
     .ok()?;
-    thread::spawn(move || {
+    spawn("channel", move || {
         let mut r = FrameReader::new(s);
         let why = loop {
             match r.read_message() {
@@ -278,7 +290,8 @@ fn open_channel(o: &GuestdOptions, id: u64, tx: Sender<Ev>) -> Option<Channel> {
             }
         };
         let _ = tx.send(Ev::HostClosed(id, why));
-    });
+    })
+    .ok()?;
     Some(Channel { id, w })
 }
 
@@ -287,12 +300,17 @@ pub fn run(o: GuestdOptions) -> Result<()> {
     if o.name.is_empty() || o.name.len() > policy::protocol::MAX_VM_NAME_BYTES {
         return Err(err("--name: 1 to 64 bytes"));
     }
+    if o.netlink && !crate::is_root() {
+        return Err(err(
+            "guestd needs root: it listens to the process connector for execs (CAP_NET_ADMIN) and reads every process's /proc/PID/io; run it as root (or, to try it without, --no-netlink and a --hint-socket of your own)",
+        ));
+    }
     sys::install_stop_handlers();
     let (tx, rx) = mpsc::channel();
     if o.netlink {
         spawn_netlink(tx.clone())?;
     }
-    spawn_sampler(tx.clone(), Duration::from_millis(o.sample_ms.max(10)));
+    spawn_sampler(tx.clone(), Duration::from_millis(o.sample_ms.max(10)))?;
     spawn_hint_socket(&o.hint_socket, tx.clone())?;
     log(&format!("connecting to {} as {:?}", o.endpoint, o.name));
     let mut core = GuestCore::new(o.lease_ms.max(1) * MS, o.sample_ms.max(10) * MS);

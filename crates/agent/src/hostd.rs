@@ -18,9 +18,10 @@
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
@@ -29,16 +30,94 @@ use serde::Deserialize;
 
 use crate::actuator::{
     Actuator, BfqIdlingActuator, CgroupMoveActuator, CgroupWeightActuator, IoprioActuator, Journal,
-    VmTarget,
+    RecoveryScope, ScopeVm, VmTarget,
 };
+use crate::listen::{self, CHANNEL_LIMITS, CLIENT_LIMITS};
 use crate::transport::{
     write_message, FrameReader, ReadError, SocketStream, Stream, VsockListener, VMADDR_CID_ANY,
     VMADDR_CID_HOST, VMADDR_PORT_ANY,
 };
+use crate::vmproc::{self, Liveness, ProcessId};
 use crate::{err, now_ns, sys, Result};
+use policy::ratelimit::{ChannelLimiter, ChannelLimits};
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
+use prometheus_client::metrics::{counter::Counter, family::Family, gauge::Gauge};
+use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
+
+/// A VM's name as a label value, escaped as the exposition format asks
+/// (backslash, double quote and line feed as `\\`, `\"`, `\n`):
+/// prometheus-client 0.24 writes label values as they are (its issue 151).
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+struct VmName(String);
+
+impl EncodeLabelValue for VmName {
+    fn encode(&self, e: &mut LabelValueEncoder<'_>) -> std::fmt::Result {
+        use std::fmt::Write;
+        for c in self.0.chars() {
+            match c {
+                '\\' => e.write_str("\\\\")?,
+                '"' => e.write_str("\\\"")?,
+                '\n' => e.write_str("\\n")?,
+                c => e.write_char(c)?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A per-VM metric: its name, its help and its value for VM `i`.
+type PerVm<'a, T> = (&'a str, &'a str, &'a dyn Fn(usize) -> T);
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VmLabel {
+    vm: VmName,
+}
+
+impl VmLabel {
+    fn new(name: &str) -> VmLabel {
+        VmLabel {
+            vm: VmName(name.to_string()),
+        }
+    }
+}
 
 pub const DEFAULT_STATE_FILE: &str = "/run/tandem/hostd.state";
 pub const DEFAULT_CONTROL: &str = "/run/tandem/hostd.sock";
+/// The metrics socket's name beside the control socket, by default.
+pub const DEFAULT_METRICS_NAME: &str = "hostd-metrics.sock";
+/// The longest lease accepted, ms (one hour).
+pub const MAX_LEASE_MS: u64 = 3_600_000;
+/// The longest budget window accepted, s (one day).
+pub const MAX_BUDGET_WINDOW_S: f64 = 86_400.0;
+
+/// Where hostd serves its Prometheus metrics.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MetricsEndpoint {
+    Off,
+    Unix(PathBuf),
+    Tcp(String),
+}
+
+/// The metrics endpoint a configuration asks for: `None` is the unix
+/// socket beside the control socket; TCP only when an address is given.
+pub fn metrics_endpoint(m: &str) -> Result<MetricsEndpoint> {
+    if m == "off" {
+        return Ok(MetricsEndpoint::Off);
+    }
+    if let Some(p) = m.strip_prefix("unix:") {
+        if p.is_empty() {
+            return Err(err("metrics = \"unix:\": a socket path is needed"));
+        }
+        return Ok(MetricsEndpoint::Unix(PathBuf::from(p)));
+    }
+    if !m.contains(':') {
+        return Err(err(format!(
+            "metrics = {m:?}: expected unix:PATH, HOST:PORT (TCP) or off"
+        )));
+    }
+    Ok(MetricsEndpoint::Tcp(m.to_string()))
+}
 
 /// One VM in the configuration.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -89,7 +168,8 @@ pub struct HostdConfig {
     /// Control socket for `tandem hostd status`.
     #[serde(default = "default_control")]
     pub control: PathBuf,
-    /// Prometheus metrics: `unix:PATH` or `HOST:PORT` (a local address).
+    /// Prometheus metrics: `unix:PATH` (by default `metrics.sock` beside
+    /// the control socket), `HOST:PORT` (TCP, only when asked for), or `off`.
     #[serde(default)]
     pub metrics: Option<String>,
     /// Listen for guests on this vsock port (any CID); VMs with `cid` are
@@ -123,6 +203,15 @@ pub struct HostdConfig {
     /// Messages a channel may send at once above the rate.
     #[serde(default = "default_burst")]
     pub rate_burst: f64,
+    /// Bytes per second hostd reads from a channel: past it the guest's
+    /// writes wait (its socket buffer fills), so a flood costs hostd no
+    /// more than this.
+    #[serde(default = "default_rate_bytes")]
+    pub rate_limit_bytes: f64,
+    /// Bytes a channel may send at once above `rate_limit_bytes` (at least
+    /// one whole frame, 256).
+    #[serde(default = "default_burst_bytes")]
+    pub rate_burst_bytes: f64,
     /// How often to look for new threads of boosted VMs and for VMs that exited, ms.
     #[serde(default = "default_rescan")]
     pub rescan_ms: u64,
@@ -166,6 +255,16 @@ fn default_rate() -> f64 {
 }
 fn default_burst() -> f64 {
     50.0
+}
+fn default_rate_bytes() -> f64 {
+    // Design choice: an honest guest sends at most a few HELPs and renewals
+    // a second, 5 to 10 bytes each, and a Hello of at most 70 bytes when it
+    // connects; 8 KiB/s leaves room for 800 such messages a second.
+    8192.0
+}
+fn default_burst_bytes() -> f64 {
+    // 16 frames of the longest kind (policy::MAX_MESSAGE_BYTES).
+    4096.0
 }
 fn default_rescan() -> u64 {
     // Design choice: QEMU's pool starts workers on demand; a new worker
@@ -291,11 +390,76 @@ impl HostdConfig {
         if !(1..=1000).contains(&self.cgroup_weight) {
             return Err(err("cgroup_weight: 1 to 1000 (BFQ's range)"));
         }
-        if self.rate_limit.is_nan() || self.rate_limit <= 0.0 || self.rate_burst < 1.0 {
-            return Err(err("rate_limit must be > 0 and rate_burst >= 1"));
+        self.channel_limits()
+            .validate()
+            .map_err(|e| err(format!("{e} (hostd config)")))?;
+        // Design choice: 10 ms is the finest rescan that is not a busy
+        // loop, one minute the longest a new QEMU thread should wait.
+        if !(10..=60_000).contains(&self.rescan_ms) {
+            return Err(err(format!(
+                "rescan_ms = {}: it must be from 10 to 60000 (ms)",
+                self.rescan_ms
+            )));
         }
+        self.metrics_endpoint()?;
         self.policy()?;
         Ok(())
+    }
+
+    /// Where the metrics are served (see [`metrics_endpoint`]).
+    pub fn metrics_endpoint(&self) -> Result<MetricsEndpoint> {
+        match &self.metrics {
+            Some(m) => metrics_endpoint(m),
+            None => Ok(MetricsEndpoint::Unix(
+                self.control.with_file_name(DEFAULT_METRICS_NAME),
+            )),
+        }
+    }
+
+    /// The per-channel rate limits.
+    pub fn channel_limits(&self) -> ChannelLimits {
+        ChannelLimits {
+            msg_rate: self.rate_limit,
+            msg_burst: self.rate_burst,
+            byte_rate: self.rate_limit_bytes,
+            byte_burst: self.rate_burst_bytes,
+        }
+    }
+
+    /// Checks that each VM's `pid` (or the QMP socket's peer) is a running
+    /// QEMU process; returns them by VM (`None`: not running now).
+    pub fn check_processes(&self) -> Result<Vec<Option<ProcessId>>> {
+        let mut out = Vec::new();
+        for v in &self.vms {
+            let what = format!("VM {}", v.name);
+            let pid = match (v.pid, &v.qmp) {
+                (Some(p), _) => Some(p),
+                (None, Some(q)) => match crate::qmp::peer_pid(q) {
+                    Ok(p) => Some(p),
+                    Err(e) => {
+                        log(&format!(
+                            "{what}: {e} (it will not be served until hostd restarts)"
+                        ));
+                        None
+                    }
+                },
+                (None, None) => None,
+            };
+            let Some(pid) = pid else {
+                out.push(None);
+                continue;
+            };
+            match vmproc::read_start_time(pid) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    log(&format!(
+                        "{what}: no QEMU process {pid} (it will not be served until hostd restarts)"
+                    ));
+                    out.push(None);
+                }
+                _ => out.push(Some(vmproc::check_qemu(pid, &what)?)),
+            }
+        }
+        Ok(out)
     }
 
     pub fn policy(&self) -> Result<PolicyConfig> {
@@ -305,8 +469,32 @@ impl HostdConfig {
                 self.budget_window_s
             )));
         }
+        // Design choice: a lease longer than an hour is a mistake (a guest
+        // renews every half lease), and a budget window longer than a day
+        // would never let a VM's budget recover within a session.
+        if !(1..=MAX_LEASE_MS).contains(&self.max_lease_ms) {
+            return Err(err(format!(
+                "max_lease_ms (--lease-ms) = {}: it must be from 1 to {MAX_LEASE_MS} (one hour)",
+                self.max_lease_ms
+            )));
+        }
+        if self.budget_window_s > MAX_BUDGET_WINDOW_S {
+            return Err(err(format!(
+                "budget_window_s = {}: it must be at most {MAX_BUDGET_WINDOW_S} (one day)",
+                self.budget_window_s
+            )));
+        }
+        if !self.budget_fraction.is_finite() {
+            return Err(err(format!(
+                "budget_fraction = {}: it must be a finite number in (0, 1]",
+                self.budget_fraction
+            )));
+        }
         let p = PolicyConfig {
-            max_lease_ns: self.max_lease_ms * MS,
+            max_lease_ns: self
+                .max_lease_ms
+                .checked_mul(MS)
+                .ok_or_else(|| err("max_lease_ms: too large"))?,
             budget_fraction: self.budget_fraction,
             budget_window_ns: (self.budget_window_s * 1e9).round() as u64,
             ..PolicyConfig::default()
@@ -386,11 +574,13 @@ enum Event {
         vm: usize,
         conn: u64,
     },
-    /// A message was dropped (coalesced) by the rate limit, or malformed.
+    /// Messages dropped (coalesced) by the rate limit, malformed frames,
+    /// bytes read, since the channel's last report.
     Counted {
         vm: usize,
         limited: u64,
         malformed: u64,
+        bytes: u64,
     },
     Control {
         req: String,
@@ -406,7 +596,12 @@ enum Event {
 struct VmRuntime {
     conn: Option<(u64, Stream)>,
     alive: bool,
-    start: Option<u64>,
+    /// The QEMU process and its start time.
+    qemu: Option<ProcessId>,
+    /// Bytes read from the VM's channel.
+    bytes: u64,
+    /// Times its process could not be checked (an error reading /proc).
+    check_errors: u64,
     boosted_since: Option<u64>,
     boosts: u64,
     messages: u64,
@@ -424,39 +619,109 @@ struct VmRuntime {
     qmp_asked_at: Option<u64>,
 }
 
-/// A token bucket.
-struct Bucket {
-    rate: f64,
-    burst: f64,
-    tokens: f64,
-    at: u64,
-}
-
-impl Bucket {
-    fn take(&mut self, now: u64) -> bool {
-        let dt = now.saturating_sub(self.at) as f64 / 1e9;
-        self.at = now;
-        self.tokens = (self.tokens + dt * self.rate).min(self.burst);
-        if self.tokens >= 1.0 {
-            self.tokens -= 1.0;
-            true
-        } else {
-            false
-        }
-    }
-}
-
 fn log(m: &str) {
     eprintln!("tandem hostd: {m}");
 }
 
-/// Reads one channel until it closes. Answers Hello itself; passes Help and
-/// NoHelp on under the rate limit, keeping only the latest of a flood.
-fn serve_channel(vm: usize, conn: u64, stream: Stream, tx: Sender<Event>, rate: f64, burst: f64) {
-    let Ok(mut w) = stream.try_clone() else {
-        return;
+/// A VM's channel limits, shared by all of its connections (a guest that
+/// reconnects does not get a fresh bucket).
+type SharedLimiter = Arc<Mutex<ChannelLimiter>>;
+
+fn lock(l: &SharedLimiter) -> std::sync::MutexGuard<'_, ChannelLimiter> {
+    l.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A channel's read side: reads no more bytes than the VM's byte bucket
+/// holds. When it is empty the reader waits (at most 50 ms at a time, so a
+/// coalesced message still goes out on time), and the guest's writes back
+/// up into its own socket buffer.
+struct Metered {
+    inner: Stream,
+    limiter: SharedLimiter,
+    bytes: u64,
+}
+
+impl Read for Metered {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let slice = 50 * MS;
+        let mut waited = 0;
+        loop {
+            let now = now_ns();
+            let (n, wait) = {
+                let mut l = lock(&self.limiter);
+                (l.readable(now).min(buf.len()), l.read_wait(now))
+            };
+            if n > 0 {
+                let r = self.inner.read(&mut buf[..n])?;
+                lock(&self.limiter).bytes_read(now_ns(), r);
+                self.bytes += r as u64;
+                return Ok(r);
+            }
+            if waited >= slice {
+                return Err(std::io::ErrorKind::WouldBlock.into());
+            }
+            let w = wait.clamp(MS, slice - waited);
+            thread::sleep(Duration::from_nanos(w));
+            waited += w;
+        }
+    }
+}
+
+/// What one connection has to tell the event loop about its counters.
+#[derive(Default)]
+struct Tally {
+    limited: u64,
+    malformed: u64,
+    reported_bytes: u64,
+    at: u64,
+}
+
+impl Tally {
+    /// Sends the counters (at most once a second unless `force`).
+    fn report(&mut self, vm: usize, bytes: u64, tx: &Sender<Event>, force: bool) {
+        let now = now_ns();
+        let news = self.limited + self.malformed > 0 || bytes > self.reported_bytes;
+        if !news || (!force && now.saturating_sub(self.at) < policy::SEC) {
+            return;
+        }
+        let _ = tx.send(Event::Counted {
+            vm,
+            limited: self.limited,
+            malformed: self.malformed,
+            bytes: bytes - self.reported_bytes,
+        });
+        self.reported_bytes = bytes;
+        self.limited = 0;
+        self.malformed = 0;
+        self.at = now;
+    }
+}
+
+/// A channel's stream ended or broke: refuses a malformed frame with the
+/// reason, and counts it.
+fn close_on(e: ReadError, w: &mut Stream, tally: &mut Tally) {
+    let reason = match e {
+        ReadError::Eof { partial } => {
+            tally.malformed += (partial > 0) as u64;
+            return;
+        }
+        ReadError::Timeout | ReadError::Io(_) => return,
+        ReadError::Decode(policy::DecodeError::UnknownVersion(v)) => {
+            format!("protocol version {v} is not supported; this host speaks {PROTOCOL_VERSION}")
+        }
+        ReadError::Decode(e) => format!("malformed frame: {e}"),
     };
-    let Ok(reg) = stream.try_clone() else {
+    let _ = write_message(w, &Message::Refuse { reason });
+    tally.malformed += 1;
+}
+
+/// Reads one channel until it closes. Every message takes a token of the
+/// VM's message bucket and its bytes of the byte bucket (see [`Metered`]).
+/// Answers Hello itself; passes Help and NoHelp on, keeping only the
+/// latest of those past the rate; drops Hellos and Heartbeats past it.
+fn serve_channel(vm: usize, conn: u64, stream: Stream, tx: Sender<Event>, limiter: SharedLimiter) {
+    let (Ok(mut w), Ok(reg)) = (stream.try_clone(), stream.try_clone()) else {
+        // Out of descriptors: this connection closes, nothing else.
         return;
     };
     if tx
@@ -470,74 +735,44 @@ fn serve_channel(vm: usize, conn: u64, stream: Stream, tx: Sender<Event>, rate: 
         return;
     }
     stream.set_read_timeout(Some(Duration::from_millis(50)));
-    let mut r = FrameReader::new(stream);
+    let mut r = FrameReader::new(Metered {
+        inner: stream,
+        limiter: limiter.clone(),
+        bytes: 0,
+    });
     let mut hello = false;
-    let mut bucket = Bucket {
-        rate,
-        burst,
-        tokens: burst,
-        at: now_ns(),
-    };
     let mut pending: Option<Message> = None;
-    let mut limited = 0u64;
+    let mut tally = Tally::default();
     let refuse = |w: &mut Stream, reason: String| {
         let _ = write_message(w, &Message::Refuse { reason });
     };
     loop {
         let res = r.read_message();
         // Flush a coalesced message when the bucket allows.
-        if pending.is_some() && bucket.take(now_ns()) {
-            let msg = pending.take().unwrap();
-            if tx.send(Event::Msg { vm, conn, msg }).is_err() {
-                return;
+        if pending.is_some() && lock(&limiter).message(now_ns()) {
+            if let Some(msg) = pending.take() {
+                if tx.send(Event::Msg { vm, conn, msg }).is_err() {
+                    return;
+                }
             }
         }
-        if limited >= 1000 {
-            let _ = tx.send(Event::Counted {
-                vm,
-                limited,
-                malformed: 0,
-            });
-            limited = 0;
-        }
+        tally.report(vm, r.get_ref().bytes, &tx, false);
         let msg = match res {
             Ok(m) => m,
             Err(ReadError::Timeout) => continue,
-            Err(ReadError::Eof { partial }) => {
-                if partial > 0 {
-                    let _ = tx.send(Event::Counted {
-                        vm,
-                        limited: 0,
-                        malformed: 1,
-                    });
-                }
+            Err(e) => {
+                close_on(e, &mut w, &mut tally);
                 break;
             }
-            Err(ReadError::Decode(policy::DecodeError::UnknownVersion(v))) => {
-                refuse(
-                    &mut w,
-                    format!("protocol version {v} is not supported; this host speaks {PROTOCOL_VERSION}"),
-                );
-                let _ = tx.send(Event::Counted {
-                    vm,
-                    limited: 0,
-                    malformed: 1,
-                });
-                break;
-            }
-            Err(ReadError::Decode(e)) => {
-                refuse(&mut w, format!("malformed frame: {e}"));
-                let _ = tx.send(Event::Counted {
-                    vm,
-                    limited: 0,
-                    malformed: 1,
-                });
-                break;
-            }
-            Err(ReadError::Io(_)) => break,
         };
+        let within = lock(&limiter).message(now_ns());
         match msg {
             Message::Hello { version, .. } => {
+                if !within {
+                    // A Hello flood: not answered, counted.
+                    tally.limited += 1;
+                    continue;
+                }
                 if version != PROTOCOL_VERSION {
                     refuse(
                         &mut w,
@@ -548,64 +783,45 @@ fn serve_channel(vm: usize, conn: u64, stream: Stream, tx: Sender<Event>, rate: 
                     break;
                 }
                 hello = true;
-                if write_message(
-                    &mut w,
-                    &Message::HelloAck {
-                        version: PROTOCOL_VERSION,
-                    },
-                )
-                .is_err()
-                {
+                let ack = Message::HelloAck {
+                    version: PROTOCOL_VERSION,
+                };
+                if write_message(&mut w, &ack).is_err() {
                     break;
                 }
             }
             Message::Heartbeat { seq } => {
                 // Echoed within the rate limit; a flood of them is dropped.
-                if bucket.take(now_ns()) {
+                if within {
                     let _ = write_message(&mut w, &Message::Heartbeat { seq });
                 } else {
-                    limited += 1;
+                    tally.limited += 1;
                 }
             }
             Message::Help { .. } | Message::NoHelp { .. } if hello => {
-                if bucket.take(now_ns()) && pending.is_none() {
+                if within {
+                    // The newest message supersedes a coalesced one.
+                    tally.limited += pending.take().is_some() as u64;
                     if tx.send(Event::Msg { vm, conn, msg }).is_err() {
                         return;
                     }
                 } else {
-                    if pending.is_some() {
-                        limited += 1;
-                    }
-                    pending = Some(msg);
+                    tally.limited += pending.replace(msg).is_some() as u64;
                 }
             }
             Message::Help { .. } | Message::NoHelp { .. } => {
                 refuse(&mut w, "Hello first".into());
-                let _ = tx.send(Event::Counted {
-                    vm,
-                    limited: 0,
-                    malformed: 1,
-                });
+                tally.malformed += 1;
                 break;
             }
             Message::HelloAck { .. } | Message::Refuse { .. } => {
                 refuse(&mut w, "host-to-guest message sent by a guest".into());
-                let _ = tx.send(Event::Counted {
-                    vm,
-                    limited: 0,
-                    malformed: 1,
-                });
+                tally.malformed += 1;
                 break;
             }
         }
     }
-    if limited > 0 {
-        let _ = tx.send(Event::Counted {
-            vm,
-            limited,
-            malformed: 0,
-        });
-    }
+    tally.report(vm, r.get_ref().bytes, &tx, true);
     let _ = tx.send(Event::Closed { vm, conn });
 }
 
@@ -615,52 +831,51 @@ fn next_conn() -> u64 {
     CONN_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
-fn bind_unix(path: &Path) -> Result<UnixListener> {
-    if let Some(d) = path.parent() {
-        let _ = std::fs::create_dir_all(d);
-    }
-    if path.exists() {
-        if UnixStream::connect(path).is_ok() {
-            return Err(err(format!(
-                "{}: in use by another process (another hostd?)",
-                path.display()
-            )));
-        }
-        let _ = std::fs::remove_file(path);
-    }
-    UnixListener::bind(path).map_err(|e| err(format!("{}: {e}", path.display())))
-}
-
 /// Serves VM `vm`'s unix socket, if it has one (a VM with `cid` is served
 /// by the vsock listener). Returns the socket file it created, if any.
 fn start_channel(
     vm: usize,
     cfg: &VmConfig,
     tx: Sender<Event>,
-    rate: f64,
-    burst: f64,
+    limiter: SharedLimiter,
 ) -> Result<Option<PathBuf>> {
     let Some(path) = cfg.socket.clone() else {
         return Ok(None);
     };
     if cfg.connect {
-        thread::spawn(move || loop {
-            if let Ok(s) = UnixStream::connect(&path) {
-                serve_channel(vm, next_conn(), Stream::Unix(s), tx.clone(), rate, burst);
-            }
-            thread::sleep(Duration::from_millis(500));
-        });
+        thread::Builder::new()
+            .name(format!("vm{vm}-connect"))
+            .spawn(move || loop {
+                if let Ok(s) = UnixStream::connect(&path) {
+                    serve_channel(
+                        vm,
+                        next_conn(),
+                        Stream::Unix(s),
+                        tx.clone(),
+                        limiter.clone(),
+                    );
+                }
+                thread::sleep(Duration::from_millis(500));
+            })
+            .map_err(|e| err(format!("VM {}: starting its thread: {e}", cfg.name)))?;
         Ok(None)
     } else {
-        let l = bind_unix(&path)?;
-        thread::spawn(move || {
-            for s in l.incoming().flatten() {
-                let tx = tx.clone();
-                thread::spawn(move || {
-                    serve_channel(vm, next_conn(), Stream::Unix(s), tx, rate, burst)
-                });
-            }
-        });
+        let l = listen::bind_unix(&path, &format!("VM {} socket", cfg.name))?;
+        listen::serve(
+            format!("tandem hostd: VM {} socket", cfg.name),
+            &format!("vm{vm}-channel"),
+            l,
+            CHANNEL_LIMITS,
+            move |s: UnixStream| {
+                serve_channel(
+                    vm,
+                    next_conn(),
+                    Stream::Unix(s),
+                    tx.clone(),
+                    limiter.clone(),
+                )
+            },
+        )?;
         Ok(Some(path))
     }
 }
@@ -697,23 +912,21 @@ impl VsockRoutes {
     }
 }
 
-/// Hands a connection accepted on the vsock port to its VM's channel code,
-/// in a thread of its own exactly as a connection on a VM's unix socket, or
-/// closes it and reports the unknown CID. Returns the VM.
+/// Hands a connection accepted on the vsock port to its VM's channel code
+/// (the caller runs it in a thread of its own, as for a connection on a
+/// VM's unix socket), or closes it and reports the unknown CID. Returns the
+/// VM.
 fn dispatch_vsock(
     routes: &VsockRoutes,
     peer_cid: u32,
     s: SocketStream,
     tx: &Sender<Event>,
-    rate: f64,
-    burst: f64,
+    limiters: &[SharedLimiter],
 ) -> Option<usize> {
     match routes.route(peer_cid) {
         Some(vm) => {
-            let tx = tx.clone();
-            thread::spawn(move || {
-                serve_channel(vm, next_conn(), Stream::Socket(s), tx, rate, burst)
-            });
+            let limiter = limiters.get(vm)?.clone();
+            serve_channel(vm, next_conn(), Stream::Socket(s), tx.clone(), limiter);
             Some(vm)
         }
         None => {
@@ -725,13 +938,13 @@ fn dispatch_vsock(
     }
 }
 
-/// Binds the vsock port on any CID and serves it.
+/// Binds the vsock port on any CID and serves it: each VM with `cid` may
+/// hold [`CHANNEL_LIMITS`] connections at once.
 fn start_vsock(
     port: u32,
     routes: VsockRoutes,
     tx: Sender<Event>,
-    rate: f64,
-    burst: f64,
+    limiters: Vec<SharedLimiter>,
 ) -> Result<()> {
     let l = VsockListener::bind(port).map_err(|e| {
         let hint = match e.raw_os_error() {
@@ -743,24 +956,21 @@ fn start_vsock(
         };
         err(format!("vsock port {port}: {e}{hint}"))
     })?;
-    thread::spawn(move || loop {
-        match l.accept() {
-            Ok((s, cid, _)) => {
-                dispatch_vsock(&routes, cid, s, &tx, rate, burst);
-            }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::Interrupted | std::io::ErrorKind::ConnectionAborted
-                ) => {}
-            Err(e) => {
-                // Out of descriptors, most likely: try again later.
-                log(&format!("vsock port {port}: accept: {e}"));
-                thread::sleep(Duration::from_millis(100));
-            }
-        }
-    });
-    Ok(())
+    let vms = routes.iter().count().max(1);
+    let limits = listen::ConnLimits {
+        max_open: CHANNEL_LIMITS.max_open * vms,
+        accept_rate: CHANNEL_LIMITS.accept_rate * vms as f64,
+        accept_burst: CHANNEL_LIMITS.accept_burst * vms as f64,
+    };
+    listen::serve(
+        format!("tandem hostd: vsock port {port}"),
+        "vsock-channel",
+        l,
+        limits,
+        move |(s, cid): (SocketStream, u32)| {
+            dispatch_vsock(&routes, cid, s, &tx, &limiters);
+        },
+    )
 }
 
 fn ask(tx: &Sender<Event>, req: &str) -> String {
@@ -778,27 +988,45 @@ fn ask(tx: &Sender<Event>, req: &str) -> String {
         .unwrap_or_else(|_| "hostd did not answer\n".into())
 }
 
-fn start_control(path: &Path, tx: Sender<Event>) -> Result<()> {
-    let l = bind_unix(path)?;
-    thread::spawn(move || {
-        for s in l.incoming().flatten() {
-            let tx = tx.clone();
-            thread::spawn(move || {
-                let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-                let mut line = String::new();
-                let mut r = BufReader::new(s.try_clone().unwrap()).take(256);
-                let _ = r.read_line(&mut line);
-                let answer = ask(&tx, line.trim());
-                let mut s = s;
-                let _ = s.write_all(answer.as_bytes());
-            });
-        }
-    });
-    Ok(())
+/// How long a control or metrics client may take to send its whole request,
+/// and then to read the whole answer (a client that stalls or trickles loses
+/// its connection, and its slot).
+const CLIENT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Answers one control connection: one request line, one answer.
+fn control_answer(s: UnixStream, tx: &Sender<Event>) {
+    let mut s = listen::Deadline::new(s, CLIENT_TIMEOUT);
+    let mut line = String::new();
+    let _ = BufReader::new(&mut s).take(256).read_line(&mut line);
+    let answer = ask(tx, line.trim());
+    s.restart(CLIENT_TIMEOUT);
+    let _ = s.write_all(answer.as_bytes());
 }
 
-fn http_answer<S: Read + Write>(mut s: S, tx: &Sender<Event>) {
-    // Read the request head (any request gets the metrics).
+fn start_control(path: &Path, tx: Sender<Event>) -> Result<()> {
+    let l = listen::bind_unix(path, "control socket")?;
+    listen::serve(
+        "tandem hostd: control socket".into(),
+        "control",
+        l,
+        CLIENT_LIMITS,
+        move |s: UnixStream| control_answer(s, &tx),
+    )
+}
+
+/// The request line of an HTTP request head, if complete.
+fn request_line(head: &[u8]) -> Option<(String, String)> {
+    let end = head.iter().position(|&b| b == b'\n')?;
+    let line = String::from_utf8_lossy(&head[..end]);
+    let mut f = line.split_whitespace();
+    Some((f.next()?.to_string(), f.next()?.to_string()))
+}
+
+/// Answers one HTTP request: `GET /metrics` gets the metrics, another path
+/// 404, another method 405. The request head may take at most
+/// [`CLIENT_TIMEOUT`] and 8 KiB, the answer [`CLIENT_TIMEOUT`].
+fn http_answer<S: Read + Write + listen::Timed>(s: S, tx: &Sender<Event>) {
+    let mut s = listen::Deadline::new(s, CLIENT_TIMEOUT);
     let mut buf = [0u8; 1024];
     let mut got = Vec::new();
     while got.len() < 8192 {
@@ -813,35 +1041,54 @@ fn http_answer<S: Read + Write>(mut s: S, tx: &Sender<Event>) {
             }
         }
     }
-    let body = ask(tx, "metrics");
+    let (status, body) = match request_line(&got) {
+        Some((m, p)) if m == "GET" && (p == "/metrics" || p.starts_with("/metrics?")) => {
+            ("200 OK", ask(tx, "metrics"))
+        }
+        Some((m, _)) if m != "GET" => ("405 Method Not Allowed", "GET only\n".to_string()),
+        Some(_) => ("404 Not Found", "the metrics are at /metrics\n".to_string()),
+        None => ("400 Bad Request", "no request line\n".to_string()),
+    };
+    s.restart(CLIENT_TIMEOUT);
+    let allow = if status.starts_with("405") {
+        "Allow: GET\r\n"
+    } else {
+        ""
+    };
     let _ = write!(
         s,
-        "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\n\r\n{}",
+        "HTTP/1.0 {status}\r\n{allow}Content-Type: application/openmetrics-text; version=1.0.0; charset=utf-8\r\nContent-Length: {}\r\n\r\n{}",
         body.len(),
         body
     );
 }
 
-fn start_metrics(addr: &str, tx: Sender<Event>) -> Result<Option<PathBuf>> {
-    if let Some(p) = addr.strip_prefix("unix:") {
-        let path = PathBuf::from(p);
-        let l = bind_unix(&path)?;
-        thread::spawn(move || {
-            for s in l.incoming().flatten() {
-                let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
-                http_answer(s, &tx);
-            }
-        });
-        Ok(Some(path))
-    } else {
-        let l = TcpListener::bind(addr).map_err(|e| err(format!("metrics {addr}: {e}")))?;
-        thread::spawn(move || {
-            for s in l.incoming().flatten() {
-                let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
-                http_answer(s, &tx);
-            }
-        });
-        Ok(None)
+/// Serves the metrics where `ep` says; returns the socket file it created.
+fn start_metrics(ep: &MetricsEndpoint, tx: Sender<Event>) -> Result<Option<PathBuf>> {
+    match ep {
+        MetricsEndpoint::Off => Ok(None),
+        MetricsEndpoint::Unix(path) => {
+            let l = listen::bind_unix(path, "metrics socket")?;
+            listen::serve(
+                "tandem hostd: metrics socket".into(),
+                "metrics",
+                l,
+                CLIENT_LIMITS,
+                move |s: UnixStream| http_answer(s, &tx),
+            )?;
+            Ok(Some(path.clone()))
+        }
+        MetricsEndpoint::Tcp(addr) => {
+            let l = TcpListener::bind(addr).map_err(|e| err(format!("metrics {addr}: {e}")))?;
+            listen::serve(
+                format!("tandem hostd: metrics {addr}"),
+                "metrics",
+                l,
+                CLIENT_LIMITS,
+                move |s: std::net::TcpStream| http_answer(s, &tx),
+            )?;
+            Ok(None)
+        }
     }
 }
 
@@ -859,6 +1106,57 @@ pub struct Hostd {
     vsock_refused_cids: std::collections::BTreeSet<u32>,
     /// When hostd started, for the times in the boost log.
     started_ns: u64,
+    /// Each VM's channel limits, shared by its connections.
+    limiters: Vec<SharedLimiter>,
+    /// Where SIGHUP gets the configuration again.
+    reload: Option<ReloadFn>,
+}
+
+/// Builds the configuration again (SIGHUP): the file and the command line.
+pub type ReloadFn = Box<dyn Fn() -> Result<HostdConfig> + Send>;
+
+/// Tells the service manager (systemd, `Type=notify`) of a state change;
+/// nothing without `NOTIFY_SOCKET`.
+fn notify(states: &[sd_notify::NotifyState]) {
+    let _ = sd_notify::notify(false, states);
+}
+
+/// The settings a reload cannot change while hostd runs, by name, where
+/// `new` differs from `old`.
+fn needs_restart(old: &HostdConfig, new: &HostdConfig) -> Vec<&'static str> {
+    let mut v = Vec::new();
+    let mut differ = |name, d: bool| {
+        if d {
+            v.push(name)
+        }
+    };
+    differ("the VMs", old.vms != new.vms);
+    differ("state_file", old.state_file != new.state_file);
+    differ("control", old.control != new.control);
+    differ("metrics", old.metrics != new.metrics);
+    differ("vsock_port", old.vsock_port != new.vsock_port);
+    differ(
+        "the actuators",
+        (
+            &old.ioprio,
+            old.ioprio_level,
+            old.cgroup_weight,
+            &old.boost_cgroup,
+            old.bfq_idling,
+        ) != (
+            &new.ioprio,
+            new.ioprio_level,
+            new.cgroup_weight,
+            &new.boost_cgroup,
+            new.bfq_idling,
+        ),
+    );
+    differ(
+        "the lease and budget",
+        (old.max_lease_ms, old.budget_fraction, old.budget_window_s)
+            != (new.max_lease_ms, new.budget_fraction, new.budget_window_s),
+    );
+    v
 }
 
 impl Hostd {
@@ -886,42 +1184,31 @@ impl Hostd {
         }
         let mut targets = Vec::new();
         let mut rt = Vec::new();
-        for (i, v) in cfg.vms.iter().enumerate() {
+        // QEMU's pid as given, or as the kernel tells the QMP socket's
+        // peer (SO_PEERCRED): the process that listens on it. Either must
+        // be a QEMU process.
+        let qemus = cfg.check_processes()?;
+        for (i, (v, qemu)) in cfg.vms.iter().zip(qemus).enumerate() {
             arbiter.add_vm(i as u32, v.weight);
-            // QEMU's pid as given, or as the kernel tells the QMP socket's
-            // peer (SO_PEERCRED): the process that listens on it.
-            let pid = match (v.pid, &v.qmp) {
-                (Some(p), _) => Some(p),
-                (None, Some(q)) => match crate::qmp::peer_pid(q) {
-                    Ok(p) => Some(p),
-                    Err(e) => {
-                        log(&format!("VM {}: {e}", v.name));
-                        None
-                    }
-                },
-                (None, None) => None,
-            };
             targets.push(VmTarget {
                 name: v.name.clone(),
-                pid: pid.unwrap_or(0),
+                pid: qemu.map(|q| q.pid).unwrap_or(0),
                 cgroup: v.cgroup.clone(),
                 vcpu_tids: Vec::new(),
             });
-            let start = pid.and_then(|p| sys::start_time(&p.to_string()));
-            if start.is_none() {
-                log(&format!(
-                    "VM {}: no QEMU process {} (it will not be served until hostd restarts)",
-                    v.name,
-                    pid.map(|p| p.to_string()).unwrap_or_else(|| "found".into())
-                ));
-            }
             rt.push(VmRuntime {
-                alive: start.is_some(),
-                start,
+                alive: qemu.is_some(),
+                qemu,
                 ..VmRuntime::default()
             });
         }
         let journal = Journal::new(Some(cfg.state_file.clone()));
+        let now = now_ns();
+        let limiters = cfg
+            .vms
+            .iter()
+            .map(|_| Arc::new(Mutex::new(ChannelLimiter::new(&cfg.channel_limits(), now))))
+            .collect();
         Ok(Hostd {
             cfg,
             arbiter,
@@ -932,7 +1219,63 @@ impl Hostd {
             vsock_refused: 0,
             vsock_refused_cids: Default::default(),
             started_ns: now_ns(),
+            limiters,
+            reload: None,
         })
+    }
+
+    /// On SIGHUP, build the configuration with `f` and apply what can be
+    /// applied while running: the rate limits, `rescan_ms` and
+    /// `log_boosts`. A change to anything else is logged as needing a
+    /// restart and not applied; an invalid configuration is logged and the
+    /// running one kept.
+    pub fn reload_with(mut self, f: ReloadFn) -> Hostd {
+        self.reload = Some(f);
+        self
+    }
+
+    fn reload(&mut self) {
+        notify(&[sd_notify::NotifyState::Reloading]);
+        let Some(f) = &self.reload else {
+            log("SIGHUP: nothing to reload from");
+            notify(&[sd_notify::NotifyState::Ready]);
+            return;
+        };
+        match f().and_then(|c| c.validate().map(|()| c)) {
+            Err(e) => log(&format!(
+                "SIGHUP: configuration not reloaded: {e}; the running one stays"
+            )),
+            Ok(new) => {
+                let kept = needs_restart(&self.cfg, &new);
+                self.cfg.rate_limit = new.rate_limit;
+                self.cfg.rate_burst = new.rate_burst;
+                self.cfg.rate_limit_bytes = new.rate_limit_bytes;
+                self.cfg.rate_burst_bytes = new.rate_burst_bytes;
+                self.cfg.rescan_ms = new.rescan_ms;
+                self.cfg.log_boosts = new.log_boosts;
+                let now = now_ns();
+                for l in &self.limiters {
+                    lock(l).set_limits(&self.cfg.channel_limits(), now);
+                }
+                let mut m = format!(
+                    "SIGHUP: reloaded: rate {} msgs/s (burst {}), {} B/s (burst {}), rescan {} ms, log_boosts {}",
+                    self.cfg.rate_limit,
+                    self.cfg.rate_burst,
+                    self.cfg.rate_limit_bytes,
+                    self.cfg.rate_burst_bytes,
+                    self.cfg.rescan_ms,
+                    self.cfg.log_boosts
+                );
+                if !kept.is_empty() {
+                    m += &format!(
+                        "; changed but kept as they were until a restart: {}",
+                        kept.join(", ")
+                    );
+                }
+                log(&m);
+            }
+        }
+        notify(&[sd_notify::NotifyState::Ready]);
     }
 
     /// One line of the boost log (`log_boosts`): seconds since start, the
@@ -1023,9 +1366,51 @@ impl Hostd {
         }
     }
 
-    /// Boosts VM `i` (again: new threads get it too).
-    fn boost(&mut self, i: usize) {
+    /// Whether VM `i`'s QEMU still runs: checked by start time before each
+    /// boost and at each rescan. A VM is marked exited (and everything of
+    /// it undone) only when its process is gone; an error reading /proc
+    /// (out of descriptors) leaves it as it is, to be asked again.
+    fn still_running(&mut self, i: usize, now: u64) -> bool {
         if !self.rt[i].alive {
+            return false;
+        }
+        let Some(q) = self.rt[i].qemu else {
+            return false;
+        };
+        match q.liveness() {
+            Liveness::Running => true,
+            Liveness::Unknown(e) => {
+                self.rt[i].check_errors += 1;
+                self.rt[i].last_error = Some(format!("checking process {}: {e}", q.pid));
+                false
+            }
+            Liveness::Gone => {
+                self.vm_exited(i, now);
+                false
+            }
+        }
+    }
+
+    /// VM `i`'s QEMU is gone: end its boost and its channel.
+    fn vm_exited(&mut self, i: usize, now: u64) {
+        self.rt[i].alive = false;
+        log(&format!(
+            "VM {}: process {} exited",
+            self.targets[i].name, self.targets[i].pid
+        ));
+        let ch = self.arbiter.remove_vm(i as u32, now);
+        self.apply(ch, now);
+        // Anything left (the arbiter had it unboosted already).
+        let _ = self.journal.revert_vm(&self.targets[i].name);
+        if let Some((_, s)) = self.rt[i].conn.take() {
+            s.shutdown();
+        }
+    }
+
+    /// Boosts VM `i` (again: new threads get it too), once its process is
+    /// checked to be the same QEMU.
+    fn boost(&mut self, i: usize) {
+        if !self.still_running(i, now_ns()) {
             return;
         }
         self.map_threads(i);
@@ -1044,27 +1429,11 @@ impl Hostd {
 
     fn rescan(&mut self, now: u64) {
         for i in 0..self.targets.len() {
-            if !self.rt[i].alive {
-                continue;
-            }
-            let pid = self.targets[i].pid;
-            if sys::start_time(&pid.to_string()) != self.rt[i].start {
-                self.rt[i].alive = false;
-                log(&format!(
-                    "VM {}: process {pid} exited",
-                    self.targets[i].name
-                ));
-                let ch = self.arbiter.remove_vm(i as u32, now);
-                self.apply(ch, now);
-                // Anything left (the arbiter had it unboosted already).
-                let _ = self.journal.revert_vm(&self.targets[i].name);
-                if let Some((_, s)) = self.rt[i].conn.take() {
-                    s.shutdown();
-                }
-                continue;
-            }
             if self.arbiter.is_boosted(i as u32) {
+                // Checks the process first.
                 self.boost(i);
+            } else {
+                self.still_running(i, now);
             }
         }
     }
@@ -1129,9 +1498,11 @@ impl Hostd {
                 vm,
                 limited,
                 malformed,
+                bytes,
             } => {
                 self.rt[vm].limited += limited;
                 self.rt[vm].malformed += malformed;
+                self.rt[vm].bytes += bytes;
             }
             Event::VsockRefused { cid } => {
                 self.vsock_refused += 1;
@@ -1155,11 +1526,13 @@ impl Hostd {
     fn status_text(&self, now: u64) -> String {
         let p = self.arbiter.config();
         let mut s = format!(
-            "hostd pid {}  lease {} ms  budget {:.1} s per {:.0} s window  actuators: {}\n",
+            "hostd pid {}  lease {} ms  budget {:.1} s per {:.0} s window  rate {} msgs/s, {} B/s per VM  actuators: {}\n",
             std::process::id(),
             p.max_lease_ns / MS,
             p.budget_ns() as f64 / 1e9,
             p.budget_window_ns as f64 / 1e9,
+            self.cfg.rate_limit,
+            self.cfg.rate_limit_bytes,
             self.actuators
                 .iter()
                 .map(|a| a.name())
@@ -1210,124 +1583,125 @@ impl Hostd {
         s
     }
 
+    /// The Prometheus metrics (OpenMetrics text, by prometheus-client).
     fn metrics_text(&self, _now: u64) -> String {
-        let mut s = String::new();
-        let mut metric = |name: &str, help: &str, kind: &str, vals: Vec<(String, f64)>| {
-            s += &format!("# HELP tandem_hostd_{name} {help}\n# TYPE tandem_hostd_{name} {kind}\n");
-            for (vm, v) in vals {
-                s += &format!("tandem_hostd_{name}{{vm=\"{vm}\"}} {v}\n");
+        let mut reg = Registry::with_prefix("tandem_hostd");
+        let st = |i: usize| self.arbiter.stats(i as u32).unwrap_or_default();
+        let label = |i: usize| VmLabel::new(&self.targets[i].name);
+        let vms = 0..self.targets.len();
+        let gauges: [PerVm<'_, bool>; 2] = [
+            ("boosted", "1 while the VM is boosted", &|i| {
+                self.arbiter.is_boosted(i as u32)
+            }),
+            ("connected", "1 while the VM's channel is open", &|i| {
+                self.rt[i].conn.is_some()
+            }),
+        ];
+        for (name, help, f) in gauges {
+            let fam = Family::<VmLabel, Gauge>::default();
+            for i in vms.clone() {
+                fam.get_or_create(&label(i)).set(f(i) as i64);
             }
-        };
-        let per = |f: &dyn Fn(usize) -> f64| -> Vec<(String, f64)> {
-            self.targets
-                .iter()
-                .enumerate()
-                .map(|(i, t)| (t.name.clone(), f(i)))
-                .collect()
-        };
-        metric(
-            "boosted",
-            "1 while the VM is boosted",
-            "gauge",
-            per(&|i| self.arbiter.is_boosted(i as u32) as u8 as f64),
-        );
-        metric(
-            "connected",
-            "1 while the VM's channel is open",
-            "gauge",
-            per(&|i| self.rt[i].conn.is_some() as u8 as f64),
-        );
-        metric(
-            "boosts_total",
-            "Boosts started",
-            "counter",
-            per(&|i| self.rt[i].boosts as f64),
-        );
-        metric(
-            "boosted_seconds_total",
-            "Time boosted",
-            "counter",
-            per(&|i| self.arbiter.stats(i as u32).unwrap_or_default().boosted_ns as f64 / 1e9),
-        );
-        metric(
-            "helps_total",
-            "HELP messages taken by the arbiter",
-            "counter",
-            per(&|i| self.arbiter.stats(i as u32).unwrap_or_default().helps as f64),
-        );
-        metric(
-            "leases_expired_total",
-            "Leases that ran out without NO-HELP",
-            "counter",
-            per(&|i| {
-                self.arbiter
-                    .stats(i as u32)
-                    .unwrap_or_default()
-                    .leases_expired as f64
+            reg.register(name, help, fam);
+        }
+        let seconds = Family::<VmLabel, Counter<f64, AtomicU64>>::default();
+        for i in vms.clone() {
+            seconds
+                .get_or_create(&label(i))
+                .inc_by(st(i).boosted_ns as f64 / 1e9);
+        }
+        // Registered without the `_total` that prometheus-client adds.
+        reg.register("boosted_seconds", "Time boosted", seconds);
+        let counters: [PerVm<'_, u64>; 10] = [
+            ("boosts", "Boosts started", &|i| self.rt[i].boosts),
+            ("helps", "HELP messages taken by the arbiter", &|i| st(i).helps),
+            ("leases_expired", "Leases that ran out without NO-HELP", &|i| {
+                st(i).leases_expired
             }),
-        );
-        metric(
-            "budget_denials_total",
-            "Times the budget held the VM back",
-            "counter",
-            per(&|i| {
-                self.arbiter
-                    .stats(i as u32)
-                    .unwrap_or_default()
-                    .budget_denials as f64
+            ("budget_denials", "Times the budget held the VM back", &|i| {
+                st(i).budget_denials
             }),
-        );
-        metric(
-            "messages_total",
-            "Messages passed to the arbiter",
-            "counter",
-            per(&|i| self.rt[i].messages as f64),
-        );
-        metric(
-            "rate_limited_total",
-            "Messages coalesced by the rate limit",
-            "counter",
-            per(&|i| self.rt[i].limited as f64),
-        );
-        metric(
-            "malformed_total",
-            "Channels closed on a malformed frame",
-            "counter",
-            per(&|i| self.rt[i].malformed as f64),
-        );
-        metric(
-            "actuator_errors_total",
-            "Failed actuator calls",
-            "counter",
-            per(&|i| self.rt[i].actuator_errors as f64),
-        );
+            ("messages", "Messages passed to the arbiter", &|i| self.rt[i].messages),
+            ("rate_limited", "Messages coalesced or dropped by the rate limit", &|i| {
+                self.rt[i].limited
+            }),
+            ("malformed", "Channels closed on a malformed frame", &|i| self.rt[i].malformed),
+            (
+                "channel_bytes",
+                "Bytes read from the VM's channel (at most rate_limit_bytes a second)",
+                &|i| self.rt[i].bytes,
+            ),
+            (
+                "process_check_errors",
+                "Times the VM's QEMU process could not be checked (an error reading /proc); it stays served",
+                &|i| self.rt[i].check_errors,
+            ),
+            ("actuator_errors", "Failed actuator calls", &|i| self.rt[i].actuator_errors),
+        ];
+        for (name, help, f) in counters {
+            let fam = Family::<VmLabel, Counter>::default();
+            for i in vms.clone() {
+                fam.get_or_create(&label(i)).inc_by(f(i));
+            }
+            reg.register(name, help, fam);
+        }
         if self.cfg.vsock_port.is_some() {
-            s += &format!(
-                "# HELP tandem_hostd_vsock_refused_total Connections to the vsock port from CIDs that are no VM's, closed\n# TYPE tandem_hostd_vsock_refused_total counter\ntandem_hostd_vsock_refused_total {}\n",
-                self.vsock_refused
+            let c = Counter::<u64>::default();
+            c.inc_by(self.vsock_refused);
+            reg.register(
+                "vsock_refused",
+                "Connections to the vsock port from CIDs that are no VM's, closed",
+                c,
             );
+        }
+        let mut s = String::new();
+        if let Err(e) = prometheus_client::encoding::text::encode(&mut s, &reg) {
+            return format!("# metrics could not be encoded: {e}\n");
         }
         s
     }
 
+    /// What a state file left by a previous hostd may name: the knobs of
+    /// this configuration's VMs.
+    fn recovery_scope(&self) -> RecoveryScope {
+        RecoveryScope {
+            vms: self
+                .targets
+                .iter()
+                .zip(&self.rt)
+                .map(|(t, r)| ScopeVm {
+                    name: t.name.clone(),
+                    pid: r.qemu.map(|q| q.pid),
+                    cgroup: t.cgroup.clone(),
+                })
+                .collect(),
+            blkio_mount: sys::cgroup_v1_mount("blkio"),
+        }
+    }
+
     /// Runs the daemon until a stop signal; reverts every boost before returning.
     pub fn run(mut self) -> Result<()> {
-        sys::install_stop_handlers();
-        match Journal::recover(&self.cfg.state_file) {
-            Ok(0) => {}
-            Ok(n) => log(&format!(
-                "restored {n} knob(s) left boosted by a previous hostd ({})",
+        sys::install_daemon_handlers();
+        let rec = Journal::recover(&self.cfg.state_file, &self.recovery_scope())?;
+        for why in &rec.refused {
+            log(&format!(
+                "{}: not restored: {why}",
                 self.cfg.state_file.display()
-            )),
-            Err(e) => return Err(e),
+            ));
+        }
+        if rec.restored > 0 {
+            log(&format!(
+                "restored {} knob(s) left boosted by a previous hostd ({})",
+                rec.restored,
+                self.cfg.state_file.display()
+            ));
         }
         let (tx, rx) = mpsc::channel();
         let mut created: Vec<PathBuf> = Vec::new();
+        let limiters = self.limiters.clone();
         let r = (|| -> Result<()> {
             for (i, v) in self.cfg.vms.iter().enumerate() {
-                if let Some(p) =
-                    start_channel(i, v, tx.clone(), self.cfg.rate_limit, self.cfg.rate_burst)?
-                {
+                if let Some(p) = start_channel(i, v, tx.clone(), limiters[i].clone())? {
                     created.push(p);
                 }
             }
@@ -1336,16 +1710,13 @@ impl Hostd {
                     port,
                     VsockRoutes::new(&self.cfg.vms),
                     tx.clone(),
-                    self.cfg.rate_limit,
-                    self.cfg.rate_burst,
+                    limiters.clone(),
                 )?;
             }
             start_control(&self.cfg.control, tx.clone())?;
             created.push(self.cfg.control.clone());
-            if let Some(m) = &self.cfg.metrics {
-                if let Some(p) = start_metrics(m, tx.clone())? {
-                    created.push(p);
-                }
+            if let Some(p) = start_metrics(&self.cfg.metrics_endpoint()?, tx.clone())? {
+                created.push(p);
             }
             Ok(())
         })();
@@ -1365,7 +1736,12 @@ impl Hostd {
                     .collect::<Vec<_>>()
                     .join(", ")
             ));
+            notify(&[
+                sd_notify::NotifyState::Ready,
+                sd_notify::NotifyState::Status(&format!("serving {} VM(s)", self.targets.len())),
+            ]);
             self.event_loop(&rx);
+            notify(&[sd_notify::NotifyState::Stopping]);
         }
         // Daemon exit: undo everything.
         let now = now_ns();
@@ -1382,11 +1758,28 @@ impl Hostd {
     }
 
     fn event_loop(&mut self, rx: &Receiver<Event>) {
-        let rescan = self.cfg.rescan_ms.max(10) * MS;
-        let mut next_rescan = now_ns() + rescan;
+        let mut next_rescan = now_ns() + self.cfg.rescan_ms * MS;
+        // systemd's watchdog (WatchdogSec=): pinged from this loop at half
+        // its period, so a stuck loop gets hostd restarted.
+        let mut usec = 0u64;
+        let watchdog = sd_notify::watchdog_enabled(false, &mut usec)
+            .then(|| (usec / 2).saturating_mul(1000).max(MS));
+        let mut next_ping = now_ns();
         while !sys::stop_requested() {
+            if sys::reload_requested() {
+                self.reload();
+            }
             let now = now_ns();
+            if let Some(period) = watchdog {
+                if now >= next_ping {
+                    notify(&[sd_notify::NotifyState::Watchdog]);
+                    next_ping = now + period;
+                }
+            }
             let mut wake = next_rescan.min(now + 100 * MS);
+            if watchdog.is_some() {
+                wake = wake.min(next_ping);
+            }
             if let Some(d) = self.arbiter.next_deadline() {
                 wake = wake.min(d);
             }
@@ -1405,7 +1798,7 @@ impl Hostd {
             }
             if now >= next_rescan {
                 self.rescan(now);
-                next_rescan = now + rescan;
+                next_rescan = now + self.cfg.rescan_ms * MS;
             }
         }
     }
@@ -1414,6 +1807,12 @@ impl Hostd {
 /// `tandem hostd status`: asks a running hostd over its control socket.
 pub fn query(control: &Path, req: &str) -> Result<String> {
     let mut s = UnixStream::connect(control).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::PermissionDenied && !crate::is_root() {
+            return err(format!(
+                "{}: permission denied: hostd's control socket is root's; run this as root (e.g. sudo tandem hostd status)",
+                control.display()
+            ));
+        }
         err(format!(
             "{}: {e} (is tandem hostd running? --control gives another socket)",
             control.display()
@@ -1608,7 +2007,11 @@ mod tests {
             VsockRoutes::new(&[vm("unix", Some("/tmp/u"), None), vm("seven", None, Some(7))]);
         let (tx, rx) = mpsc::channel();
         let (host, mut guest) = pair();
-        assert_eq!(dispatch_vsock(&routes, 7, host, &tx, 200.0, 50.0), Some(1));
+        let limiters = test_limiters(2);
+        let t = {
+            let (routes, tx, limiters) = (routes.clone(), tx.clone(), limiters.clone());
+            thread::spawn(move || dispatch_vsock(&routes, 7, host, &tx, &limiters))
+        };
         let conn = match rx.recv_timeout(Duration::from_secs(5)).unwrap() {
             Event::Opened { vm: 1, conn, .. } => conn,
             _ => panic!("expected VM 1's channel to open"),
@@ -1639,14 +2042,18 @@ mod tests {
         }
         // The guest goes away (both of its descriptors).
         drop((r, guest));
-        assert!(matches!(
-            rx.recv_timeout(Duration::from_secs(5)).unwrap(),
-            Event::Closed { vm: 1, conn: c } if c == conn
-        ));
+        loop {
+            match rx.recv_timeout(Duration::from_secs(5)).unwrap() {
+                Event::Closed { vm: 1, conn: c } if c == conn => break,
+                Event::Counted { vm: 1, .. } => {}
+                _ => panic!("expected VM 1's channel to close"),
+            }
+        }
+        assert_eq!(t.join().unwrap(), Some(1));
 
         // A CID that is no VM's: closed at once, reported.
         let (host, mut guest) = pair();
-        assert_eq!(dispatch_vsock(&routes, 9, host, &tx, 200.0, 50.0), None);
+        assert_eq!(dispatch_vsock(&routes, 9, host, &tx, &limiters), None);
         assert!(matches!(
             rx.recv_timeout(Duration::from_secs(5)).unwrap(),
             Event::VsockRefused { cid: 9 }
@@ -1658,8 +2065,9 @@ mod tests {
     #[test]
     fn a_new_vsock_connection_replaces_the_old_and_unknown_cids_are_counted() {
         let dir = std::env::temp_dir().join(format!("tandem-hostd-vsock-{}", std::process::id()));
+        let qemu = crate::testkit::FakeQemu::spawn(&dir, Path::new("/bin/sleep"), &["60"]).unwrap();
         let mut c = config(vec![vm("a", None, Some(5))], Some(5000));
-        c.vms[0].pid = Some(std::process::id());
+        c.vms[0].pid = Some(qemu.pid());
         c.ioprio = "none".into();
         c.state_file = dir.join("state");
         c.control = dir.join("control");
@@ -1712,17 +2120,106 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// A label value unescaped as a Prometheus parser does (`\\`, `\"`,
+    /// `\n`); panics on anything the format does not allow.
+    fn unescape(v: &str) -> String {
+        let mut out = String::new();
+        let mut it = v.chars();
+        while let Some(c) = it.next() {
+            match c {
+                '\\' => match it.next() {
+                    Some('\\') => out.push('\\'),
+                    Some('"') => out.push('"'),
+                    Some('n') => out.push('\n'),
+                    other => panic!("bad escape {other:?} in {v:?}"),
+                },
+                '"' | '\n' => panic!("unescaped {c:?} in {v:?}"),
+                c => out.push(c),
+            }
+        }
+        out
+    }
+
+    /// A VM named with a quote, a backslash and a line feed: every sample
+    /// line of the metrics parses back (name, one label, a number) to that
+    /// name. prometheus-client has no parser; `unescape` follows the text
+    /// format's rules.
     #[test]
-    fn bucket_limits() {
-        let mut b = Bucket {
-            rate: 10.0,
-            burst: 5.0,
-            tokens: 5.0,
-            at: 0,
-        };
-        let n = (0..100).filter(|_| b.take(0)).count();
-        assert_eq!(n, 5);
-        assert!(b.take(100 * MS));
-        assert!(!b.take(100 * MS));
+    fn metrics_escape_label_values() {
+        let dir = std::env::temp_dir().join(format!("tandem-hostd-escape-{}", std::process::id()));
+        let qemu = crate::testkit::FakeQemu::spawn(&dir, Path::new("/bin/sleep"), &["60"]).unwrap();
+        let name = "a\"b\\c\nd";
+        let sock = dir.join("s.sock");
+        let mut c = config(vec![vm(name, sock.to_str(), None)], None);
+        c.vms[0].pid = Some(qemu.pid());
+        c.ioprio = "none".into();
+        c.state_file = dir.join("state");
+        c.control = dir.join("control");
+        let h = Hostd::new(c).unwrap();
+        let m = h.metrics_text(now_ns());
+        let mut samples = Vec::new();
+        for l in m.lines().filter(|l| !l.starts_with('#')) {
+            let (lhs, value) = l.rsplit_once(' ').unwrap_or_else(|| panic!("{l:?}\n{m}"));
+            value.parse::<f64>().unwrap_or_else(|_| panic!("{l:?}"));
+            let (metric, rest) = lhs.split_once("{vm=\"").unwrap_or_else(|| panic!("{l:?}"));
+            let v = rest.strip_suffix("\"}").unwrap_or_else(|| panic!("{l:?}"));
+            assert_eq!(unescape(v), name, "{l:?}");
+            samples.push(metric.to_string());
+        }
+        assert_eq!(samples.len(), 13, "{m}");
+        assert!(
+            samples.contains(&"tandem_hostd_boosted_seconds_total".to_string()),
+            "{m}"
+        );
+        assert!(m.ends_with("# EOF\n"), "{m}");
+        drop(qemu);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The metrics endpoint answers `GET /metrics` only.
+    #[test]
+    fn metrics_answer_get_metrics_only() {
+        let (tx, rx) = mpsc::channel();
+        thread::spawn(move || {
+            while let Ok(ev) = rx.recv() {
+                if let Event::Control { reply, .. } = ev {
+                    let _ = reply.send("m 1\n".to_string());
+                }
+            }
+        });
+        for (req, want) in [
+            ("GET /metrics HTTP/1.0\r\n\r\n", "200 OK"),
+            ("GET /metrics?x=1 HTTP/1.1\r\nHost: a\r\n\r\n", "200 OK"),
+            ("POST /metrics HTTP/1.0\r\n\r\n", "405 Method Not Allowed"),
+            ("GET / HTTP/1.0\r\n\r\n", "404 Not Found"),
+            ("\r\n\r\n", "400 Bad Request"),
+        ] {
+            let (a, mut b) = UnixStream::pair().unwrap();
+            b.write_all(req.as_bytes()).unwrap();
+            let t = {
+                let tx = tx.clone();
+                thread::spawn(move || http_answer(a, &tx))
+            };
+            let mut out = String::new();
+            b.read_to_string(&mut out).unwrap();
+            t.join().unwrap();
+            assert!(
+                out.starts_with(&format!("HTTP/1.0 {want}\r\n")),
+                "{req:?}: {out}"
+            );
+            assert_eq!(out.ends_with("\r\n\r\nm 1\n"), want == "200 OK", "{out}");
+        }
+    }
+
+    fn test_limiters(n: usize) -> Vec<SharedLimiter> {
+        let c = HostdConfig::default();
+        (0..n)
+            .map(|_| {
+                Arc::new(Mutex::new(ChannelLimiter::new(
+                    &c.channel_limits(),
+                    now_ns(),
+                )))
+            })
+            .collect()
     }
 }

@@ -3,7 +3,8 @@
 //! CPU and memory while idle and under a steady stream of hints.
 //!
 //! It starts a real hostd (`tandem hostd run`, a child process) serving one
-//! VM whose "QEMU" is a sleeping child process. For each hint the guest side
+//! VM whose "QEMU" is an idle child process (`tandem hostd fake-qemu` under
+//! QEMU's name). For each hint the guest side
 //! ([`GuestCore`], the same code as guestd's) takes an exec event, and the
 //! HELP it returns is written to the channel; the clock stops when
 //! `ioprio_get` on the VM's thread shows the boost. Then the process's exit
@@ -32,7 +33,8 @@ pub struct LatencyOptions {
     pub phase_s: f64,
 }
 
-struct Kids(Vec<Child>, PathBuf);
+/// Child processes stopped (SIGTERM, then SIGKILL) and a directory removed on drop.
+pub(crate) struct Kids(pub(crate) Vec<Child>, pub(crate) PathBuf);
 impl Drop for Kids {
     fn drop(&mut self) {
         for c in self.0.iter_mut().rev() {
@@ -52,7 +54,7 @@ impl Drop for Kids {
     }
 }
 
-fn wait_for(p: &Path) -> Result<()> {
+pub(crate) fn wait_for(p: &Path) -> Result<()> {
     let t = Instant::now();
     while !p.exists() {
         if t.elapsed() > Duration::from_secs(10) {
@@ -63,7 +65,7 @@ fn wait_for(p: &Path) -> Result<()> {
     Ok(())
 }
 
-fn pct(v: &mut [f64], p: f64) -> f64 {
+pub(crate) fn pct(v: &mut [f64], p: f64) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     if v.is_empty() {
         return f64::NAN;
@@ -80,12 +82,13 @@ pub fn bench_latency(o: &LatencyOptions) -> Result<String> {
     let dir = std::env::temp_dir().join(format!("tandem-latency-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| err(e.to_string()))?;
     let mut kids = Kids(Vec::new(), dir.clone());
-    let vm = Command::new("sleep")
-        .arg("3600")
-        .stdin(Stdio::null())
-        .spawn()
-        .map_err(|e| err(format!("sleep: {e}")))?;
+    // hostd serves only a QEMU process: the stand-in is this binary's idle
+    // `hostd fake-qemu` under QEMU's name.
+    let vm = crate::testkit::fake_qemu_command(&dir, &o.exe)
+        .and_then(|mut c| c.args(["hostd", "fake-qemu"]).spawn())
+        .map_err(|e| err(format!("starting the stand-in QEMU: {e}")))?;
     let vm_pid = vm.id();
+    crate::testkit::wait_exec(vm_pid);
     kids.0.push(vm);
     let sock = dir.join("vm.sock");
     let hostd = Command::new(&o.exe)
@@ -96,6 +99,12 @@ pub fn bench_latency(o: &LatencyOptions) -> Result<String> {
         .arg("--state-file")
         .arg(dir.join("hostd.state"))
         .args(["--rate-limit", "1000000", "--rate-burst", "1000000"])
+        .args([
+            "--rate-limit-bytes",
+            "100000000",
+            "--rate-burst-bytes",
+            "100000000",
+        ])
         .stdin(Stdio::null())
         .spawn()
         .map_err(|e| err(format!("{}: {e}", o.exe.display())))?;

@@ -13,11 +13,14 @@
 pub mod actuator;
 pub mod guestd;
 pub mod hostd;
+pub mod hostile;
 pub mod latency;
+pub mod listen;
 pub mod qmp;
 pub mod sys;
 pub mod testkit;
 pub mod transport;
+pub mod vmproc;
 
 use std::time::Instant;
 

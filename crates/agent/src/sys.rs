@@ -76,9 +76,16 @@ pub fn threads(pid: u32) -> io::Result<Vec<u32>> {
 /// reused id is never mistaken for the task it replaced.
 pub fn start_time(path_pid: &str) -> Option<u64> {
     let s = std::fs::read_to_string(format!("/proc/{path_pid}/stat")).ok()?;
-    // The command name may hold spaces and parentheses: fields start after the last ')'.
-    let rest = &s[s.rfind(')')? + 2..];
-    rest.split(' ').nth(19)?.parse().ok()
+    crate::vmproc::parse_start_time(&s)
+}
+
+/// The process (thread group) thread `tid` belongs to (`Tgid:` in
+/// `/proc/TID/status`).
+pub fn thread_group(tid: u32) -> Option<u32> {
+    let s = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
+    s.lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))
+        .and_then(|v| v.trim().parse().ok())
 }
 
 /// Start time of thread `tid` of any process.
@@ -149,29 +156,58 @@ pub fn pids() -> Vec<u32> {
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
+static RELOAD: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_stop_signal(_: libc::c_int) {
     STOP.store(true, Ordering::SeqCst);
 }
 
+extern "C" fn on_reload_signal(_: libc::c_int) {
+    RELOAD.store(true, Ordering::SeqCst);
+}
+
+fn handle(sig: nix::sys::signal::Signal, f: extern "C" fn(libc::c_int)) {
+    use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet};
+    let sa = SigAction::new(SigHandler::Handler(f), SaFlags::empty(), SigSet::empty());
+    // SAFETY: the handlers only store an atomic.
+    let _ = unsafe { sigaction(sig, &sa) };
+}
+
+fn ignore_sigpipe() {
+    use nix::sys::signal::{signal, SigHandler, Signal};
+    // SAFETY: SIG_IGN runs no code.
+    let _ = unsafe { signal(Signal::SIGPIPE, SigHandler::SigIgn) };
+}
+
 /// Turns SIGINT, SIGTERM and SIGHUP into a flag ([`stop_requested`]) and
 /// ignores SIGPIPE (a closed channel is seen as a write error).
 pub fn install_stop_handlers() {
-    // SAFETY: the handler only stores an atomic.
-    unsafe {
-        for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = on_stop_signal as *const () as usize;
-            libc::sigemptyset(&mut sa.sa_mask);
-            libc::sigaction(s, &sa, std::ptr::null_mut());
-        }
-        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    use nix::sys::signal::Signal;
+    for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
+        handle(s, on_stop_signal);
     }
+    ignore_sigpipe();
+}
+
+/// As [`install_stop_handlers`], but SIGHUP asks for a reload
+/// ([`reload_requested`]) instead of a stop: a daemon's usual meaning.
+pub fn install_daemon_handlers() {
+    use nix::sys::signal::Signal;
+    for s in [Signal::SIGINT, Signal::SIGTERM] {
+        handle(s, on_stop_signal);
+    }
+    handle(Signal::SIGHUP, on_reload_signal);
+    ignore_sigpipe();
 }
 
 /// Whether a stop signal arrived.
 pub fn stop_requested() -> bool {
     STOP.load(Ordering::SeqCst)
+}
+
+/// Whether SIGHUP arrived since the last call (see [`install_daemon_handlers`]).
+pub fn reload_requested() -> bool {
+    RELOAD.swap(false, Ordering::SeqCst)
 }
 
 /// What the process connector reports.
@@ -437,6 +473,7 @@ mod tests {
         let me = std::process::id();
         assert!(threads(me).unwrap().contains(&me));
         assert!(start_time(&me.to_string()).is_some());
+        assert_eq!(thread_group(me), Some(me));
         assert!(cpu_and_rss(me).is_some());
         assert!(ioprio_get(me).is_ok());
     }

@@ -141,3 +141,98 @@ pub fn burst_main(control: &Path, reads: u64, kib: u64, seed: u64, run: u64) -> 
         .and_then(|v| v.parse().ok())
         .ok_or_else(|| err(format!("fake VM: {}", line.trim())))
 }
+
+/// The name a stand-in for QEMU runs under: hostd serves only processes
+/// whose executable and command line name a QEMU system emulator
+/// ([`crate::vmproc::check_qemu`]).
+pub const FAKE_QEMU_NAME: &str = "qemu-system-x86_64";
+
+/// A command that runs `program` under the name [`FAKE_QEMU_NAME`] in
+/// `dir`: a hard link to it (same file system), or else a copy, so that the
+/// kernel's `/proc/PID/exe` and the command line both say
+/// `qemu-system-x86_64` while the program is whatever the test needs
+/// (`sleep`, or tandem's own `hostd fake-vm` / `fake-qemu`).
+pub fn fake_qemu_command(dir: &Path, program: &Path) -> std::io::Result<std::process::Command> {
+    let bin = dir.join(FAKE_QEMU_NAME);
+    if !bin.exists() {
+        std::fs::create_dir_all(dir)?;
+        if std::fs::hard_link(program, &bin).is_err() {
+            std::fs::copy(program, &bin)?;
+        }
+    }
+    let mut c = std::process::Command::new(bin);
+    c.stdin(std::process::Stdio::null());
+    Ok(c)
+}
+
+/// Waits (at most 5 s) until process `pid` has exec'd a program named
+/// [`FAKE_QEMU_NAME`]: right after a spawn its command line may still be
+/// empty, and hostd would rightly refuse it.
+pub fn wait_exec(pid: u32) {
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(5) {
+        let argv = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        if String::from_utf8_lossy(&argv).contains(FAKE_QEMU_NAME) {
+            return;
+        }
+        thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// A stand-in for QEMU, killed on drop.
+pub struct FakeQemu(std::process::Child);
+
+impl FakeQemu {
+    /// Runs `program args` as [`fake_qemu_command`] does.
+    pub fn spawn(dir: &Path, program: &Path, args: &[&str]) -> std::io::Result<FakeQemu> {
+        let q = fake_qemu_command(dir, program)?
+            .args(args)
+            .spawn()
+            .map(FakeQemu)?;
+        wait_exec(q.pid());
+        Ok(q)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for FakeQemu {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `tandem hostd fake-qemu`: a process with `threads` more threads, all
+/// idle, holding `read` open for reading and `write` for writing (as QEMU
+/// holds its disk images and logs); runs until killed.
+pub fn fake_qemu_main(
+    threads: usize,
+    read: &[std::path::PathBuf],
+    write: &[std::path::PathBuf],
+) -> Result<()> {
+    let mut files = Vec::new();
+    for p in read {
+        files.push(File::open(p).map_err(|e| err(format!("{}: {e}", p.display())))?);
+    }
+    for p in write {
+        files.push(
+            OpenOptions::new()
+                .write(true)
+                .open(p)
+                .map_err(|e| err(format!("{}: {e}", p.display())))?,
+        );
+    }
+    for _ in 0..threads {
+        thread::Builder::new()
+            .spawn(|| loop {
+                thread::park();
+            })
+            .map_err(|e| err(format!("starting a thread: {e}")))?;
+    }
+    loop {
+        thread::sleep(Duration::from_secs(3600));
+    }
+}

@@ -16,15 +16,20 @@ pub enum HostdCommand {
     Metrics(ControlArgs),
     /// Measure the hint latency (guest exec -> boost applied) and hostd's CPU and memory (needs root).
     BenchLatency(LatencyArgs),
+    /// Measure hostd's CPU, memory and another VM's boost latency under hostile inputs (needs root).
+    BenchHostile(HostileArgs),
     /// A VM-like process whose reads go through a pool of threads (tests).
     #[command(hide = true)]
     FakeVm(FakeVmArgs),
     /// A start-up-like burst of reads through a fake VM (tests).
     #[command(hide = true)]
     FakeBurst(FakeBurstArgs),
+    /// An idle process with threads and open files, run under QEMU's name (tests).
+    #[command(hide = true)]
+    FakeQemu(FakeQemuArgs),
 }
 
-#[derive(Args)]
+#[derive(Args, Clone)]
 pub struct HostdRunArgs {
     /// Configuration file (TOML; see docs/protocol.md and the README).
     #[arg(long)]
@@ -42,7 +47,7 @@ pub struct HostdRunArgs {
     /// Control socket for `tandem hostd status`.
     #[arg(long)]
     control: Option<PathBuf>,
-    /// Prometheus metrics on unix:PATH or HOST:PORT.
+    /// Prometheus metrics on unix:PATH (default: hostd-metrics.sock beside the control socket), HOST:PORT (TCP), or off.
     #[arg(long)]
     metrics: Option<String>,
     /// ioprio actuator: ioprio-rt, ioprio-be0 or none.
@@ -65,6 +70,12 @@ pub struct HostdRunArgs {
     /// Messages a channel may send at once above the rate.
     #[arg(long)]
     rate_burst: Option<f64>,
+    /// Bytes per second hostd reads from a channel (a faster guest waits).
+    #[arg(long, value_name = "BYTES")]
+    rate_limit_bytes: Option<f64>,
+    /// Bytes a channel may send at once above that rate (at least 256).
+    #[arg(long, value_name = "BYTES")]
+    rate_burst_bytes: Option<f64>,
     /// Look for new threads and exited VMs this often (ms).
     #[arg(long)]
     rescan_ms: Option<u64>,
@@ -104,6 +115,16 @@ pub struct LatencyArgs {
 }
 
 #[derive(Args)]
+pub struct HostileArgs {
+    /// Seconds each hostile input runs while it is measured.
+    #[arg(long, default_value_t = 10.0)]
+    window_s: f64,
+    /// Boosts of the quiet VM timed during each input.
+    #[arg(long, default_value_t = 20)]
+    trials: usize,
+}
+
+#[derive(Args)]
 pub struct FakeVmArgs {
     #[arg(long)]
     image: PathBuf,
@@ -111,6 +132,19 @@ pub struct FakeVmArgs {
     threads: usize,
     #[arg(long)]
     control: PathBuf,
+}
+
+#[derive(Args)]
+pub struct FakeQemuArgs {
+    /// Idle threads beside the main one.
+    #[arg(long, default_value_t = 0)]
+    threads: usize,
+    /// A file to hold open for reading (repeatable).
+    #[arg(long)]
+    read: Vec<PathBuf>,
+    /// A file to hold open for writing (repeatable).
+    #[arg(long)]
+    write: Vec<PathBuf>,
 }
 
 #[derive(Args)]
@@ -221,6 +255,12 @@ fn hostd_config(a: HostdRunArgs) -> Result<agent::hostd::HostdConfig, Failure> {
     if let Some(v) = a.rate_burst {
         c.rate_burst = v;
     }
+    if let Some(v) = a.rate_limit_bytes {
+        c.rate_limit_bytes = v;
+    }
+    if let Some(v) = a.rate_burst_bytes {
+        c.rate_burst_bytes = v;
+    }
     if let Some(v) = a.rescan_ms {
         c.rescan_ms = v;
     }
@@ -246,14 +286,25 @@ fn hostd_config(a: HostdRunArgs) -> Result<agent::hostd::HostdConfig, Failure> {
 pub fn run_hostd(cmd: HostdCommand) -> Result<(), Failure> {
     match cmd {
         HostdCommand::Run(a) => {
+            let args = (*a).clone();
             let c = hostd_config(*a)?;
             if !agent::is_root() {
                 return Err(Failure::Run(
                     "hostd needs root: it sets the I/O priority of QEMU's threads".into(),
                 ));
             }
+            // A pid that is not a QEMU process is bad input.
+            c.check_processes().map_err(|e| Failure::Usage(e.0))?;
+            // SIGHUP reads the configuration file and the command line again.
+            let reload = move || {
+                hostd_config(args.clone()).map_err(|f| match f {
+                    Failure::Usage(m) | Failure::Run(m) => agent::err(m),
+                    Failure::Interrupted(code) => agent::err(format!("interrupted ({code})")),
+                })
+            };
             agent::hostd::Hostd::new(c)
                 .map_err(fail)?
+                .reload_with(Box::new(reload))
                 .run()
                 .map_err(fail)
         }
@@ -287,8 +338,28 @@ pub fn run_hostd(cmd: HostdCommand) -> Result<(), Failure> {
             print!("{}", agent::latency::bench_latency(&o).map_err(fail)?);
             Ok(())
         }
+        HostdCommand::BenchHostile(a) => {
+            if !(a.window_s.is_finite() && a.window_s > 0.0 && a.window_s <= 600.0) || a.trials == 0
+            {
+                return Err(Failure::Usage(
+                    "--window-s must be in (0, 600] and --trials at least 1".into(),
+                ));
+            }
+            let exe = std::env::current_exe().map_err(|e| Failure::Run(e.to_string()))?;
+            let o = agent::hostile::HostileOptions {
+                exe,
+                window_s: a.window_s,
+                trials: a.trials,
+            };
+            let rows = agent::hostile::bench_hostile(&o).map_err(fail)?;
+            print!("{}", agent::hostile::table(&rows));
+            Ok(())
+        }
         HostdCommand::FakeVm(a) => {
             agent::testkit::fake_vm_main(&a.image, a.threads, &a.control).map_err(fail)
+        }
+        HostdCommand::FakeQemu(a) => {
+            agent::testkit::fake_qemu_main(a.threads, &a.read, &a.write).map_err(fail)
         }
         HostdCommand::FakeBurst(a) => {
             let s = agent::testkit::burst_main(&a.control, a.reads, a.kib, a.seed, a.run)

@@ -11,7 +11,8 @@
 //!   [`HelpClient`] turns a stream of urgencies into HELP / NO-HELP messages
 //!   with leases;
 //! - host side: [`Arbiter`] grants help under [`lease`]s and [`budget`]s and
-//!   shares a limited number of boost slots fairly among the VMs that ask.
+//!   shares a limited number of boost slots fairly among the VMs that ask;
+//!   [`ratelimit`] bounds what one guest's channel may cost the host.
 //!
 //! Everything is pure and deterministic: no I/O, no clocks, no threads. Every
 //! function that depends on time takes the current time from its caller as
@@ -46,6 +47,7 @@ pub mod fairshare;
 pub mod help_client;
 pub mod lease;
 pub mod protocol;
+pub mod ratelimit;
 
 /// Time in nanoseconds, on whatever clock the caller uses (simulated time in
 /// `tandem sim`, a monotonic clock in the daemons).

@@ -50,10 +50,15 @@ fn message() -> impl Strategy<Value = Message> {
     ]
 }
 
+/// The properties, at a number of cases: 2,000 in every `cargo test`, and
+/// 100,000 in the slow run CI makes (`--include-ignored`).
+macro_rules! properties {
+    ($cases:expr $(, #[$attr:meta])*) => {
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(2000))]
+    #![proptest_config(ProptestConfig::with_cases($cases))]
 
     #[test]
+    $(#[$attr])*
     fn every_message_round_trips(m in message()) {
         let frame = m.encode();
         prop_assert!(frame.len() <= MAX_MESSAGE_BYTES);
@@ -61,6 +66,7 @@ proptest! {
     }
 
     #[test]
+    $(#[$attr])*
     fn every_truncation_asks_for_more(m in message()) {
         let frame = m.encode();
         for cut in 0..frame.len() {
@@ -74,6 +80,7 @@ proptest! {
     }
 
     #[test]
+    $(#[$attr])*
     fn streams_of_frames_decode_in_order(ms in proptest::collection::vec(message(), 0..20)) {
         let stream: Vec<u8> = ms.iter().flat_map(Message::encode).collect();
         let mut rest = &stream[..];
@@ -88,6 +95,7 @@ proptest! {
     /// Arbitrary bytes: an error or a message, never a panic; and what decodes
     /// is canonical (encoding it gives back exactly the bytes it took).
     #[test]
+    $(#[$attr])*
     fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
         if let Ok((m, n)) = decode(&bytes) {
             prop_assert!(n <= bytes.len());
@@ -98,6 +106,7 @@ proptest! {
     /// Near-valid frames (a valid header with random fields and lengths)
     /// reach deeper into the decoder than random bytes do.
     #[test]
+    $(#[$attr])*
     fn mangled_frames_never_panic(
         m in message(),
         flips in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..4),
@@ -114,4 +123,16 @@ proptest! {
             prop_assert_eq!(m2.encode(), frame[..n].to_vec());
         }
     }
+}
+    };
+}
+
+mod quick {
+    use super::*;
+    properties!(2000);
+}
+
+mod thorough {
+    use super::*;
+    properties!(100_000, #[ignore = "slow: 100k cases"]);
 }
