@@ -285,7 +285,10 @@ impl SchedClass for CfsV {
 
     fn wakeup_preempt(&mut self, ctx: &Ctx, cpu: usize, t: TaskId) -> bool {
         if let Some(c) = ctx.curr[cpu] {
-            if self.opts.io_preempt && self.io_related(t) && !self.io_related(c) {
+            // A partial boost lets a vCPU preempt; it does not shield it
+            // from a woken I/O thread (it is not I/O-related itself).
+            let c_io = self.io[c.idx()].class.is_io_related();
+            if self.opts.io_preempt && self.io_related(t) && !c_io {
                 self.next[cpu] = Some(t);
                 return true;
             }

@@ -150,6 +150,9 @@ pub struct VmResult {
 #[derive(Clone, Debug, PartialEq)]
 pub struct StudyResult {
     pub vms: Vec<VmResult>,
+    /// Mean time of each of [`HOPS`] in the measured window (us),
+    /// waiting for a CPU included.
+    pub hops_us: [f64; 7],
     /// Events the CPU model handled.
     pub events: u64,
 }
@@ -194,6 +197,41 @@ struct Cell {
     inflight: Vec<Option<Req>>,
     rng: XorShiftRng,
     kick_ns: Nanos,
+    hops: Hops,
+}
+
+/// The hops of a request, in order: each ends when the named step is done.
+pub const HOPS: [&str; 7] = [
+    "main loop submitted",
+    "worker issued",
+    "device served",
+    "softirq ran",
+    "worker returned",
+    "main loop completed",
+    "reader ran",
+];
+
+/// Time spent in each hop (waiting for a CPU included), summed.
+#[derive(Clone, Debug, Default)]
+struct Hops {
+    /// Per request tag: when its last hop ended.
+    last: Vec<Nanos>,
+    /// Per VM and guest task: when its request's interrupt went out.
+    irq: Vec<Vec<Option<Nanos>>>,
+    sum: [u128; 7],
+    n: [u64; 7],
+}
+
+impl Hops {
+    fn mark(&mut self, tag: usize, hop: usize, now: Nanos) {
+        self.sum[hop] += (now - self.last[tag]) as u128;
+        self.n[hop] += 1;
+        self.last[tag] = now;
+    }
+
+    fn mean_us(&self) -> [f64; 7] {
+        std::array::from_fn(|i| self.sum[i] as f64 / self.n[i].max(1) as f64 / 1e3)
+    }
 }
 
 /// QEMU's thread pool holds at most 64 workers (`thread-pool.c`,
@@ -228,6 +266,10 @@ impl Cell {
             inflight: vec![None; 2 * MAX_WORKERS],
             rng: XorShiftRng::seed_from_u64(s.seed),
             kick_ns: GUEST_SUBMIT_NS + s.platform.vm_exit_ns,
+            hops: Hops {
+                last: vec![0; 2 * MAX_WORKERS],
+                ..Default::default()
+            },
         };
         for cpu in 0..s.platform.cores {
             let name = format!("ksoftirqd/{cpu}");
@@ -306,6 +348,7 @@ impl Cell {
         for t in &reader_tasks {
             is_reader[t.idx()] = true;
         }
+        self.hops.irq.push(vec![None; is_reader.len()]);
         self.reader_of.push(is_reader);
         self.vms.push(VmTasks {
             k,
@@ -344,10 +387,16 @@ impl Cell {
     /// The reader issued its read and kicked: it blocks, the main loop
     /// wakes.
     fn reader_done(&mut self, v: usize, t: TaskId) {
+        let now = self.m.now();
+        if let Some(at) = self.hops.irq[v][t.idx()].take() {
+            self.hops.sum[6] += (now - at) as u128;
+            self.hops.n[6] += 1;
+        }
         let vm = &mut self.vms[v];
         vm.completions += 1;
         self.m.block(vm.k, t);
         let worker = vm.free.pop().expect("one worker per reader");
+        self.hops.last[v * MAX_WORKERS + worker] = now;
         let req = Req {
             vm: v,
             reader: t,
@@ -358,11 +407,15 @@ impl Cell {
 
     fn main_done(&mut self, v: usize) {
         let vm = &mut self.vms[v];
+        let now = self.m.now();
         match vm.main.done(&mut self.m, main_cost) {
             Some(Job::Submit(req)) => {
+                self.hops.mark(v * MAX_WORKERS + req.worker, 0, now);
                 vm.workers[req.worker].arrive(&mut self.m, Job::Submit(req), WORKER_SUBMIT_NS)
             }
             Some(Job::Complete(req)) => {
+                self.hops.mark(v * MAX_WORKERS + req.worker, 5, now);
+                self.hops.irq[v][req.reader.idx()] = Some(now);
                 vm.free.push(req.worker);
                 self.m
                     .set_burst(vm.k, req.reader, GUEST_COMPLETE_NS + self.kick_ns);
@@ -377,6 +430,7 @@ impl Cell {
         match vm.workers[w].done(&mut self.m, worker_cost) {
             Some(Job::Submit(req)) => {
                 let tag = v * MAX_WORKERS + w;
+                self.hops.mark(tag, 1, self.m.now());
                 self.inflight[tag] = Some(req);
                 let n = REGION_SECTORS / 8;
                 let off = ((self.rng.next_u64() as u128 * n as u128) >> 64) as u64;
@@ -388,6 +442,7 @@ impl Cell {
                 self.dev.submit(self.m.now(), tag as u64, io);
             }
             Some(Job::Complete(req)) => {
+                self.hops.mark(v * MAX_WORKERS + w, 4, self.m.now());
                 vm.main
                     .arrive(&mut self.m, Job::Complete(req), MAIN_COMPLETE_NS)
             }
@@ -401,6 +456,7 @@ impl Cell {
         let Some(req) = self.inflight[tag as usize].take() else {
             return;
         };
+        self.hops.mark(tag as usize, 2, self.m.now());
         let worker = self.vms[req.vm].workers[req.worker].task;
         let cpu = self.m.kernel(KernelId::HOST).tasks[worker.idx()].cpu;
         self.softirq[cpu].arrive(&mut self.m, Job::Complete(req), SOFTIRQ_NS);
@@ -408,6 +464,8 @@ impl Cell {
 
     fn softirq_done(&mut self, cpu: usize) {
         if let Some(Job::Complete(req)) = self.softirq[cpu].done(&mut self.m, |_| SOFTIRQ_NS) {
+            let tag = req.vm * MAX_WORKERS + req.worker;
+            self.hops.mark(tag, 3, self.m.now());
             let w = &mut self.vms[req.vm].workers[req.worker];
             w.arrive(&mut self.m, Job::Complete(req), WORKER_COMPLETE_NS);
         }
@@ -462,6 +520,7 @@ pub fn run(s: &StudySetup) -> Result<StudyResult, String> {
     let mut cell = Cell::build(s)?;
     cell.run_to(s.warmup_ns);
     let a = cell.counters();
+    (cell.hops.sum, cell.hops.n) = ([0; 7], [0; 7]);
     cell.run_to(s.warmup_ns + s.measure_ns);
     let b = cell.counters();
     let secs = s.measure_ns as f64 / 1e9;
@@ -484,6 +543,7 @@ pub fn run(s: &StudySetup) -> Result<StudyResult, String> {
         .collect();
     Ok(StudyResult {
         vms,
+        hops_us: cell.hops.mean_us(),
         events: cell.m.events_processed(),
     })
 }
@@ -500,6 +560,8 @@ pub fn case_table(case: Case, hosts: &[FairKind], measure_ns: Nanos) -> Result<S
         let mut s = StudySetup::new(case, h);
         s.measure_ns = measure_ns;
         let r = run(&s)?;
+        let hops: Vec<String> = r.hops_us.iter().map(|h| format!("{h:.0}")).collect();
+        let _ = writeln!(out, "{:<10} hops (us): {}", h.name(), hops.join(" / "));
         for (i, v) in r.vms.iter().enumerate() {
             let _ = writeln!(
                 out,
@@ -516,22 +578,3 @@ pub fn case_table(case: Case, hosts: &[FairKind], measure_ns: Nanos) -> Result<S
     Ok(out)
 }
 
-#[cfg(test)]
-mod debug_tests {
-    use super::*;
-    #[test]
-    fn dump() {
-        let s = StudySetup::new(Case::Separate, FairKind::CfsV(Default::default()));
-        let mut cell = Cell::build(&s).unwrap();
-        for step in [50u64, 100, 200] {
-            cell.run_to(step * MS);
-            let c = cell.counters();
-            let h = cell.m.kernel(KernelId::HOST);
-            eprintln!("t={} counters {:?}", cell.m.now(), c);
-            eprintln!(" curr {:?}", h.curr.iter().map(|c| c.map(|t| h.tasks[t.idx()].name.clone())).collect::<Vec<_>>());
-            for t in h.tasks.iter().filter(|t| t.name.starts_with("vm0") && t.state == crate::task::TaskState::Runnable) {
-                eprintln!("  {} {:?} cpu{} left {} prog {}", t.name, t.state, t.cpu, t.work_left, t.progress);
-            }
-        }
-    }
-}
