@@ -1,7 +1,9 @@
-//! Prints the CFS-v experiment's cells:
+//! Prints the CFS-v experiment against the slides' figures, then every
+//! cell with the options tried alone:
 //! `cargo run --release -p cpusched --example cfsv -- [measure_ms]`.
 
 use cpusched::cfsv::CfsvOptions;
+use cpusched::cfsv_study::published::{compare, Published};
 use cpusched::cfsv_study::{case_table, Case};
 use cpusched::{FairKind, MS};
 
@@ -20,6 +22,13 @@ fn main() {
         FairKind::CfsV(CfsvOptions::grain_only()),
         FairKind::CfsV(CfsvOptions::without_partial_boost()),
     ];
+    match compare(CfsvOptions::default(), ms * MS) {
+        Ok(c) => println!("{}", c.table(&Published::shipped())),
+        Err(e) => {
+            eprintln!("{e}");
+            std::process::exit(1);
+        }
+    }
     for case in [Case::Separate, Case::Mixed] {
         let t0 = std::time::Instant::now();
         match case_table(case, &hosts, ms * MS) {

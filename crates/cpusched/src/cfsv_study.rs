@@ -7,6 +7,7 @@
 //! "Mixed" (each VM 16 readers and 8 hashers); host `cfs` against `cfs-v`.
 
 pub mod path;
+pub mod published;
 
 use std::fmt::Write as _;
 
@@ -119,14 +120,15 @@ pub struct StudySetup {
 }
 
 impl StudySetup {
-    /// 200 ms of warm-up, then 1 s measured.
+    /// 3 s of warm-up (the balancer settles: see the README), then 2 s
+    /// measured.
     pub fn new(case: Case, host: FairKind) -> StudySetup {
         StudySetup {
             case,
             host,
             platform: host_i7_2600(),
-            warmup_ns: 200 * MS,
-            measure_ns: 1000 * MS,
+            warmup_ns: 3000 * MS,
+            measure_ns: 2000 * MS,
             seed: 1,
         }
     }
