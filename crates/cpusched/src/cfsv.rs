@@ -94,10 +94,11 @@ impl CfsvOptions {
     /// Only the grain rule as the slides write it, over CFS.
     pub fn grain_only() -> Self {
         CfsvOptions {
+            io_preempt: false,
+            partial_boost: false,
             grain: GrainRule::Slides,
-            ..Self::compensation_only()
+            compensation_ns: None,
         }
-        .without_compensation()
     }
 
     /// CFS-v without the partial boost.
@@ -105,13 +106,6 @@ impl CfsvOptions {
         CfsvOptions {
             partial_boost: false,
             ..Self::default()
-        }
-    }
-
-    fn without_compensation(self) -> Self {
-        CfsvOptions {
-            compensation_ns: None,
-            ..self
         }
     }
 }

@@ -381,7 +381,11 @@ impl Cell {
             return;
         }
         let v = c.kernel.0 - 1;
-        if self.reader_of[v].get(c.task.idx()).copied().unwrap_or(false) {
+        if self.reader_of[v]
+            .get(c.task.idx())
+            .copied()
+            .unwrap_or(false)
+        {
             self.reader_done(v, c.task);
         }
     }
@@ -404,7 +408,8 @@ impl Cell {
             reader: t,
             worker,
         };
-        vm.main.arrive(&mut self.m, Job::Submit(req), MAIN_SUBMIT_NS);
+        vm.main
+            .arrive(&mut self.m, Job::Submit(req), MAIN_SUBMIT_NS);
     }
 
     fn main_done(&mut self, v: usize) {
@@ -579,4 +584,3 @@ pub fn case_table(case: Case, hosts: &[FairKind], measure_ns: Nanos) -> Result<S
     }
     Ok(out)
 }
-

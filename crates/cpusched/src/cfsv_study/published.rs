@@ -102,20 +102,40 @@ impl Comparison {
         let (s_io, s_hash) = self.separate_changes();
         let (m_io, m_hash) = self.mixed_changes();
         let (a, b) = &self.separate;
-        let mut out = String::from("CFS-v against CFS: the model and the slides (Shim and Lee 2014)\n");
-        let _ = writeln!(out, "{:<9} {:<24} {:>16} {:>16}", "case", "figure", "model", "published");
+        let mut out =
+            String::from("CFS-v against CFS: the model and the slides (Shim and Lee 2014)\n");
+        let _ = writeln!(
+            out,
+            "{:<9} {:<24} {:>16} {:>16}",
+            "case", "figure", "model", "published"
+        );
         let row = |out: &mut String, case: &str, what: &str, m: f64, p: f64| {
             let _ = writeln!(out, "{case:<9} {what:<24} {m:>+15.1}% {p:>+15.1}%");
         };
-        row(&mut out, "separate", "VM 1 I/O rate", s_io, p.separate_io_pct);
-        row(&mut out, "separate", "VM 2 hashing", s_hash, p.separate_compute_pct);
+        row(
+            &mut out,
+            "separate",
+            "VM 1 I/O rate",
+            s_io,
+            p.separate_io_pct,
+        );
+        row(
+            &mut out,
+            "separate",
+            "VM 2 hashing",
+            s_hash,
+            p.separate_compute_pct,
+        );
         let _ = writeln!(
             out,
             "{:<9} {:<24} {:>16} {:>16}",
             "separate",
             "VM 1 CPU use (%)",
             format!("{:.0} -> {:.0}", a.vms[0].cpu_pct, b.vms[0].cpu_pct),
-            format!("{:.0} -> {:.0}", p.separate_vm1_cpu_cfs, p.separate_vm1_cpu_cfsv)
+            format!(
+                "{:.0} -> {:.0}",
+                p.separate_vm1_cpu_cfs, p.separate_vm1_cpu_cfsv
+            )
         );
         row(&mut out, "mixed", "I/O rate", m_io, p.mixed_io_pct);
         row(&mut out, "mixed", "hashing", m_hash, p.mixed_compute_pct);
