@@ -101,6 +101,18 @@ impl CfsvOptions {
         }
     }
 
+    /// A short name for tables: `cfs-v` for the default, else which
+    /// option was tried.
+    pub fn label(&self) -> &'static str {
+        match *self {
+            o if o == Self::default() => "cfs-v",
+            o if o == Self::compensation_only() => "comp-only",
+            o if o == Self::grain_only() => "grain-only",
+            o if o == Self::without_partial_boost() => "no-boost",
+            _ => "cfs-v*",
+        }
+    }
+
     /// CFS-v without the partial boost.
     pub fn without_partial_boost() -> Self {
         CfsvOptions {

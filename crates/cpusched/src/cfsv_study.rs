@@ -564,16 +564,20 @@ pub fn case_table(case: Case, hosts: &[FairKind], measure_ns: Nanos) -> Result<S
         "host", "vm", "IOPS", "MB/s", "MD5 MB/s", "CPU %"
     );
     for &h in hosts {
+        let label = match h {
+            FairKind::CfsV(o) => o.label(),
+            other => other.name(),
+        };
         let mut s = StudySetup::new(case, h);
         s.measure_ns = measure_ns;
         let r = run(&s)?;
         let hops: Vec<String> = r.hops_us.iter().map(|h| format!("{h:.0}")).collect();
-        let _ = writeln!(out, "{:<10} hops (us): {}", h.name(), hops.join(" / "));
+        let _ = writeln!(out, "{label:<10} hops (us): {}", hops.join(" / "));
         for (i, v) in r.vms.iter().enumerate() {
             let _ = writeln!(
                 out,
                 "{:<10} {:>3} {:>9.0} {:>8.1} {:>10.1} {:>8.1}",
-                h.name(),
+                label,
                 i + 1,
                 v.iops,
                 v.mb_s,
