@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 mod agent_cmd;
 mod bench_cmd;
+mod cfsv_cmd;
 mod cpu_cmd;
 mod devemu_cmd;
 mod report_cmd;
@@ -93,6 +94,8 @@ enum SimCommand {
     List,
     /// The coordinated task scheduling study's latency tables on the CPU model.
     CpuStudy(cpu_cmd::CpuStudyArgs),
+    /// The CFS-v experiment on the CPU model, against the slides' figures.
+    CfsvStudy(cfsv_cmd::CfsvStudyArgs),
 }
 
 #[derive(Args)]
@@ -108,6 +111,7 @@ fn main() -> ExitCode {
         Command::Sim(SimCommand::Run(a)) => sim_cmd::sim_run(a),
         Command::Sim(SimCommand::Bench(a)) => sim_bench(a),
         Command::Sim(SimCommand::CpuStudy(a)) => cpu_cmd::run(a),
+        Command::Sim(SimCommand::CfsvStudy(a)) => cfsv_cmd::run(a),
         Command::Sim(SimCommand::List) => {
             sim_list();
             Ok(())

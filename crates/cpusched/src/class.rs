@@ -46,6 +46,18 @@ pub enum Dequeue {
     Migrate,
 }
 
+/// Something the host learns about a task outside the class's own hooks
+/// (CFS-v's inputs; other classes ignore them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TaskHint {
+    /// What the thread is to its VM (QEMU's main loop, a worker, softirq
+    /// work are always I/O-related).
+    IoRole(policy::IoRole),
+    /// A vCPU thread receives a virtual interrupt (a virtqueue's) or a
+    /// rescheduling IPI.
+    VirtualInterrupt,
+}
+
 /// Which load-balancing pass asks a class to pull work.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Balance {
@@ -121,6 +133,10 @@ pub trait SchedClass {
     fn lag(&self, _t: TaskId) -> Option<i64> {
         None
     }
+
+    /// A [`TaskHint`] about `t`; the core checks preemption afterwards if
+    /// `t` waits on a queue.
+    fn hint(&mut self, _ctx: &Ctx, _t: TaskId, _h: TaskHint) {}
 
     /// Load balancing into `cpu`: a task to pull and the CPU it is on.
     fn balance(&mut self, _ctx: &Ctx, _cpu: usize, _why: Balance) -> Option<(TaskId, usize)> {

@@ -2,7 +2,7 @@
 //! tasks, and the classes in priority order. It knows nothing of events;
 //! [`crate::model::CpuModel`] drives it and reads what changed.
 
-use crate::class::{Balance, Ctx, Dequeue, Enqueue, SchedClass};
+use crate::class::{Balance, Ctx, Dequeue, Enqueue, SchedClass, TaskHint};
 use crate::task::{GroupId, TaskCore, TaskId, TaskSpec, TaskState};
 use crate::Nanos;
 
@@ -179,6 +179,18 @@ impl Kernel {
         }
     }
 
+    /// Passes a [`TaskHint`] to `t`'s class; a task waiting on a queue may
+    /// then preempt (a boosted vCPU).
+    pub fn hint(&mut self, t: TaskId, h: TaskHint, now: Nanos) {
+        let c = self.class_of(t);
+        self.classes[c].hint(&ctx!(self, now), t, h);
+        let cpu = self.tasks[t.idx()].cpu;
+        let waiting = self.tasks[t.idx()].state == TaskState::Runnable;
+        if waiting && self.curr[cpu] != Some(t) {
+            self.check_preempt(cpu, t, now);
+        }
+    }
+
     /// The running task `t` blocks (it must have just finished a burst).
     pub fn block(&mut self, t: TaskId, now: Nanos) {
         let cpu = self.tasks[t.idx()].cpu;
@@ -242,6 +254,12 @@ impl Kernel {
         task.progress += done;
         if task.work_left != u64::MAX {
             task.work_left -= done;
+            // The burst ends here, whoever settled the CPU (a tick at the
+            // same instant may come before the step event, which would
+            // then find nothing left to report).
+            if done > 0 && task.work_left == 0 {
+                self.events.push(Event::BurstDone(t, now - (run - done)));
+            }
         }
     }
 
@@ -257,14 +275,9 @@ impl Kernel {
         }
     }
 
-    /// The driver's step on `cpu`: reports a finished burst.
+    /// The driver's step on `cpu`: settling reports a finished burst.
     pub fn step(&mut self, cpu: usize, now: Nanos) {
         self.settle(cpu, now);
-        if let Some(t) = self.curr[cpu] {
-            if self.tasks[t.idx()].work_left == 0 {
-                self.events.push(Event::BurstDone(t, now));
-            }
-        }
         self.dirty.push(cpu);
     }
 

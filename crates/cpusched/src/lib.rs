@@ -17,6 +17,8 @@
 
 pub mod bfs;
 pub mod cfs;
+pub mod cfsv;
+pub mod cfsv_study;
 pub mod class;
 pub mod coord;
 pub mod cyclictest;
@@ -51,6 +53,9 @@ pub enum FairKind {
     Eevdf,
     /// BFS 0.44x (one global queue).
     Bfs,
+    /// CFS-v (Samsung, 2014): CFS 3.x whose woken I/O-related threads
+    /// preempt computing ones ([`cfsv`]); a host scheduler.
+    CfsV(cfsv::CfsvOptions),
 }
 
 impl FairKind {
@@ -60,6 +65,7 @@ impl FairKind {
             FairKind::Cfs => "cfs",
             FairKind::Eevdf => "eevdf",
             FairKind::Bfs => "bfs",
+            FairKind::CfsV(_) => "cfs-v",
         }
     }
 
@@ -69,8 +75,9 @@ impl FairKind {
             "cfs" => Ok(FairKind::Cfs),
             "eevdf" => Ok(FairKind::Eevdf),
             "bfs" => Ok(FairKind::Bfs),
+            "cfs-v" => Ok(FairKind::CfsV(cfsv::CfsvOptions::default())),
             _ => Err(format!(
-                "unknown CPU scheduler '{s}' (accepted: cfs, eevdf, bfs)"
+                "unknown CPU scheduler '{s}' (accepted: cfs, eevdf, bfs, cfs-v)"
             )),
         }
     }

@@ -7,12 +7,12 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use crate::class::SchedClass;
+use crate::class::{SchedClass, TaskHint};
 use crate::kernel::{Event, Kernel, KernelCfg};
 use crate::platform::Platform;
 use crate::rt::Rt;
 use crate::task::{GroupId, Policy, TaskId, TaskSpec, TaskState};
-use crate::{bfs, cfs, eevdf, FairKind, Nanos};
+use crate::{bfs, cfs, cfsv, eevdf, FairKind, Nanos};
 
 /// A kernel of the model: 0 is the host, then one per VM.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -96,6 +96,7 @@ fn make_kernel(cfg: KernelCfg, fair: FairKind) -> Kernel {
         FairKind::Cfs => Box::new(cfs::new(n)),
         FairKind::Eevdf => Box::new(eevdf::new(n)),
         FairKind::Bfs => Box::new(bfs::Bfs::new()),
+        FairKind::CfsV(o) => Box::new(cfsv::new(n, o)),
     };
     let share = cfg.rt_runtime_share;
     Kernel::new(cfg, Box::new(Rt::new(n, share)), fair)
@@ -227,6 +228,28 @@ impl CpuModel {
 
     pub fn wake(&mut self, k: KernelId, t: TaskId) {
         self.kernels[k.0].wake(t, self.now);
+        self.flush();
+    }
+
+    /// Tells task `t`'s class something it cannot see (see [`TaskHint`]).
+    pub fn hint(&mut self, k: KernelId, t: TaskId, h: TaskHint) {
+        self.kernels[k.0].hint(t, h, self.now);
+        self.flush();
+    }
+
+    /// A virtual interrupt for guest `k` whose handler wakes its blocked
+    /// task `t` (a virtqueue's completion), delivered to the vCPU `t` last
+    /// ran on: taken at once if the vCPU runs (a VM exit), else when it
+    /// next runs, waking a halted vCPU thread. The host's class hears of
+    /// it first ([`TaskHint::VirtualInterrupt`]).
+    pub fn interrupt_wake(&mut self, k: KernelId, t: TaskId) {
+        assert!(k != KernelId::HOST, "a virtual interrupt goes to a guest");
+        let cpu = self.kernels[k.0].tasks[t.idx()].cpu;
+        let vcpu = self.vms[k.0 - 1].vcpus[cpu];
+        self.kernels[0].hint(vcpu, TaskHint::VirtualInterrupt, self.now);
+        if self.kernels[k.0].tasks[t.idx()].state == TaskState::Blocked {
+            self.timer_fired(k.0, t);
+        }
         self.flush();
     }
 
@@ -460,7 +483,12 @@ impl CpuModel {
             // (`kvm_vcpu_block()`).
             self.kernels[0].block(vcpu, now);
         } else if !g.cpus[cpu].powered && has_work && host_state == TaskState::Blocked {
-            // `kvm_vcpu_kick()`: the halted vCPU thread wakes.
+            // `kvm_vcpu_kick()`: the halted vCPU thread wakes. With no
+            // interrupt pending, the guest woke a task on it: a
+            // rescheduling IPI.
+            if self.cpu_ev[k][cpu].pending.is_empty() {
+                self.kernels[0].hint(vcpu, TaskHint::VirtualInterrupt, now);
+            }
             self.kernels[0].wake(vcpu, now);
         }
     }

@@ -63,7 +63,10 @@ pub const SEC: Nanos = 1_000_000_000;
 
 pub use arbiter::{Arbiter, BoostChange, UnboostReason, VmStats};
 pub use config::PolicyConfig;
-pub use detect::{BfqStateDetector, GuestEvent, GuestSignalConfig, GuestSignalDetector, Urgency};
+pub use detect::{
+    BfqStateDetector, GuestEvent, GuestSignalConfig, GuestSignalDetector, IoClassifier, IoRole,
+    Urgency,
+};
 pub use help_client::HelpClient;
 pub use protocol::{
     decode, DecodeError, HelpReason, Message, Resource, MAX_MESSAGE_BYTES, PROTOCOL_VERSION,

@@ -285,6 +285,17 @@ impl FairCore {
         self.groups.iter().position(|g| g.se.contains(&se))
     }
 
+    /// `set_next_entity()`: `se` leaves `rq`'s queue to run; returns its
+    /// own queue if it is a group's entity.
+    fn set_next_entity(&mut self, rq: RqId, se: EntId) -> Option<RqId> {
+        self.rqs[rq].queue.retain(|&e| e != se);
+        self.rqs[rq].curr = Some(se);
+        let e = &mut self.ents[se];
+        e.exec_start = self.now;
+        e.prev_sum_exec = e.sum_exec;
+        e.my_rq
+    }
+
     /// The load a task puts on its CPU's root queue (`task_h_load`).
     pub fn task_h_load(&self, t: TaskId) -> u64 {
         let mut se = self.task_se[t.idx()];
@@ -348,6 +359,26 @@ impl<P: FairPolicy> Fair<P> {
             c.len += 1;
         }
         c
+    }
+
+    /// Picks the queued task `t` and its ancestors on `cpu`, whatever
+    /// their vruntime: the next buddy (`cfs_rq->next`, `set_next_buddy()`)
+    /// honoured unconditionally, for variants whose wake-up preemption
+    /// must hand the CPU to the woken task. `None` (nothing picked) if `t`
+    /// is not queued on `cpu`.
+    pub fn pick_task(&mut self, ctx: &Ctx, cpu: usize, t: TaskId) -> Option<TaskId> {
+        self.core.sync(ctx);
+        let se = self.core.task_se[t.idx()];
+        let e = &self.core.ents[se];
+        if !e.on_rq || self.core.rqs[e.rq].cpu != cpu || ctx.curr[cpu].is_some() {
+            return None;
+        }
+        let chain = self.chain(t);
+        for &se in chain.iter().rev() {
+            let rq = self.core.ents[se].rq;
+            self.core.set_next_entity(rq, se);
+        }
+        Some(t)
     }
 
     fn refresh_shares(&mut self, chain: &[EntId]) {
@@ -481,15 +512,9 @@ impl<P: FairPolicy> SchedClass for Fair<P> {
         let mut rq = self.core.root[cpu];
         loop {
             let se = self.policy.pick(&self.core, rq)?;
-            // set_next_entity()
-            self.core.rqs[rq].queue.retain(|&e| e != se);
-            self.core.rqs[rq].curr = Some(se);
-            let e = &mut self.core.ents[se];
-            e.exec_start = ctx.now;
-            e.prev_sum_exec = e.sum_exec;
-            match e.my_rq {
+            match self.core.set_next_entity(rq, se) {
                 Some(q) => rq = q,
-                None => return e.task,
+                None => return self.core.ents[se].task,
             }
         }
     }

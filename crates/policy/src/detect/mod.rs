@@ -1,7 +1,8 @@
 //! Urgency detection: the guest side's judgement of whether one of its
 //! applications needs urgent service right now.
 //!
-//! Two detectors feed the same [`Urgency`]:
+//! Two detectors feed the same [`Urgency`] (and [`io_class`] holds CFS-v's
+//! host-side I/O classifier):
 //!
 //! - [`BfqStateDetector`] reads the guest BFQ's own verdict (how many of its
 //!   queues are weight-raised). The simulator has it; so would a kernel that
@@ -15,10 +16,12 @@
 
 mod bfq_state;
 mod guest_signal;
+pub mod io_class;
 mod softrt;
 
 pub use bfq_state::BfqStateDetector;
 pub use guest_signal::{GuestEvent, GuestSignalConfig, GuestSignalDetector};
+pub use io_class::{IoClassifier, IoRole};
 pub use softrt::{Burst, SoftRtClassifier, SoftRtRules};
 
 use crate::protocol::{HelpReason, Resource};

@@ -1,0 +1,590 @@
+//! The CFS-v experiment (Shim and Lee, Samsung, 2014) on the CPU model:
+//! an 8-core host, two VMs of 8 vCPUs in CPU groups of their own
+//! (`cpu.shares` 1024 each, libvirt's default), 4 KiB `O_DIRECT` random
+//! reads on one shared SATA SSD (`devmodel`'s `ssd-sata`) and MD5-hashing
+//! CPU hogs, each virtio-blk request crossing the host tasks of
+//! [`path`]. Cases "Separate" (VM 1: 32 readers; VM 2: 16 hashers) and
+//! "Mixed" (each VM 16 readers and 8 hashers); host `cfs` against `cfs-v`.
+
+pub mod path;
+pub mod published;
+
+use std::fmt::Write as _;
+
+use devmodel::{Device, Direction, IoRequest};
+use policy::IoRole;
+use rand_core::{Rng as _, SeedableRng};
+use rand_xorshift::XorShiftRng;
+
+use crate::class::TaskHint;
+use crate::model::{Completion, CompletionKind, CpuModel, KernelId};
+use crate::platform::{Platform, Preemption};
+use crate::task::{TaskId, TaskSpec};
+use crate::{FairKind, Nanos, MS, US};
+use path::{Job, Req, Server};
+
+// CPU costs of one request's hops on the slides' host (Core i7-2600,
+// 3.4 GHz, Linux 3.16, QEMU 2.1). None was measured for this model: they
+// are ASSUMPTIONS of the right order for that machine (a syscall and a
+// block-layer pass are several microseconds, a VM exit a few thousand
+// cycles), not fitted to the published results. Their sum (about 55 us
+// per request with the exits) is what a request costs the reading VM.
+
+/// Guest: `pread` entry, `O_DIRECT` bio, blk-mq, virtio-blk adding the
+/// buffers to the virtqueue (the kick's VM exit is added separately).
+pub const GUEST_SUBMIT_NS: Nanos = 8 * US;
+/// Guest: the virtio interrupt's handler completing the request, waking
+/// the reader, and the reader's return to user space.
+pub const GUEST_COMPLETE_NS: Nanos = 6 * US;
+/// QEMU main loop: `ioeventfd` read, `virtqueue_pop`, the block layer's
+/// AIO request, the thread pool's submission.
+pub const MAIN_SUBMIT_NS: Nanos = 10 * US;
+/// QEMU main loop: the pool's completion notifier, `virtqueue_push`,
+/// the interrupt through `irqfd`.
+pub const MAIN_COMPLETE_NS: Nanos = 8 * US;
+/// Worker: `preadv` with `O_DIRECT` down to the AHCI command.
+pub const WORKER_SUBMIT_NS: Nanos = 8 * US;
+/// Worker: the return from `preadv` and the notifier's `eventfd` write.
+pub const WORKER_COMPLETE_NS: Nanos = 3 * US;
+/// The block softirq: request and bio completion, waking the worker.
+pub const SOFTIRQ_NS: Nanos = 4 * US;
+/// MD5 throughput of one Sandy Bridge core at 3.4 GHz, about 5 cycles
+/// per byte (assumption, of the order `openssl speed md5` reports); it
+/// only turns hashing CPU time into MB/s.
+pub const MD5_BYTES_PER_CPU_S: f64 = 650.0e6;
+/// The reads' size: 4 KiB (the slides).
+pub const READ_BYTES: u64 = 4096;
+/// Each VM reads a 16 GiB region of the SSD (assumption: where the reads
+/// land only picks the flash unit, uniformly either way).
+pub const REGION_SECTORS: u64 = 16 << 21;
+
+/// The slides' host: Intel Core i7-2600 (8 hardware threads, counted as
+/// 8 cores as the slides do), 3.4 GHz, 12 GB, Linux 3.16.1; guests of 8
+/// vCPUs. HZ=250 is the Kconfig default (`HZ_250`) of a kernel built from
+/// the release, as theirs was (assumption). Switch and exit costs are
+/// assumptions as above.
+pub fn host_i7_2600() -> Platform {
+    Platform {
+        name: "i7-2600",
+        cores: 8,
+        mhz: 3400,
+        speed: 1.0,
+        hz: 250,
+        guest_hz: 250,
+        preemption: Preemption::Voluntary,
+        switch_ns: 2 * US,
+        guest_switch_ns: 2 * US,
+        timer_irq_ns: 2 * US,
+        vm_exit_ns: 2 * US,
+        vm_entry_ns: 2 * US,
+        max_vcpus: 8,
+        rt_runtime_share: true,
+    }
+}
+
+/// The two cases of the slides.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Case {
+    /// VM 1: 32 random-read threads; VM 2: 16 hashing threads.
+    Separate,
+    /// Two VMs, each 16 random-read threads and 8 hashing threads.
+    Mixed,
+}
+
+impl Case {
+    pub fn name(self) -> &'static str {
+        match self {
+            Case::Separate => "separate",
+            Case::Mixed => "mixed",
+        }
+    }
+
+    /// (readers, hashers) of each VM.
+    pub fn vms(self) -> [(usize, usize); 2] {
+        match self {
+            Case::Separate => [(32, 0), (0, 16)],
+            Case::Mixed => [(16, 8), (16, 8)],
+        }
+    }
+}
+
+/// One cell.
+#[derive(Clone, Debug)]
+pub struct StudySetup {
+    pub case: Case,
+    pub host: FairKind,
+    pub platform: Platform,
+    pub warmup_ns: Nanos,
+    pub measure_ns: Nanos,
+    pub seed: u64,
+}
+
+impl StudySetup {
+    /// 3 s of warm-up (the balancer settles: see the README), then 2 s
+    /// measured.
+    pub fn new(case: Case, host: FairKind) -> StudySetup {
+        StudySetup {
+            case,
+            host,
+            platform: host_i7_2600(),
+            warmup_ns: 3000 * MS,
+            measure_ns: 2000 * MS,
+            seed: 1,
+        }
+    }
+}
+
+/// What one VM did in the measured window.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct VmResult {
+    pub readers: usize,
+    pub hashers: usize,
+    pub iops: f64,
+    pub mb_s: f64,
+    /// MD5 hashing rate of its hashers (MB/s).
+    pub hash_mb_s: f64,
+    /// CPU use of its host threads (vCPUs, main loop, workers), in % of
+    /// one CPU.
+    pub cpu_pct: f64,
+}
+
+/// What one cell measured.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StudyResult {
+    pub vms: Vec<VmResult>,
+    /// Mean time of each of [`HOPS`] in the measured window (us),
+    /// waiting for a CPU included.
+    pub hops_us: [f64; 7],
+    /// Events the CPU model handled.
+    pub events: u64,
+}
+
+impl StudyResult {
+    pub fn iops(&self) -> f64 {
+        self.vms.iter().map(|v| v.iops).sum()
+    }
+    pub fn hash_mb_s(&self) -> f64 {
+        self.vms.iter().map(|v| v.hash_mb_s).sum()
+    }
+}
+
+/// One VM's tasks.
+struct VmTasks {
+    k: KernelId,
+    main: Server,
+    workers: Vec<Server>,
+    free: Vec<usize>,
+    hashers: Vec<TaskId>,
+    /// Host threads whose CPU time is the VM's.
+    host_threads: Vec<TaskId>,
+    completions: u64,
+}
+
+/// Who a host task is.
+#[derive(Clone, Copy, Debug)]
+enum HostRole {
+    Main(usize),
+    Worker(usize, usize),
+    Softirq(usize),
+}
+
+struct Cell {
+    m: CpuModel,
+    dev: Device,
+    vms: Vec<VmTasks>,
+    softirq: Vec<Server>,
+    host_role: Vec<Option<HostRole>>,
+    /// Guest task -> (VM, is a reader).
+    reader_of: Vec<Vec<bool>>,
+    inflight: Vec<Option<Req>>,
+    rng: XorShiftRng,
+    kick_ns: Nanos,
+    hops: Hops,
+}
+
+/// The hops of a request, in order: each ends when the named step is done.
+pub const HOPS: [&str; 7] = [
+    "main loop submitted",
+    "worker issued",
+    "device served",
+    "softirq ran",
+    "worker returned",
+    "main loop completed",
+    "reader ran",
+];
+
+/// Time spent in each hop (waiting for a CPU included), summed.
+#[derive(Clone, Debug, Default)]
+struct Hops {
+    /// Per request tag: when its last hop ended.
+    last: Vec<Nanos>,
+    /// Per VM and guest task: when its request's interrupt went out.
+    irq: Vec<Vec<Option<Nanos>>>,
+    sum: [u128; 7],
+    n: [u64; 7],
+}
+
+impl Hops {
+    fn mark(&mut self, tag: usize, hop: usize, now: Nanos) {
+        self.sum[hop] += (now - self.last[tag]) as u128;
+        self.n[hop] += 1;
+        self.last[tag] = now;
+    }
+
+    fn mean_us(&self) -> [f64; 7] {
+        std::array::from_fn(|i| self.sum[i] as f64 / self.n[i].max(1) as f64 / 1e3)
+    }
+}
+
+/// QEMU's thread pool holds at most 64 workers (`thread-pool.c`,
+/// `max_threads`); one per reader here.
+const MAX_WORKERS: usize = 64;
+
+fn main_cost(j: &Job) -> Nanos {
+    match j {
+        Job::Submit(_) => MAIN_SUBMIT_NS,
+        Job::Complete(_) => MAIN_COMPLETE_NS,
+    }
+}
+
+fn worker_cost(j: &Job) -> Nanos {
+    match j {
+        Job::Submit(_) => WORKER_SUBMIT_NS,
+        Job::Complete(_) => WORKER_COMPLETE_NS,
+    }
+}
+
+impl Cell {
+    fn build(s: &StudySetup) -> Result<Cell, String> {
+        let model = devmodel::preset("ssd-sata").map_err(|e| e.to_string())?;
+        let depth = model.info().default_queue_depth;
+        let mut cell = Cell {
+            m: CpuModel::new(s.platform.clone(), s.host),
+            dev: Device::new(model, depth),
+            vms: Vec::new(),
+            softirq: Vec::new(),
+            host_role: Vec::new(),
+            reader_of: Vec::new(),
+            inflight: vec![None; 2 * MAX_WORKERS],
+            rng: XorShiftRng::seed_from_u64(s.seed),
+            kick_ns: GUEST_SUBMIT_NS + s.platform.vm_exit_ns,
+            hops: Hops {
+                last: vec![0; 2 * MAX_WORKERS],
+                ..Default::default()
+            },
+        };
+        for cpu in 0..s.platform.cores {
+            let name = format!("ksoftirqd/{cpu}");
+            let t = cell.spawn_host(&name, None, cpu, IoRole::Softirq, HostRole::Softirq(cpu));
+            cell.softirq.push(Server::new(t));
+        }
+        for (i, &(readers, hashers)) in s.case.vms().iter().enumerate() {
+            cell.add_vm(i, readers, hashers)?;
+        }
+        Ok(cell)
+    }
+
+    /// A host service thread, spawned with a token burst after which it
+    /// blocks until its first job.
+    fn spawn_host(
+        &mut self,
+        name: &str,
+        group: Option<crate::task::GroupId>,
+        cpu: usize,
+        role: IoRole,
+        hrole: HostRole,
+    ) -> TaskId {
+        let spec = TaskSpec {
+            group,
+            cpu,
+            burst: Some(1),
+            ..TaskSpec::busy_loop(name)
+        };
+        let t = self.m.spawn(KernelId::HOST, spec);
+        self.m.hint(KernelId::HOST, t, TaskHint::IoRole(role));
+        self.host_role.resize(t.idx() + 1, None);
+        self.host_role[t.idx()] = Some(hrole);
+        t
+    }
+
+    /// A VM of 8 vCPUs (guest CFS, `cpu.shares` 1024), its QEMU threads,
+    /// its readers and hashers.
+    fn add_vm(&mut self, i: usize, readers: usize, hashers: usize) -> Result<(), String> {
+        if readers > MAX_WORKERS {
+            return Err(format!("{readers} readers: at most {MAX_WORKERS}"));
+        }
+        let cores = self.m.platform.cores;
+        let (vm, k) = self.m.add_vm(8, FairKind::Cfs, 1024)?;
+        let group = Some(self.m.vm_group(vm));
+        let mut host_threads: Vec<TaskId> = (0..8).map(|c| self.m.vcpu_task(vm, c)).collect();
+        let name = format!("vm{i}-main-loop");
+        let main = self.spawn_host(&name, group, i % cores, IoRole::MainLoop, HostRole::Main(i));
+        host_threads.push(main);
+        let mut workers = Vec::new();
+        for w in 0..readers {
+            let name = format!("vm{i}-worker{w}");
+            let hrole = HostRole::Worker(i, w);
+            let t = self.spawn_host(&name, group, w % cores, IoRole::Worker, hrole);
+            host_threads.push(t);
+            workers.push(Server::new(t));
+        }
+        let mut reader_tasks = Vec::new();
+        for r in 0..readers {
+            let spec = TaskSpec {
+                cpu: r % 8,
+                burst: Some(self.kick_ns),
+                ..TaskSpec::busy_loop(&format!("vm{i}-reader{r}"))
+            };
+            reader_tasks.push(self.m.spawn(k, spec));
+        }
+        let hash_tasks = (0..hashers)
+            .map(|h| {
+                let spec = TaskSpec {
+                    cpu: h % 8,
+                    ..TaskSpec::busy_loop(&format!("vm{i}-md5-{h}"))
+                };
+                self.m.spawn(k, spec)
+            })
+            .collect();
+        let mut is_reader = vec![false; self.m.kernel(k).tasks.len()];
+        for t in &reader_tasks {
+            is_reader[t.idx()] = true;
+        }
+        self.hops.irq.push(vec![None; is_reader.len()]);
+        self.reader_of.push(is_reader);
+        self.vms.push(VmTasks {
+            k,
+            main: Server::new(main),
+            workers,
+            free: (0..readers).rev().collect(),
+            hashers: hash_tasks,
+            host_threads,
+            completions: 0,
+        });
+        Ok(())
+    }
+}
+
+/// The requests' hops (see [`path`]).
+impl Cell {
+    fn on_completion(&mut self, c: Completion) {
+        if c.kind != CompletionKind::BurstDone {
+            return;
+        }
+        if c.kernel == KernelId::HOST {
+            match self.host_role.get(c.task.idx()).copied().flatten() {
+                Some(HostRole::Main(v)) => self.main_done(v),
+                Some(HostRole::Worker(v, w)) => self.worker_done(v, w),
+                Some(HostRole::Softirq(cpu)) => self.softirq_done(cpu),
+                None => {}
+            }
+            return;
+        }
+        let v = c.kernel.0 - 1;
+        if self.reader_of[v]
+            .get(c.task.idx())
+            .copied()
+            .unwrap_or(false)
+        {
+            self.reader_done(v, c.task);
+        }
+    }
+
+    /// The reader issued its read and kicked: it blocks, the main loop
+    /// wakes.
+    fn reader_done(&mut self, v: usize, t: TaskId) {
+        let now = self.m.now();
+        if let Some(at) = self.hops.irq[v][t.idx()].take() {
+            self.hops.sum[6] += (now - at) as u128;
+            self.hops.n[6] += 1;
+        }
+        let vm = &mut self.vms[v];
+        vm.completions += 1;
+        self.m.block(vm.k, t);
+        let worker = vm.free.pop().expect("one worker per reader");
+        self.hops.last[v * MAX_WORKERS + worker] = now;
+        let req = Req {
+            vm: v,
+            reader: t,
+            worker,
+        };
+        vm.main
+            .arrive(&mut self.m, Job::Submit(req), MAIN_SUBMIT_NS);
+    }
+
+    fn main_done(&mut self, v: usize) {
+        let vm = &mut self.vms[v];
+        let now = self.m.now();
+        match vm.main.done(&mut self.m, main_cost) {
+            Some(Job::Submit(req)) => {
+                self.hops.mark(v * MAX_WORKERS + req.worker, 0, now);
+                vm.workers[req.worker].arrive(&mut self.m, Job::Submit(req), WORKER_SUBMIT_NS)
+            }
+            Some(Job::Complete(req)) => {
+                self.hops.mark(v * MAX_WORKERS + req.worker, 5, now);
+                self.hops.irq[v][req.reader.idx()] = Some(now);
+                vm.free.push(req.worker);
+                self.m
+                    .set_burst(vm.k, req.reader, GUEST_COMPLETE_NS + self.kick_ns);
+                self.m.interrupt_wake(vm.k, req.reader);
+            }
+            None => {}
+        }
+    }
+
+    fn worker_done(&mut self, v: usize, w: usize) {
+        let vm = &mut self.vms[v];
+        match vm.workers[w].done(&mut self.m, worker_cost) {
+            Some(Job::Submit(req)) => {
+                let tag = v * MAX_WORKERS + w;
+                self.hops.mark(tag, 1, self.m.now());
+                self.inflight[tag] = Some(req);
+                let n = REGION_SECTORS / 8;
+                let off = ((self.rng.next_u64() as u128 * n as u128) >> 64) as u64;
+                let io = IoRequest {
+                    sector: v as u64 * REGION_SECTORS + off * 8,
+                    sectors: (READ_BYTES / 512) as u32,
+                    dir: Direction::Read,
+                };
+                self.dev.submit(self.m.now(), tag as u64, io);
+            }
+            Some(Job::Complete(req)) => {
+                self.hops.mark(v * MAX_WORKERS + w, 4, self.m.now());
+                vm.main
+                    .arrive(&mut self.m, Job::Complete(req), MAIN_COMPLETE_NS)
+            }
+            None => {}
+        }
+    }
+
+    /// The device finished a read: the block softirq of the CPU its
+    /// worker submitted from.
+    fn device_done(&mut self, tag: u64) {
+        let Some(req) = self.inflight[tag as usize].take() else {
+            return;
+        };
+        self.hops.mark(tag as usize, 2, self.m.now());
+        let worker = self.vms[req.vm].workers[req.worker].task;
+        let cpu = self.m.kernel(KernelId::HOST).tasks[worker.idx()].cpu;
+        self.softirq[cpu].arrive(&mut self.m, Job::Complete(req), SOFTIRQ_NS);
+    }
+
+    fn softirq_done(&mut self, cpu: usize) {
+        if let Some(Job::Complete(req)) = self.softirq[cpu].done(&mut self.m, |_| SOFTIRQ_NS) {
+            let tag = req.vm * MAX_WORKERS + req.worker;
+            self.hops.mark(tag, 3, self.m.now());
+            let w = &mut self.vms[req.vm].workers[req.worker];
+            w.arrive(&mut self.m, Job::Complete(req), WORKER_COMPLETE_NS);
+        }
+    }
+
+    /// Runs the model and the device up to `limit`.
+    fn run_to(&mut self, limit: Nanos) {
+        loop {
+            let next = [self.m.next_event_time(), self.dev.next_completion()]
+                .into_iter()
+                .flatten()
+                .min()
+                .unwrap_or(limit)
+                .min(limit);
+            let done = self.m.advance_to(next).to_vec();
+            if !done.is_empty() {
+                for c in done {
+                    self.on_completion(c);
+                }
+                continue;
+            }
+            while let Some(tag) = self.dev.pop_completed(self.m.now()) {
+                self.device_done(tag);
+            }
+            if self.m.now() >= limit {
+                return;
+            }
+        }
+    }
+
+    /// Per VM: requests issued, its host threads' CPU time, its hashers'.
+    fn counters(&mut self) -> Vec<(u64, Nanos, Nanos)> {
+        self.m.settle_all();
+        let m = &self.m;
+        self.vms
+            .iter()
+            .map(|vm| {
+                let host = vm.host_threads.iter();
+                let cpu = host.map(|&t| m.progress(KernelId::HOST, t)).sum();
+                let hash = vm.hashers.iter().map(|&t| m.progress(vm.k, t)).sum();
+                (vm.completions, cpu, hash)
+            })
+            .collect()
+    }
+}
+
+/// Runs one cell: warm-up, then the measured window.
+pub fn run(s: &StudySetup) -> Result<StudyResult, String> {
+    if s.measure_ns == 0 {
+        return Err("the measured window must be longer than 0".into());
+    }
+    let mut cell = Cell::build(s)?;
+    cell.run_to(s.warmup_ns);
+    let a = cell.counters();
+    (cell.hops.sum, cell.hops.n) = ([0; 7], [0; 7]);
+    cell.run_to(s.warmup_ns + s.measure_ns);
+    let b = cell.counters();
+    let secs = s.measure_ns as f64 / 1e9;
+    let vms = s
+        .case
+        .vms()
+        .iter()
+        .zip(a.iter().zip(&b))
+        .map(|(&(readers, hashers), (x, y))| {
+            let iops = (y.0 - x.0) as f64 / secs;
+            VmResult {
+                readers,
+                hashers,
+                iops,
+                mb_s: iops * READ_BYTES as f64 / 1e6,
+                hash_mb_s: (y.2 - x.2) as f64 / 1e9 / secs * MD5_BYTES_PER_CPU_S / 1e6,
+                cpu_pct: (y.1 - x.1) as f64 / s.measure_ns as f64 * 100.0,
+            }
+        })
+        .collect();
+    Ok(StudyResult {
+        vms,
+        hops_us: cell.hops.mean_us(),
+        events: cell.m.events_processed(),
+    })
+}
+
+/// One case under each host scheduler, as a table.
+pub fn case_table(case: Case, hosts: &[FairKind], measure_ns: Nanos) -> Result<String, String> {
+    let mut out = format!("{} case, {} ms measured\n", case.name(), measure_ns / MS);
+    let _ = writeln!(
+        out,
+        "{:<10} {:>3} {:>9} {:>8} {:>10} {:>8}",
+        "host", "vm", "IOPS", "MB/s", "MD5 MB/s", "CPU %"
+    );
+    for &h in hosts {
+        let label = match h {
+            FairKind::CfsV(o) => o.label(),
+            other => other.name(),
+        };
+        let mut s = StudySetup::new(case, h);
+        s.measure_ns = measure_ns;
+        let r = run(&s)?;
+        let hops: Vec<String> = r.hops_us.iter().map(|h| format!("{h:.0}")).collect();
+        let _ = writeln!(out, "{label:<10} hops (us): {}", hops.join(" / "));
+        for (i, v) in r.vms.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "{:<10} {:>3} {:>9.0} {:>8.1} {:>10.1} {:>8.1}",
+                label,
+                i + 1,
+                v.iops,
+                v.mb_s,
+                v.hash_mb_s,
+                v.cpu_pct
+            );
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,99 @@
+//! A virtio-blk request's path through host tasks (QEMU 2.1, `aio=threads`,
+//! no dataplane), each hop a task that must get a CPU:
+//!
+//! 1. the guest's reader thread, on a vCPU, issues the read and kicks the
+//!    virtqueue (a VM exit; `ioeventfd` signals QEMU);
+//! 2. QEMU's main loop wakes, pops the request and hands it to a worker
+//!    of its thread pool;
+//! 3. the worker wakes and issues `preadv` (`O_DIRECT`) to the host's
+//!    block layer, then blocks in it;
+//! 4. the device serves it (`devmodel`);
+//! 5. the completion's block softirq runs on the CPU that submitted
+//!    (`rq_affinity=1`, block/blk-softirq.c), here as that CPU's
+//!    `ksoftirqd`, and wakes the worker;
+//! 6. the worker returns from `preadv` and signals the main loop (the
+//!    thread pool's event notifier);
+//! 7. the main loop completes the request and injects the virtqueue's
+//!    interrupt (`irqfd`) into the vCPU the reader last ran on;
+//! 8. the vCPU takes the interrupt (woken if it halted) and the guest's
+//!    handler wakes the reader, which loops to its next read.
+//!
+//! Simplified: the guest's IRQ vCPU is the reader's own (virtio-blk's one
+//! vector may land elsewhere and reach it by an IPI); a worker per
+//! in-flight request exists from the start (QEMU spawns them on demand,
+//! up to 64); libvirt's `emulator`/`vcpuN` sub-groups are one VM group.
+
+use std::collections::VecDeque;
+
+use crate::model::{CpuModel, KernelId};
+use crate::task::TaskId;
+use crate::Nanos;
+
+/// A read in flight: its VM, its reader (a guest task), its worker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Req {
+    pub vm: usize,
+    pub reader: TaskId,
+    pub worker: usize,
+}
+
+/// What a host service task does next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Job {
+    /// Main loop: hand a new request to a worker. Worker: issue it.
+    Submit(Req),
+    /// Softirq: complete it. Worker: return it to the main loop. Main
+    /// loop: complete it to the guest.
+    Complete(Req),
+}
+
+/// A host thread that serves jobs one at a time from a FIFO and blocks
+/// when it has none: QEMU's main loop, a worker, a `ksoftirqd`.
+#[derive(Clone, Debug)]
+pub struct Server {
+    pub task: TaskId,
+    current: Option<Job>,
+    queue: VecDeque<Job>,
+    busy: bool,
+}
+
+impl Server {
+    pub fn new(task: TaskId) -> Server {
+        Server {
+            task,
+            current: None,
+            queue: VecDeque::new(),
+            // Spawned with a token burst: its first BurstDone blocks it.
+            busy: true,
+        }
+    }
+
+    /// A job arrives: run it now if idle, else queue it.
+    pub fn arrive(&mut self, m: &mut CpuModel, job: Job, cost: Nanos) {
+        if self.busy {
+            self.queue.push_back(job);
+            return;
+        }
+        self.busy = true;
+        self.current = Some(job);
+        m.set_burst(KernelId::HOST, self.task, cost);
+        m.wake(KernelId::HOST, self.task);
+    }
+
+    /// The task finished its burst: returns the finished job, and starts
+    /// the next one (`cost` gives its CPU cost) or blocks the task.
+    pub fn done(&mut self, m: &mut CpuModel, cost: impl Fn(&Job) -> Nanos) -> Option<Job> {
+        let finished = self.current.take();
+        match self.queue.pop_front() {
+            Some(next) => {
+                m.set_burst(KernelId::HOST, self.task, cost(&next));
+                self.current = Some(next);
+            }
+            None => {
+                self.busy = false;
+                m.block(KernelId::HOST, self.task);
+            }
+        }
+        finished
+    }
+}
