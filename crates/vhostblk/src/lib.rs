@@ -1,0 +1,2 @@
+pub mod ioprio;
+pub mod request;
