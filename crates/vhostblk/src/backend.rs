@@ -13,7 +13,9 @@ use vm_memory::{
     Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryBackend, GuestMemoryMmap,
 };
 use vmm_sys_util::epoll::EventSet;
-use vmm_sys_util::event::{new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier};
+use vmm_sys_util::event::{
+    new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier,
+};
 
 use crate::classmap::ClassPolicy;
 use crate::config::{DeviceConfig, MAX_ZERO_SEGMENTS};
@@ -68,7 +70,9 @@ impl BlkBackend {
             policy: Arc::new(Mutex::new(policy)),
             submitters: Submitters::new(image, stats.clone()),
             stats,
-            in_flight: (0..cfg.num_queues).map(|_| Arc::new(AtomicUsize::new(0))).collect(),
+            in_flight: (0..cfg.num_queues)
+                .map(|_| Arc::new(AtomicUsize::new(0)))
+                .collect(),
             clock: Instant::now(),
         }
     }
@@ -93,7 +97,10 @@ impl BlkBackend {
         };
         let mem = atomic.memory().into_inner();
         loop {
-            let chain = vring.get_mut().get_queue_mut().pop_descriptor_chain(mem.clone());
+            let chain = vring
+                .get_mut()
+                .get_queue_mut()
+                .pop_descriptor_chain(mem.clone());
             let Some(chain) = chain else {
                 return Ok(());
             };
@@ -147,7 +154,8 @@ impl BlkBackend {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .map(req.ioprio, self.now());
-        self.stats.accepted(req.ioprio.class, mapped.host.class, mapped.demoted);
+        self.stats
+            .accepted(req.ioprio.class, mapped.host.class, mapped.demoted);
         if mapped.host.class == Class::Rt {
             done.rt = Some((self.policy.clone(), self.clock));
         }
@@ -161,14 +169,20 @@ impl BlkBackend {
                 Some(iov) => {
                     done.read_len = data.iter().map(|s| s.len).sum();
                     done.expect = Some(u64::from(done.read_len));
-                    IoOp::Read { offset: sector * SECTOR, iov }
+                    IoOp::Read {
+                        offset: sector * SECTOR,
+                        iov,
+                    }
                 }
                 None => return self.bad_memory(done),
             },
             Op::Write { sector, data } => match iovecs(&done.mem, &data) {
                 Some(iov) => {
                     done.expect = Some(data.iter().map(|s| u64::from(s.len)).sum());
-                    IoOp::Write { offset: sector * SECTOR, iov }
+                    IoOp::Write {
+                        offset: sector * SECTOR,
+                        iov,
+                    }
                 }
                 None => return self.bad_memory(done),
             },
@@ -191,7 +205,11 @@ impl BlkBackend {
             op,
             done: Box::new(move |outcome| done.complete(outcome)),
         };
-        let host = if mapped.host.class == Class::None { Ioprio::NONE } else { mapped.host };
+        let host = if mapped.host.class == Class::None {
+            Ioprio::NONE
+        } else {
+            mapped.host
+        };
         if let Err(e) = self.submitters.submit(host, job) {
             // The job (and its completion) is gone with the channel: the
             // guest's request stays unanswered, as on a dead disk.
@@ -265,10 +283,17 @@ impl Completion {
     fn answer(self, status: u8, data: u32) {
         if let Some((policy, clock)) = &self.rt {
             let now = clock.elapsed().as_nanos() as u64;
-            policy.lock().unwrap_or_else(|e| e.into_inner()).rt_done(now);
+            policy
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .rt_done(now);
         }
         self.stats.completed(status == VIRTIO_BLK_S_OK as u8);
-        let used = if self.mem.write_obj(status, GuestAddress(self.status)).is_ok() {
+        let used = if self
+            .mem
+            .write_obj(status, GuestAddress(self.status))
+            .is_ok()
+        {
             data + 1
         } else {
             0
@@ -299,7 +324,11 @@ fn write_segments(mem: &Mem, data: &[Seg], bytes: &[u8]) -> u32 {
     let mut done = 0usize;
     for s in data {
         let n = (s.len as usize).min(bytes.len() - done);
-        if n == 0 || mem.write_slice(&bytes[done..done + n], GuestAddress(s.addr)).is_err() {
+        if n == 0
+            || mem
+                .write_slice(&bytes[done..done + n], GuestAddress(s.addr))
+                .is_err()
+        {
             break;
         }
         done += n;
@@ -311,7 +340,11 @@ fn allocations(ranges: &[Range], discard_mode: i32) -> Vec<(u64, u64, i32)> {
     ranges
         .iter()
         .map(|r| {
-            let mode = if discard_mode == ZERO_RANGE && r.unmap { PUNCH_HOLE } else { discard_mode };
+            let mode = if discard_mode == ZERO_RANGE && r.unmap {
+                PUNCH_HOLE
+            } else {
+                discard_mode
+            };
             (r.sector * SECTOR, u64::from(r.sectors) * SECTOR, mode)
         })
         .collect()
@@ -387,7 +420,9 @@ impl VhostUserBackend for BlkBackend {
         _thread_id: usize,
     ) -> std::io::Result<()> {
         if evset != EventSet::IN {
-            return Err(std::io::Error::other(format!("unexpected event set {evset:?}")));
+            return Err(std::io::Error::other(format!(
+                "unexpected event set {evset:?}"
+            )));
         }
         let q = usize::from(device_event);
         let Some(vring) = vrings.get(q) else {

@@ -124,11 +124,24 @@ mod tests {
         let m = p.map(Ioprio::new(Class::Rt, 3), 0);
         assert_eq!(m.host, Ioprio::new(Class::Be, 0));
         assert_eq!(m.demoted, Some(Demotion::NotAllowed));
-        for g in [Ioprio::new(Class::Be, 6), Ioprio::new(Class::Idle, 0), Ioprio::NONE] {
-            assert_eq!(p.map(g, 0), Mapped { host: g, demoted: None });
+        for g in [
+            Ioprio::new(Class::Be, 6),
+            Ioprio::new(Class::Idle, 0),
+            Ioprio::NONE,
+        ] {
+            assert_eq!(
+                p.map(g, 0),
+                Mapped {
+                    host: g,
+                    demoted: None
+                }
+            );
         }
         let mut p = ClassPolicy::new(true, &cfg());
-        assert_eq!(p.map(Ioprio::new(Class::Rt, 3), 0).host, Ioprio::new(Class::Rt, 3));
+        assert_eq!(
+            p.map(Ioprio::new(Class::Rt, 3), 0).host,
+            Ioprio::new(Class::Rt, 3)
+        );
     }
 
     #[test]

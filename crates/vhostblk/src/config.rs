@@ -97,13 +97,19 @@ mod tests {
             read_only: false,
         };
         let b = c.bytes();
-        assert_eq!(u64::from_le_bytes(b[0..8].try_into().unwrap()), 0x1_0000_0001);
+        assert_eq!(
+            u64::from_le_bytes(b[0..8].try_into().unwrap()),
+            0x1_0000_0001
+        );
         assert_eq!(u32::from_le_bytes(b[20..24].try_into().unwrap()), 4096);
         assert_eq!(u16::from_le_bytes(b[34..36].try_into().unwrap()), 2);
         assert_eq!(c.read(20, 4), 4096u32.to_le_bytes());
         assert!(c.read(58, 4).is_empty());
         assert_ne!(c.features() & 1 << VIRTIO_BLK_F_DISCARD, 0);
-        let ro = DeviceConfig { read_only: true, ..c };
+        let ro = DeviceConfig {
+            read_only: true,
+            ..c
+        };
         assert_ne!(ro.features() & 1 << VIRTIO_BLK_F_RO, 0);
         assert_eq!(ro.features() & 1 << VIRTIO_BLK_F_WRITE_ZEROES, 0);
     }

@@ -65,7 +65,8 @@ impl Image {
                 .custom_flags(flags)
                 .open(path)
         };
-        let buffered = open(0).map_err(|e| ImageError::Other(format!("image {}: {e}", path.display())))?;
+        let buffered =
+            open(0).map_err(|e| ImageError::Other(format!("image {}: {e}", path.display())))?;
         let direct = open(libc::O_DIRECT).ok();
         let bytes = if ft.is_block_device() {
             use std::io::Seek;

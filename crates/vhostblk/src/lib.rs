@@ -1,9 +1,9 @@
+pub mod backend;
 pub mod classmap;
-pub mod ioprio;
-pub mod request;
-pub mod stats;
 pub mod config;
 pub mod image;
-pub mod submit;
-pub mod backend;
+pub mod ioprio;
+pub mod request;
 pub mod server;
+pub mod stats;
+pub mod submit;

@@ -76,12 +76,20 @@ pub struct Range {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Op {
     /// Read `len` bytes at `sector` into the segments.
-    Read { sector: u64, data: Vec<Seg> },
+    Read {
+        sector: u64,
+        data: Vec<Seg>,
+    },
     /// Write the segments at `sector`.
-    Write { sector: u64, data: Vec<Seg> },
+    Write {
+        sector: u64,
+        data: Vec<Seg>,
+    },
     Flush,
     /// Write the device id (up to 20 bytes) into the segments.
-    GetId { data: Vec<Seg> },
+    GetId {
+        data: Vec<Seg>,
+    },
     Discard(Vec<Range>),
     WriteZeroes(Vec<Range>),
 }
@@ -158,7 +166,10 @@ pub struct Parsed {
 
 /// Parses one chain.
 pub fn parse(chain: &[Desc], mem: &impl GuestBytes, limits: &Limits) -> Parsed {
-    let Some(last) = chain.last().filter(|d| d.writable && d.len > 0 && chain.len() >= 2) else {
+    let Some(last) = chain
+        .last()
+        .filter(|d| d.writable && d.len > 0 && chain.len() >= 2)
+    else {
         return Parsed {
             status: None,
             request: Err(Refusal::Malformed),
@@ -246,7 +257,10 @@ fn data_segments(chain: &[Desc]) -> Result<Vec<(Seg, bool)>, Refusal> {
         if len == 0 {
             continue;
         }
-        let addr = d.addr.checked_add(u64::from(skip)).ok_or(Refusal::Malformed)?;
+        let addr = d
+            .addr
+            .checked_add(u64::from(skip))
+            .ok_or(Refusal::Malformed)?;
         addr.checked_add(u64::from(len)).ok_or(Refusal::Malformed)?;
         out.push((Seg { addr, len }, d.writable));
     }

@@ -2,11 +2,11 @@
 //! connections one after another until told to stop, writes the counters
 //! to a stats file, and removes its socket when it leaves.
 
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -103,10 +103,12 @@ pub fn check_socket_path(path: &Path) -> Result<(), Error> {
 /// (a guest reboot or a QEMU restart). Removes the socket on the way out.
 pub fn run(opts: &Options, stop: Arc<AtomicBool>) -> Result<Arc<Stats>, Error> {
     opts.validate()?;
-    let image = Image::open(&opts.image, opts.read_only, u64::from(opts.blk_size)).map_err(|e| match e {
-        ImageError::Missing(m) => Error::Usage(m),
-        ImageError::Other(m) => Error::Run(m),
-    })?;
+    let image = Image::open(&opts.image, opts.read_only, u64::from(opts.blk_size)).map_err(
+        |e| match e {
+            ImageError::Missing(m) => Error::Usage(m),
+            ImageError::Other(m) => Error::Run(m),
+        },
+    )?;
     if image.direct.is_none() {
         eprintln!(
             "tandem vhost-blk: {} does not take O_DIRECT: requests go through the page cache, \
@@ -139,7 +141,11 @@ pub fn run(opts: &Options, stop: Arc<AtomicBool>) -> Result<Arc<Stats>, Error> {
     result.map(|()| stats)
 }
 
-fn serve(backend: &Arc<BlkBackend>, listener: &mut Listener, stop: &Arc<AtomicBool>) -> Result<(), Error> {
+fn serve(
+    backend: &Arc<BlkBackend>,
+    listener: &mut Listener,
+    stop: &Arc<AtomicBool>,
+) -> Result<(), Error> {
     while !stop.load(Ordering::Acquire) {
         // Wait for a connection in slices, so a stop request is seen while
         // idle; the daemon's own accept would block (or spin, when the

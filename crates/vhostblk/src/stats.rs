@@ -86,7 +86,11 @@ impl Stats {
     }
 
     pub fn discard(&self, zeroes: bool) {
-        let c = if zeroes { &self.write_zeroes } else { &self.discards };
+        let c = if zeroes {
+            &self.write_zeroes
+        } else {
+            &self.discards
+        };
         c.fetch_add(1, Relaxed);
     }
 
@@ -114,7 +118,9 @@ impl Stats {
         let refused: serde_json::Map<_, _> = Refusal::ALL
             .iter()
             .map(|r| {
-                let name = serde_json::to_value(r).ok().and_then(|v| v.as_str().map(String::from));
+                let name = serde_json::to_value(r)
+                    .ok()
+                    .and_then(|v| v.as_str().map(String::from));
                 (name.unwrap_or_default(), json!(self.refusals(*r)))
             })
             .collect();

@@ -49,8 +49,14 @@ pub const ZERO_RANGE: i32 = libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_ZERO_RAN
 #[derive(Debug)]
 pub enum IoOp {
     /// `iov` points into guest memory the job's completion keeps mapped.
-    Read { offset: u64, iov: Vec<libc::iovec> },
-    Write { offset: u64, iov: Vec<libc::iovec> },
+    Read {
+        offset: u64,
+        iov: Vec<libc::iovec>,
+    },
+    Write {
+        offset: u64,
+        iov: Vec<libc::iovec>,
+    },
     Flush,
     /// `fallocate` ranges `(offset, len, mode)`.
     Allocate(Vec<(u64, u64, i32)>),
@@ -107,8 +113,11 @@ impl Submitters {
             threads.insert(prio, self.spawn(prio)?);
         }
         let s = &threads[&prio];
-        s.tx.send(job).map_err(|_| format!("the {prio} submitter has stopped"))?;
-        s.wake.write(1).map_err(|e| format!("waking the {prio} submitter: {e}"))
+        s.tx.send(job)
+            .map_err(|_| format!("the {prio} submitter has stopped"))?;
+        s.wake
+            .write(1)
+            .map_err(|e| format!("waking the {prio} submitter: {e}"))
     }
 
     fn spawn(&self, prio: Ioprio) -> Result<Submitter, String> {
@@ -281,18 +290,27 @@ impl Worker {
         let prio = self.prio;
         let user = slot as u64;
         let sqes: Vec<squeue::Entry> = match &f.job.op {
-            IoOp::Read { offset, iov } => vec![opcode::Readv::new(fd, iov.as_ptr(), iov.len() as u32)
-                .offset(*offset)
-                .ioprio(prio)
-                .build()],
-            IoOp::Write { offset, iov } => vec![opcode::Writev::new(fd, iov.as_ptr(), iov.len() as u32)
-                .offset(*offset)
-                .ioprio(prio)
-                .build()],
+            IoOp::Read { offset, iov } => {
+                vec![opcode::Readv::new(fd, iov.as_ptr(), iov.len() as u32)
+                    .offset(*offset)
+                    .ioprio(prio)
+                    .build()]
+            }
+            IoOp::Write { offset, iov } => {
+                vec![opcode::Writev::new(fd, iov.as_ptr(), iov.len() as u32)
+                    .offset(*offset)
+                    .ioprio(prio)
+                    .build()]
+            }
             IoOp::Flush => vec![opcode::Fsync::new(fd).build()],
             IoOp::Allocate(ranges) => ranges
                 .iter()
-                .map(|&(off, len, mode)| opcode::Fallocate::new(fd, len).offset(off).mode(mode).build())
+                .map(|&(off, len, mode)| {
+                    opcode::Fallocate::new(fd, len)
+                        .offset(off)
+                        .mode(mode)
+                        .build()
+                })
                 .collect(),
         };
         f.parts = sqes.len();

@@ -51,7 +51,13 @@ fn d(addr: u64, len: u32, writable: bool) -> Desc {
 }
 
 /// A Linux-shaped chain: header, data, status, each in its own descriptor.
-fn linux_chain(mem: &mut Mem, kind: u32, ioprio: u32, sector: u64, data: &[(u32, bool)]) -> Vec<Desc> {
+fn linux_chain(
+    mem: &mut Mem,
+    kind: u32,
+    ioprio: u32,
+    sector: u64,
+    data: &[(u32, bool)],
+) -> Vec<Desc> {
     mem.put(0x1000, &header(kind, ioprio, sector));
     let mut chain = vec![d(0x1000, 16, false)];
     for (i, &(len, w)) in data.iter().enumerate() {
@@ -64,7 +70,13 @@ fn linux_chain(mem: &mut Mem, kind: u32, ioprio: u32, sector: u64, data: &[(u32,
 #[test]
 fn a_read_carries_its_sector_data_and_ioprio() {
     let mut mem = Mem::default();
-    let chain = linux_chain(&mut mem, VIRTIO_BLK_T_IN, 0x2000, 8, &[(4096, true), (512, true)]);
+    let chain = linux_chain(
+        &mut mem,
+        VIRTIO_BLK_T_IN,
+        0x2000,
+        8,
+        &[(4096, true), (512, true)],
+    );
     let p = parse(&chain, &mem, &LIMITS);
     assert_eq!(p.status, Some(0x2000));
     let r = p.request.unwrap();
@@ -73,7 +85,13 @@ fn a_read_carries_its_sector_data_and_ioprio() {
         Op::Read { sector, data } => {
             assert_eq!(sector, 8);
             assert_eq!(data.len(), 2);
-            assert_eq!(data[0], Seg { addr: 0x10_0000, len: 4096 });
+            assert_eq!(
+                data[0],
+                Seg {
+                    addr: 0x10_0000,
+                    len: 4096
+                }
+            );
         }
         op => panic!("{op:?}"),
     }
@@ -91,7 +109,10 @@ fn header_and_status_may_share_descriptors_with_data() {
         r.op,
         Op::Write {
             sector: 0,
-            data: vec![Seg { addr: 0x1010, len: 512 }]
+            data: vec![Seg {
+                addr: 0x1010,
+                len: 512
+            }]
         }
     );
     // A read whose last descriptor holds data and the status byte.
@@ -109,9 +130,15 @@ fn requests_beyond_the_image_are_refused() {
     let ok = linux_chain(&mut mem, VIRTIO_BLK_T_IN, 0, 2047, &[(512, true)]);
     assert!(parse(&ok, &mem, &LIMITS).request.is_ok());
     let over = linux_chain(&mut mem, VIRTIO_BLK_T_IN, 0, 2047, &[(1024, true)]);
-    assert_eq!(parse(&over, &mem, &LIMITS).request, Err(Refusal::OutOfRange));
+    assert_eq!(
+        parse(&over, &mem, &LIMITS).request,
+        Err(Refusal::OutOfRange)
+    );
     let wrap = linux_chain(&mut mem, VIRTIO_BLK_T_OUT, 0, u64::MAX, &[(512, false)]);
-    assert_eq!(parse(&wrap, &mem, &LIMITS).request, Err(Refusal::OutOfRange));
+    assert_eq!(
+        parse(&wrap, &mem, &LIMITS).request,
+        Err(Refusal::OutOfRange)
+    );
 }
 
 #[test]
@@ -146,7 +173,11 @@ fn writes_to_a_read_only_image_fail_with_ioerr() {
         ..LIMITS
     };
     let mut mem = Mem::default();
-    for kind in [VIRTIO_BLK_T_OUT, VIRTIO_BLK_T_DISCARD, VIRTIO_BLK_T_WRITE_ZEROES] {
+    for kind in [
+        VIRTIO_BLK_T_OUT,
+        VIRTIO_BLK_T_DISCARD,
+        VIRTIO_BLK_T_WRITE_ZEROES,
+    ] {
         let c = linux_chain(&mut mem, kind, 0, 0, &[(512, false)]);
         let p = parse(&c, &mem, &ro);
         assert_eq!(p.request, Err(Refusal::ReadOnly));
@@ -187,8 +218,16 @@ fn discard_and_write_zeroes_ranges_are_read_and_checked() {
     assert_eq!(
         parse(&c, &mem, &LIMITS).request.unwrap().op,
         Op::Discard(vec![
-            Range { sector: 0, sectors: 8, unmap: false },
-            Range { sector: 100, sectors: 1948, unmap: false }
+            Range {
+                sector: 0,
+                sectors: 8,
+                unmap: false
+            },
+            Range {
+                sector: 100,
+                sectors: 1948,
+                unmap: false
+            }
         ])
     );
     // One sector too many.
@@ -201,7 +240,11 @@ fn discard_and_write_zeroes_ranges_are_read_and_checked() {
     let c = linux_chain(&mut mem, VIRTIO_BLK_T_WRITE_ZEROES, 0, 0, &[(16, false)]);
     assert_eq!(
         parse(&c, &mem, &LIMITS).request.unwrap().op,
-        Op::WriteZeroes(vec![Range { sector: 0, sectors: 8, unmap: true }])
+        Op::WriteZeroes(vec![Range {
+            sector: 0,
+            sectors: 8,
+            unmap: true
+        }])
     );
     // More ranges than max_discard_seg, or a partial range.
     mem.put(0x10_0000, &[0u8; 80]);
@@ -214,7 +257,10 @@ fn discard_and_write_zeroes_ranges_are_read_and_checked() {
 #[test]
 fn the_device_id_is_zero_padded_to_20_bytes() {
     assert_eq!(&device_id("tandem")[..7], b"tandem\0");
-    assert_eq!(device_id("0123456789012345678901234"), *b"01234567890123456789");
+    assert_eq!(
+        device_id("0123456789012345678901234"),
+        *b"01234567890123456789"
+    );
 }
 
 /// Every byte a request would touch: the data segments and the status.
@@ -232,11 +278,27 @@ fn touched(p: &Parsed) -> Vec<(u64, u64)> {
 
 fn arb_desc() -> impl Strategy<Value = Desc> {
     (
-        prop_oneof![Just(0x1000u64), Just(0x10_0000), any::<u64>(), 0u64..0x20_0000],
-        prop_oneof![Just(16u32), Just(1), Just(512), Just(4096), any::<u32>(), 0u32..600],
+        prop_oneof![
+            Just(0x1000u64),
+            Just(0x10_0000),
+            any::<u64>(),
+            0u64..0x20_0000
+        ],
+        prop_oneof![
+            Just(16u32),
+            Just(1),
+            Just(512),
+            Just(4096),
+            any::<u32>(),
+            0u32..600
+        ],
         any::<bool>(),
     )
-        .prop_map(|(addr, len, writable)| Desc { addr, len, writable })
+        .prop_map(|(addr, len, writable)| Desc {
+            addr,
+            len,
+            writable,
+        })
 }
 
 proptest! {
