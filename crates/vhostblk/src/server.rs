@@ -211,10 +211,14 @@ fn serve_one(daemon: &mut VhostUserDaemon<Arc<BlkBackend>>, stop: &Arc<AtomicBoo
     }
     done.store(true, Ordering::Release);
     let _ = watcher.join();
-    if let Err(e) = r {
-        if !stop.load(Ordering::Acquire) {
-            eprintln!("tandem vhost-blk: connection ended: {e:?}");
-        }
+    // QEMU leaving (a guest powering off) ends the connection this way.
+    use vhost::vhost_user::Error as VuError;
+    use vhost_user_backend::Error as DaemonError;
+    match r {
+        Ok(()) => {}
+        Err(DaemonError::HandleRequest(VuError::Disconnected | VuError::PartialMessage)) => {}
+        Err(_) if stop.load(Ordering::Acquire) => {}
+        Err(e) => eprintln!("tandem vhost-blk: connection ended: {e:?}"),
     }
 }
 

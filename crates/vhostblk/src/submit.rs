@@ -109,10 +109,10 @@ impl Submitters {
     /// Issues `job` with priority `prio`.
     pub fn submit(&self, prio: Ioprio, job: Job) -> Result<(), String> {
         let mut threads = self.threads.lock().unwrap_or_else(|e| e.into_inner());
-        if !threads.contains_key(&prio) {
-            threads.insert(prio, self.spawn(prio)?);
-        }
-        let s = &threads[&prio];
+        let s = match threads.entry(prio) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => e.insert(self.spawn(prio)?),
+        };
         s.tx.send(job)
             .map_err(|_| format!("the {prio} submitter has stopped"))?;
         s.wake
@@ -360,5 +360,137 @@ fn aligned(op: &IoOp, align: u64) -> bool {
                     .all(|v| v.iov_base as u64 % align == 0 && v.iov_len as u64 % align == 0)
         }
         IoOp::Flush | IoOp::Allocate(_) => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc::sync_channel;
+    use std::time::Duration;
+
+    /// A page-aligned buffer (O_DIRECT wants aligned memory).
+    struct Aligned(Vec<u8>, usize);
+    impl Aligned {
+        fn new(len: usize, fill: u8) -> Aligned {
+            let v = vec![fill; len + 4096];
+            let off = (4096 - v.as_ptr() as usize % 4096) % 4096;
+            Aligned(v, off)
+        }
+        fn slice(&mut self, len: usize) -> &mut [u8] {
+            &mut self.0[self.1..self.1 + len]
+        }
+    }
+
+    fn iov(b: &mut [u8]) -> Vec<libc::iovec> {
+        vec![libc::iovec {
+            iov_base: b.as_mut_ptr().cast(),
+            iov_len: b.len(),
+        }]
+    }
+
+    fn run(s: &Submitters, prio: Ioprio, op: IoOp) -> Outcome {
+        let (tx, rx) = sync_channel(1);
+        s.submit(
+            prio,
+            Job {
+                op,
+                done: Box::new(move |o| {
+                    let _ = tx.send(o);
+                }),
+            },
+        )
+        .unwrap();
+        rx.recv_timeout(Duration::from_secs(30)).unwrap()
+    }
+
+    #[test]
+    fn writes_reads_and_holes_go_through_the_ring_of_their_priority() {
+        let dir = std::env::temp_dir().join(format!("vhostblk-submit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("img");
+        std::fs::File::create(&path)
+            .unwrap()
+            .set_len(1 << 20)
+            .unwrap();
+        let image = Arc::new(Image::open(&path, false, 512).unwrap());
+        let stats = Arc::new(Stats::default());
+        let s = Submitters::new(image, stats.clone());
+        let be = Ioprio::new(Class::Be, 7);
+        let mut w = Aligned::new(8192, 0xa5);
+        assert_eq!(
+            run(
+                &s,
+                be,
+                IoOp::Write {
+                    offset: 4096,
+                    iov: iov(w.slice(8192))
+                }
+            ),
+            Ok(8192)
+        );
+        assert_eq!(run(&s, be, IoOp::Flush), Ok(0));
+        let mut r = Aligned::new(8192, 0);
+        assert_eq!(
+            run(
+                &s,
+                be,
+                IoOp::Read {
+                    offset: 4096,
+                    iov: iov(r.slice(8192))
+                }
+            ),
+            Ok(8192)
+        );
+        assert!(r.slice(8192).iter().all(|&b| b == 0xa5));
+        // An unaligned buffer is served through the page cache.
+        let mut odd = vec![0u8; 513];
+        let buf = &mut odd[1..];
+        assert_eq!(
+            run(
+                &s,
+                be,
+                IoOp::Read {
+                    offset: 4096,
+                    iov: iov(buf)
+                }
+            ),
+            Ok(512)
+        );
+        assert!(buf.iter().all(|&b| b == 0xa5));
+        assert!(stats.snapshot()["buffered"].as_u64().unwrap() >= 1);
+        // A punched hole reads as zeroes.
+        assert_eq!(
+            run(&s, be, IoOp::Allocate(vec![(4096, 4096, PUNCH_HOLE)])),
+            Ok(0)
+        );
+        let mut z = Aligned::new(4096, 1);
+        assert_eq!(
+            run(
+                &s,
+                be,
+                IoOp::Read {
+                    offset: 4096,
+                    iov: iov(z.slice(4096))
+                }
+            ),
+            Ok(4096)
+        );
+        assert!(z.slice(4096).iter().all(|&b| b == 0));
+        // The BE/7 submitter runs with that I/O priority.
+        let tid = std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .flatten()
+            .find(|t| {
+                std::fs::read_to_string(t.path().join("comm"))
+                    .unwrap_or_default()
+                    .trim()
+                    == "vhost-blk be/7"
+            })
+            .and_then(|t| t.file_name().to_string_lossy().parse::<u32>().ok())
+            .expect("a thread named vhost-blk be/7");
+        assert_eq!(agent::sys::ioprio_get(tid).unwrap(), u32::from(be.encode()));
+        s.shutdown();
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
