@@ -245,11 +245,27 @@ fn a_guest_writes_and_reads_through_the_backend_and_its_rt_requests_arrive_as_rt
         "the image on the host holds the pattern"
     );
 
-    // 256 reads of 4 KiB with ionice -c1 in the guest: RT at the backend.
+    // Discard the pattern's first MiB: the backend punches a hole, the
+    // image reads zeroes there and the rest of the pattern is intact.
+    con.run(
+        "blkdiscard -o 1048576 -l 1048576 /dev/vda",
+        Duration::from_secs(60),
+    );
+    let d = stats_after_a_tick(&st);
+    assert!(d["discards"].as_u64().unwrap_or(0) >= 1, "{d}");
+    let bytes = std::fs::read(&disk).unwrap();
+    assert!(bytes[MIB as usize..2 * MIB as usize]
+        .iter()
+        .all(|&b| b == 0));
+    assert!(bytes[2 * MIB as usize..3 * MIB as usize]
+        .iter()
+        .any(|&b| b != 0));
+
+    // 1024 reads of 4 KiB with ionice -c1 in the guest: RT at the backend.
     let before = stats_after_a_tick(&st);
     let cpu0 = cpu_ns(backend.0.id());
     con.run(
-        "ionice -c1 -n0 dd if=/dev/vda of=/dev/null bs=4k count=256 iflag=direct 2>/dev/null",
+        "ionice -c1 -n0 dd if=/dev/vda of=/dev/null bs=4k count=1024 iflag=direct 2>/dev/null",
         Duration::from_secs(120),
     );
     let cpu1 = cpu_ns(backend.0.id());

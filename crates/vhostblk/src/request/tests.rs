@@ -301,8 +301,17 @@ fn arb_desc() -> impl Strategy<Value = Desc> {
         })
 }
 
+/// Cases of the random-chain test: 20 000 by default, more with
+/// `TANDEM_FUZZ_CASES` (e.g. 1000000 in a release build).
+fn fuzz_cases() -> u32 {
+    std::env::var("TANDEM_FUZZ_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20_000)
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(20_000))]
+    #![proptest_config(ProptestConfig::with_cases(fuzz_cases()))]
 
     /// Random chains and headers: the parser never panics; an accepted
     /// request stays inside the image, its data lies inside the chain's
