@@ -106,15 +106,26 @@ impl Submitters {
         }
     }
 
-    /// Issues `job` with priority `prio`.
+    /// Issues `job` with priority `prio`. When no submitter can take it
+    /// (its thread could not start, or has died), the job completes at once
+    /// with EIO, so the guest sees an I/O error rather than a request that
+    /// never ends; the error says why.
     pub fn submit(&self, prio: Ioprio, job: Job) -> Result<(), String> {
         let mut threads = self.threads.lock().unwrap_or_else(|e| e.into_inner());
         let s = match threads.entry(prio) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::hash_map::Entry::Vacant(e) => e.insert(self.spawn(prio)?),
+            std::collections::hash_map::Entry::Vacant(e) => match self.spawn(prio) {
+                Ok(s) => e.insert(s),
+                Err(why) => {
+                    (job.done)(Err(libc::EIO));
+                    return Err(why);
+                }
+            },
         };
-        s.tx.send(job)
-            .map_err(|_| format!("the {prio} submitter has stopped"))?;
+        if let Err(mpsc::SendError(job)) = s.tx.send(job) {
+            (job.done)(Err(libc::EIO));
+            return Err(format!("the {prio} submitter has stopped"));
+        }
         s.wake
             .write(1)
             .map_err(|e| format!("waking the {prio} submitter: {e}"))
