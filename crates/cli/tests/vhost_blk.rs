@@ -167,10 +167,12 @@ fn boot(img: &vmimage::Image, socket: &Path) -> (Reaped, Console) {
     (Reaped(child), Console { input, text })
 }
 
-fn start_backend(s: &Scratch, disk: &Path) -> (Reaped, PathBuf, PathBuf) {
+fn start_backend(s: &Scratch, disk: &Path, extra: &[&str]) -> (Reaped, PathBuf, PathBuf) {
     let (sock, st) = (s.p("vhost.sock"), s.p("stats.json"));
     let child = Command::new(env!("CARGO_BIN_EXE_tandem"))
-        .args(["vhost-blk", "--allow-rt", "--queues", "2", "--socket"])
+        .args(["vhost-blk", "--queues", "2"])
+        .args(extra)
+        .arg("--socket")
         .arg(&sock)
         .arg("--image")
         .arg(disk)
@@ -205,7 +207,7 @@ fn a_guest_writes_and_reads_through_the_backend_and_its_rt_requests_arrive_as_rt
         .unwrap()
         .set_len(64 * MIB)
         .unwrap();
-    let (mut backend, sock, st) = start_backend(&s, &disk);
+    let (mut backend, sock, st) = start_backend(&s, &disk, &["--allow-rt"]);
     let (mut qemu, mut con) = boot(&img, &sock);
     con.wait_for("shell on the console", Duration::from_secs(180));
     std::thread::sleep(Duration::from_millis(500));
@@ -312,6 +314,66 @@ fn a_guest_writes_and_reads_through_the_backend_and_its_rt_requests_arrive_as_rt
     let status = backend.0.wait().unwrap();
     assert!(status.success(), "backend: {status}");
     assert!(!sock.exists(), "socket removed");
+}
+
+#[test]
+#[ignore = "needs qemu-system-x86_64: boots a TCG guest on a read-only backend"]
+fn without_allow_rt_the_guest_rt_reads_are_issued_best_effort_and_a_read_only_disk_stays_unwritten()
+{
+    let img = guest_image();
+    let s = Scratch::new("vhost-blk-ro");
+    let disk = s.p("disk.img");
+    std::fs::write(&disk, vec![0x5au8; MIB as usize]).unwrap();
+    let (mut backend, sock, st) = start_backend(&s, &disk, &["--read-only"]);
+    let (mut qemu, mut con) = boot(&img, &sock);
+    con.wait_for("shell on the console", Duration::from_secs(180));
+    std::thread::sleep(Duration::from_millis(500));
+    let ro = con.run("cat /sys/block/vda/ro", Duration::from_secs(30));
+    assert!(
+        ro.contains("\n1\n"),
+        "the guest sees a read-only disk: {ro}"
+    );
+    // The guest refuses the write itself (VIRTIO_BLK_F_RO).
+    con.run(
+        "! dd if=/dev/zero of=/dev/vda bs=4k count=1 oflag=direct 2>/dev/null",
+        Duration::from_secs(60),
+    );
+    con.run(
+        "ionice -c1 -n0 dd if=/dev/vda of=/dev/null bs=4k count=64 iflag=direct 2>/dev/null",
+        Duration::from_secs(60),
+    );
+    let after = stats_after_a_tick(&st);
+    let rt = count(&after, "guest_class", "rt");
+    assert!(rt >= 64, "{after}");
+    assert_eq!(count(&after, "host_class", "rt"), 0, "{after}");
+    assert_eq!(count(&after, "rt_demoted", "not_allowed"), rt, "{after}");
+    assert!(
+        count(&after, "host_class", "be") >= rt,
+        "RT became BE/0: {after}"
+    );
+    assert_eq!(after["bytes_written"], 0, "{after}");
+    assert!(threads_with_ioprio(backend.0.id(), "vhost-blk rt/0").is_empty());
+    assert_eq!(
+        threads_with_ioprio(backend.0.id(), "vhost-blk be/0"),
+        vec![(2 << 13) as u32]
+    );
+    writeln!(con.input, "exit").unwrap();
+    let t0 = Instant::now();
+    while qemu.0.try_wait().unwrap().is_none() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "QEMU did not power off"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // SAFETY: a signal to the child we started.
+    unsafe { libc::kill(backend.0.id() as i32, libc::SIGINT) };
+    assert!(backend.0.wait().unwrap().success());
+    assert!(!sock.exists(), "socket removed");
+    assert!(
+        std::fs::read(&disk).unwrap().iter().all(|&b| b == 0x5a),
+        "image untouched"
+    );
 }
 
 /// ioprio_get of each thread of `pid` named `name`.
