@@ -28,26 +28,31 @@ impl Drop for Reaped {
     }
 }
 
-/// A guest image, built once per test run into a directory kept between
-/// runs (the .deb cache makes a rebuild take seconds).
+/// A guest image, built once per test run (the guest tests run in parallel
+/// threads of this binary) into a directory kept between runs (the .deb
+/// cache makes a rebuild take seconds).
 fn guest_image() -> vmimage::Image {
-    let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("vhost-blk-guest");
-    let out = base.join("img");
-    let o = tandem(&[
-        "vm",
-        "image",
-        "--out",
-        out.to_str().unwrap(),
-        "--cache",
-        base.join("debs").to_str().unwrap(),
-        "--quiet",
-    ]);
-    assert!(
-        o.status.success(),
-        "tandem vm image: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    vmimage::open(&out).unwrap()
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    let out = BUILT.get_or_init(|| {
+        let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("vhost-blk-guest");
+        let out = base.join("img");
+        let o = tandem(&[
+            "vm",
+            "image",
+            "--out",
+            out.to_str().unwrap(),
+            "--cache",
+            base.join("debs").to_str().unwrap(),
+            "--quiet",
+        ]);
+        assert!(
+            o.status.success(),
+            "tandem vm image: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        out
+    });
+    vmimage::open(out).unwrap()
 }
 
 fn stats(path: &Path) -> serde_json::Value {
