@@ -12,6 +12,7 @@ mod devemu_cmd;
 mod report_cmd;
 mod sim_cmd;
 mod sim_pool;
+mod vhost_cmd;
 mod vm_cmd;
 
 /// Scenarios shipped inside the binary, usable by name.
@@ -81,6 +82,8 @@ enum Command {
     /// Real QEMU guests for the benchmark runner: the guest image.
     #[command(subcommand)]
     Vm(vm_cmd::VmCommand),
+    /// A vhost-user-blk backend that issues each guest request with the guest's I/O priority.
+    VhostBlk(vhost_cmd::VhostBlkArgs),
 }
 
 #[allow(clippy::large_enum_variant)]
@@ -123,6 +126,7 @@ fn main() -> ExitCode {
         Command::Guestd(a) => agent_cmd::run_guestd(a),
         Command::Hint(a) => agent_cmd::run_hint(a),
         Command::Vm(c) => vm_cmd::run(c),
+        Command::VhostBlk(a) => vhost_cmd::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

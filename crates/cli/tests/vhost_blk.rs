@@ -1,0 +1,476 @@
+//! `tandem vhost-blk` with a real guest: the image from `tandem vm image`
+//! boots under QEMU (TCG) with its disk on the backend
+//! (`-device vhost-user-blk-pci`, guest memory from a shared memfd), writes
+//! a random pattern through it and reads it back (same checksum in the
+//! guest and in the image file on the host), and reads with
+//! `ionice -c1`: those requests reach the backend with class RT (its
+//! counters). Also: the backend's CPU time per request, and its refusals
+//! of bad command lines.
+//!
+//! The guest test needs root (`--allow-rt` issues RT I/O), apt's access to
+//! Debian's packages (the image) and qemu-system-x86_64.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+mod common;
+use common::{tandem, Scratch};
+
+/// A child process killed and reaped on drop.
+struct Reaped(Child);
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A guest image, built once per test run (the guest tests run in parallel
+/// threads of this binary) into a directory kept between runs (the .deb
+/// cache makes a rebuild take seconds).
+fn guest_image() -> vmimage::Image {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    let out = BUILT.get_or_init(|| {
+        let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("vhost-blk-guest");
+        let out = base.join("img");
+        let o = tandem(&[
+            "vm",
+            "image",
+            "--out",
+            out.to_str().unwrap(),
+            "--cache",
+            base.join("debs").to_str().unwrap(),
+            "--quiet",
+        ]);
+        assert!(
+            o.status.success(),
+            "tandem vm image: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        out
+    });
+    vmimage::open(out).unwrap()
+}
+
+fn stats(path: &Path) -> serde_json::Value {
+    let t = std::fs::read_to_string(path).unwrap_or_default();
+    serde_json::from_str(&t).unwrap_or(serde_json::Value::Null)
+}
+
+fn count(v: &serde_json::Value, a: &str, b: &str) -> u64 {
+    v[a][b].as_u64().unwrap_or(0)
+}
+
+/// Nanoseconds on CPU of every live thread of `pid` (/proc/PID/task/*/schedstat, first field).
+fn cpu_ns(pid: u32) -> u64 {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| {
+            d.flatten()
+                .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+                .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// The guest's console: a shell on QEMU's stdio.
+struct Console {
+    input: ChildStdin,
+    text: Arc<Mutex<String>>,
+}
+
+impl Console {
+    /// Runs `cmd` in the guest's shell and returns what it printed up to the
+    /// end marker.
+    fn run(&mut self, cmd: &str, timeout: Duration) -> String {
+        let marker = format!(
+            "END-{}",
+            Instant::now().elapsed().as_nanos() ^ cmd.len() as u128
+        );
+        let start = self.text.lock().unwrap().len();
+        writeln!(self.input, "{cmd}; echo {marker}-$?").unwrap();
+        self.input.flush().unwrap();
+        let t0 = Instant::now();
+        loop {
+            let text = self.text.lock().unwrap()[start..].to_string();
+            // The echo of the command line holds the marker too: wait for
+            // the marker followed by the exit code.
+            if let Some(i) = text.rfind(&format!("{marker}-")) {
+                let rest = &text[i + marker.len() + 1..];
+                if rest.starts_with(|c: char| c.is_ascii_digit()) && rest.contains('\n') {
+                    assert!(rest.starts_with("0"), "`{cmd}` failed:\n{text}");
+                    return text;
+                }
+            }
+            assert!(
+                t0.elapsed() < timeout,
+                "`{cmd}` did not finish in {timeout:?}:\n{text}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn wait_for(&self, what: &str, timeout: Duration) {
+        let t0 = Instant::now();
+        while !self.text.lock().unwrap().contains(what) {
+            assert!(
+                t0.elapsed() < timeout,
+                "no `{what}` within {timeout:?}:\n{}",
+                self.text.lock().unwrap()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+fn boot(img: &vmimage::Image, socket: &Path) -> (Reaped, Console) {
+    let mut child = Command::new("qemu-system-x86_64")
+        .args([
+            "-accel",
+            "tcg",
+            "-m",
+            "256",
+            "-smp",
+            "2",
+            "-nodefaults",
+            "-display",
+            "none",
+        ])
+        .args(["-object", "memory-backend-memfd,id=mem,size=256M,share=on"])
+        .args(["-numa", "node,memdev=mem", "-no-reboot", "-serial", "stdio"])
+        .arg("-kernel")
+        .arg(&img.kernel)
+        .arg("-initrd")
+        .arg(&img.initramfs)
+        .arg("-append")
+        .arg(vmimage::KERNEL_CMDLINE)
+        .arg("-chardev")
+        .arg(format!("socket,id=vub,path={}", socket.display()))
+        .args(["-device", "vhost-user-blk-pci,chardev=vub,num-queues=2"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("qemu-system-x86_64 (Debian: apt-get install qemu-system-x86)");
+    let input = child.stdin.take().unwrap();
+    let out = child.stdout.take().unwrap();
+    let text = Arc::new(Mutex::new(String::new()));
+    let t = text.clone();
+    std::thread::spawn(move || {
+        let mut r = BufReader::new(out);
+        let mut line = Vec::new();
+        while r.read_until(b'\n', &mut line).unwrap_or(0) > 0 {
+            t.lock()
+                .unwrap()
+                .push_str(&String::from_utf8_lossy(&line).replace('\r', ""));
+            line.clear();
+        }
+    });
+    (Reaped(child), Console { input, text })
+}
+
+fn start_backend(s: &Scratch, disk: &Path, extra: &[&str]) -> (Reaped, PathBuf, PathBuf) {
+    let (sock, st) = (s.p("vhost.sock"), s.p("stats.json"));
+    let child = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(["vhost-blk", "--queues", "2"])
+        .args(extra)
+        .arg("--socket")
+        .arg(&sock)
+        .arg("--image")
+        .arg(disk)
+        .arg("--stats")
+        .arg(&st)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while !sock.exists() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "no socket after 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (Reaped(child), sock, st)
+}
+
+const MIB: u64 = 1 << 20;
+
+#[test]
+#[ignore = "needs root and qemu-system-x86_64: boots a TCG guest on the backend (RT I/O needs root)"]
+fn a_guest_writes_and_reads_through_the_backend_and_its_rt_requests_arrive_as_rt() {
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(unsafe { libc::geteuid() }, 0, "needs root (--allow-rt)");
+    let img = guest_image();
+    let s = Scratch::new("vhost-blk-guest");
+    let disk = s.p("disk.img");
+    std::fs::File::create(&disk)
+        .unwrap()
+        .set_len(64 * MIB)
+        .unwrap();
+    let (mut backend, sock, st) = start_backend(&s, &disk, &["--allow-rt"]);
+    let (mut qemu, mut con) = boot(&img, &sock);
+    con.wait_for("shell on the console", Duration::from_secs(180));
+    std::thread::sleep(Duration::from_millis(500));
+    let size = con.run("cat /sys/block/vda/size", Duration::from_secs(30));
+    assert!(size.contains(&format!("\n{}\n", 64 * MIB / 512)), "{size}");
+
+    // A 4 MiB random pattern, written with O_DIRECT at 1 MiB, read back.
+    let sums = con.run(
+        "dd if=/dev/urandom of=/tmp/pat bs=1M count=4 2>/dev/null && sha256sum /tmp/pat && \
+         dd if=/tmp/pat of=/dev/vda bs=1M seek=1 oflag=direct 2>/dev/null && \
+         echo 3 > /proc/sys/vm/drop_caches && \
+         dd if=/dev/vda bs=1M skip=1 count=4 iflag=direct 2>/dev/null | sha256sum",
+        Duration::from_secs(120),
+    );
+    let hashes: Vec<&str> = sums
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|w| w.len() == 64 && w.chars().all(|c| c.is_ascii_hexdigit()))
+        .collect();
+    assert_eq!(hashes.len(), 2, "{sums}");
+    assert_eq!(hashes[0], hashes[1], "read back differs:\n{sums}");
+    let bytes = std::fs::read(&disk).unwrap();
+    let host = Command::new("sha256sum")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            c.stdin
+                .take()
+                .unwrap()
+                .write_all(&bytes[MIB as usize..5 * MIB as usize])?;
+            c.wait_with_output()
+        })
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&host.stdout).starts_with(hashes[0]),
+        "the image on the host holds the pattern"
+    );
+
+    // Discard the pattern's first MiB: the backend punches a hole, the
+    // image reads zeroes there and the rest of the pattern is intact.
+    con.run(
+        "blkdiscard -o 1048576 -l 1048576 /dev/vda",
+        Duration::from_secs(60),
+    );
+    let d = stats_after_a_tick(&st);
+    assert!(d["discards"].as_u64().unwrap_or(0) >= 1, "{d}");
+    let bytes = std::fs::read(&disk).unwrap();
+    assert!(bytes[MIB as usize..2 * MIB as usize]
+        .iter()
+        .all(|&b| b == 0));
+    assert!(bytes[2 * MIB as usize..3 * MIB as usize]
+        .iter()
+        .any(|&b| b != 0));
+
+    // 1024 reads of 4 KiB with ionice -c1 in the guest: RT at the backend.
+    let before = stats_after_a_tick(&st);
+    let cpu0 = cpu_ns(backend.0.id());
+    con.run(
+        "ionice -c1 -n0 dd if=/dev/vda of=/dev/null bs=4k count=1024 iflag=direct 2>/dev/null",
+        Duration::from_secs(120),
+    );
+    let cpu1 = cpu_ns(backend.0.id());
+    let after = stats_after_a_tick(&st);
+    let rt_guest = count(&after, "guest_class", "rt") - count(&before, "guest_class", "rt");
+    let rt_host = count(&after, "host_class", "rt") - count(&before, "host_class", "rt");
+    let done = after["completed"].as_u64().unwrap_or(0) - before["completed"].as_u64().unwrap_or(0);
+    assert!(
+        rt_guest >= 256,
+        "RT requests at the backend: {rt_guest}; stats {after}"
+    );
+    assert_eq!(rt_host, rt_guest, "--allow-rt keeps them RT: {after}");
+    assert_eq!(
+        count(&before, "guest_class", "rt"),
+        0,
+        "nothing was RT before: {before}"
+    );
+    // They were issued from the backend's RT submitter: a thread whose own
+    // I/O priority is RT/0 (what BFQ goes by).
+    let rt_threads = threads_with_ioprio(backend.0.id(), "vhost-blk rt/0");
+    assert_eq!(rt_threads, vec![1 << 13], "the RT submitter's ioprio_get");
+    eprintln!(
+        "backend CPU per request: {:.1} µs ({} requests, {} ns; TCG guest)",
+        (cpu1 - cpu0) as f64 / 1e3 / done as f64,
+        done,
+        cpu1 - cpu0
+    );
+    assert_eq!(after["refused"]["malformed"], 0, "{after}");
+    assert_eq!(after["io_errors"], 0, "{after}");
+
+    con.run("sync", Duration::from_secs(30));
+    writeln!(con.input, "exit").unwrap();
+    let t0 = Instant::now();
+    while qemu.0.try_wait().unwrap().is_none() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "QEMU did not power off"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // SIGTERM: the backend leaves cleanly and removes its socket.
+    // SAFETY: a signal to the child we started.
+    unsafe { libc::kill(backend.0.id() as i32, libc::SIGTERM) };
+    let status = backend.0.wait().unwrap();
+    assert!(status.success(), "backend: {status}");
+    assert!(!sock.exists(), "socket removed");
+}
+
+#[test]
+#[ignore = "needs qemu-system-x86_64: boots a TCG guest on a read-only backend"]
+fn without_allow_rt_the_guest_rt_reads_are_issued_best_effort_and_a_read_only_disk_stays_unwritten()
+{
+    let img = guest_image();
+    let s = Scratch::new("vhost-blk-ro");
+    let disk = s.p("disk.img");
+    std::fs::write(&disk, vec![0x5au8; MIB as usize]).unwrap();
+    let (mut backend, sock, st) = start_backend(&s, &disk, &["--read-only"]);
+    let (mut qemu, mut con) = boot(&img, &sock);
+    con.wait_for("shell on the console", Duration::from_secs(180));
+    std::thread::sleep(Duration::from_millis(500));
+    let ro = con.run("cat /sys/block/vda/ro", Duration::from_secs(30));
+    assert!(
+        ro.contains("\n1\n"),
+        "the guest sees a read-only disk: {ro}"
+    );
+    // The guest refuses the write itself (VIRTIO_BLK_F_RO).
+    con.run(
+        "! dd if=/dev/zero of=/dev/vda bs=4k count=1 oflag=direct 2>/dev/null",
+        Duration::from_secs(60),
+    );
+    con.run(
+        "ionice -c1 -n0 dd if=/dev/vda of=/dev/null bs=4k count=64 iflag=direct 2>/dev/null",
+        Duration::from_secs(60),
+    );
+    let after = stats_after_a_tick(&st);
+    let rt = count(&after, "guest_class", "rt");
+    assert!(rt >= 64, "{after}");
+    assert_eq!(count(&after, "host_class", "rt"), 0, "{after}");
+    assert_eq!(count(&after, "rt_demoted", "not_allowed"), rt, "{after}");
+    assert!(
+        count(&after, "host_class", "be") >= rt,
+        "RT became BE/0: {after}"
+    );
+    assert_eq!(after["bytes_written"], 0, "{after}");
+    assert!(threads_with_ioprio(backend.0.id(), "vhost-blk rt/0").is_empty());
+    assert_eq!(
+        threads_with_ioprio(backend.0.id(), "vhost-blk be/0"),
+        vec![(2 << 13) as u32]
+    );
+    writeln!(con.input, "exit").unwrap();
+    let t0 = Instant::now();
+    while qemu.0.try_wait().unwrap().is_none() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "QEMU did not power off"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // SAFETY: a signal to the child we started.
+    unsafe { libc::kill(backend.0.id() as i32, libc::SIGINT) };
+    assert!(backend.0.wait().unwrap().success());
+    assert!(!sock.exists(), "socket removed");
+    assert!(
+        std::fs::read(&disk).unwrap().iter().all(|&b| b == 0x5a),
+        "image untouched"
+    );
+}
+
+/// ioprio_get of each thread of `pid` named `name`.
+fn threads_with_ioprio(pid: u32, name: &str) -> Vec<u32> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+        .filter(|t| {
+            std::fs::read_to_string(t.path().join("comm"))
+                .unwrap_or_default()
+                .trim()
+                == name
+        })
+        .filter_map(|t| t.file_name().to_string_lossy().parse::<u32>().ok())
+        .map(|tid| agent::sys::ioprio_get(tid).unwrap())
+        .collect()
+}
+
+/// The stats file, once it has been rewritten (every 200 ms).
+fn stats_after_a_tick(path: &Path) -> serde_json::Value {
+    std::thread::sleep(Duration::from_millis(500));
+    stats(path)
+}
+
+#[test]
+fn bad_command_lines_are_refused_with_code_2_and_nothing_is_deleted() {
+    let s = Scratch::new("vhost-blk-usage");
+    let disk = s.p("disk.img");
+    std::fs::File::create(&disk).unwrap().set_len(MIB).unwrap();
+    let not_a_socket = s.p("file");
+    std::fs::write(&not_a_socket, "keep me").unwrap();
+    let run = |sock: &Path, image: &Path, extra: &[&str]| {
+        let mut args = vec![
+            "vhost-blk",
+            "--socket",
+            sock.to_str().unwrap(),
+            "--image",
+            image.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        tandem(&args)
+    };
+    let o = run(&not_a_socket, &disk, &[]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("not a socket"));
+    assert_eq!(std::fs::read_to_string(&not_a_socket).unwrap(), "keep me");
+    let o = run(&s.p("sock"), &s.p("missing.img"), &[]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("missing.img"));
+    let o = run(&s.p("sock"), &disk, &["--queues", "0"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--queues"));
+    let o = run(&s.p("sock"), &disk, &["--blk-size", "1000"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(!s.p("sock").exists());
+}
+
+#[test]
+fn sigterm_stops_an_idle_backend_and_removes_its_socket() {
+    let s = Scratch::new("vhost-blk-term");
+    let disk = s.p("disk.img");
+    std::fs::File::create(&disk).unwrap().set_len(MIB).unwrap();
+    let sock = s.p("vhost.sock");
+    let mut child = Reaped(
+        Command::new(env!("CARGO_BIN_EXE_tandem"))
+            .args(["vhost-blk", "--socket"])
+            .arg(&sock)
+            .arg("--image")
+            .arg(&disk)
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let t0 = Instant::now();
+    while !sock.exists() {
+        assert!(t0.elapsed() < Duration::from_secs(10), "no socket");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // A second backend on the same socket is refused, the first unharmed.
+    let o = tandem(&[
+        "vhost-blk",
+        "--socket",
+        sock.to_str().unwrap(),
+        "--image",
+        disk.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("listening"));
+    assert!(sock.exists());
+    // SAFETY: a signal to the child we started.
+    unsafe { libc::kill(child.0.id() as i32, libc::SIGTERM) };
+    let st = child.0.wait().unwrap();
+    assert!(st.success(), "{st}");
+    assert!(!sock.exists(), "socket removed");
+}

@@ -1,0 +1,153 @@
+//! The backend's counters: requests per guest class and per host class,
+//! demotions, refusals by reason, errors. Lock-free (atomics), shared by
+//! every queue thread and submitter; [`Stats::snapshot`] gives JSON for the
+//! stats file.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use serde_json::{json, Value};
+
+use crate::classmap::Demotion;
+use crate::ioprio::Class;
+use crate::request::Refusal;
+
+#[derive(Debug, Default)]
+pub struct Stats {
+    guest_class: [AtomicU64; 4],
+    host_class: [AtomicU64; 4],
+    rt_not_allowed: AtomicU64,
+    rt_over_budget: AtomicU64,
+    refused: [AtomicU64; 5],
+    /// Chains without a status byte: returned unused.
+    unanswerable: AtomicU64,
+    /// Guest buffers outside guest memory.
+    bad_memory: AtomicU64,
+    completed: AtomicU64,
+    io_errors: AtomicU64,
+    /// Requests the direct file refused (EINVAL) or could not take
+    /// (unaligned), issued through the page cache instead.
+    buffered: AtomicU64,
+    bytes_read: AtomicU64,
+    bytes_written: AtomicU64,
+    flushes: AtomicU64,
+    discards: AtomicU64,
+    write_zeroes: AtomicU64,
+}
+
+fn refusal_index(r: Refusal) -> usize {
+    Refusal::ALL.iter().position(|x| *x == r).unwrap_or(0)
+}
+
+impl Stats {
+    pub fn accepted(&self, guest: Class, host: Class, demoted: Option<Demotion>) {
+        self.guest_class[guest.index()].fetch_add(1, Relaxed);
+        self.host_class[host.index()].fetch_add(1, Relaxed);
+        match demoted {
+            Some(Demotion::NotAllowed) => self.rt_not_allowed.fetch_add(1, Relaxed),
+            Some(Demotion::Budget) => self.rt_over_budget.fetch_add(1, Relaxed),
+            None => 0,
+        };
+    }
+
+    pub fn refused(&self, r: Refusal) {
+        self.refused[refusal_index(r)].fetch_add(1, Relaxed);
+    }
+
+    pub fn unanswerable(&self) {
+        self.unanswerable.fetch_add(1, Relaxed);
+    }
+
+    pub fn bad_memory(&self) {
+        self.bad_memory.fetch_add(1, Relaxed);
+    }
+
+    pub fn buffered(&self) {
+        self.buffered.fetch_add(1, Relaxed);
+    }
+
+    /// A request finished; `ok` false for an I/O error.
+    pub fn completed(&self, ok: bool) {
+        self.completed.fetch_add(1, Relaxed);
+        if !ok {
+            self.io_errors.fetch_add(1, Relaxed);
+        }
+    }
+
+    pub fn read(&self, bytes: u64) {
+        self.bytes_read.fetch_add(bytes, Relaxed);
+    }
+
+    pub fn written(&self, bytes: u64) {
+        self.bytes_written.fetch_add(bytes, Relaxed);
+    }
+
+    pub fn flush(&self) {
+        self.flushes.fetch_add(1, Relaxed);
+    }
+
+    pub fn discard(&self, zeroes: bool) {
+        let c = if zeroes {
+            &self.write_zeroes
+        } else {
+            &self.discards
+        };
+        c.fetch_add(1, Relaxed);
+    }
+
+    /// Requests the guest sent with class `c`.
+    pub fn guest(&self, c: Class) -> u64 {
+        self.guest_class[c.index()].load(Relaxed)
+    }
+
+    /// Requests issued to the host with class `c`.
+    pub fn host(&self, c: Class) -> u64 {
+        self.host_class[c.index()].load(Relaxed)
+    }
+
+    pub fn refusals(&self, r: Refusal) -> u64 {
+        self.refused[refusal_index(r)].load(Relaxed)
+    }
+
+    pub fn snapshot(&self) -> Value {
+        let per_class = |a: &[AtomicU64; 4]| {
+            Class::ALL
+                .iter()
+                .map(|c| (c.name().to_string(), json!(a[c.index()].load(Relaxed))))
+                .collect::<serde_json::Map<_, _>>()
+        };
+        let refused: serde_json::Map<_, _> = Refusal::ALL
+            .iter()
+            .map(|r| {
+                let name = serde_json::to_value(r)
+                    .ok()
+                    .and_then(|v| v.as_str().map(String::from));
+                (name.unwrap_or_default(), json!(self.refusals(*r)))
+            })
+            .collect();
+        let g = |a: &AtomicU64| a.load(Relaxed);
+        json!({
+            "guest_class": per_class(&self.guest_class),
+            "host_class": per_class(&self.host_class),
+            "rt_demoted": {"not_allowed": g(&self.rt_not_allowed), "over_budget": g(&self.rt_over_budget)},
+            "refused": refused,
+            "unanswerable": g(&self.unanswerable),
+            "bad_memory": g(&self.bad_memory),
+            "completed": g(&self.completed),
+            "io_errors": g(&self.io_errors),
+            "buffered": g(&self.buffered),
+            "bytes_read": g(&self.bytes_read),
+            "bytes_written": g(&self.bytes_written),
+            "flushes": g(&self.flushes),
+            "discards": g(&self.discards),
+            "write_zeroes": g(&self.write_zeroes),
+        })
+    }
+
+    /// Writes the snapshot to `path` through a temporary file and a rename,
+    /// so a reader never sees half a file.
+    pub fn write_to(&self, path: &std::path::Path) -> std::io::Result<()> {
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, format!("{:#}\n", self.snapshot()))?;
+        std::fs::rename(&tmp, path)
+    }
+}
