@@ -160,7 +160,7 @@ pub fn worker_main(kind: Kind, file: Option<&Path>, rate_bytes_s: f64, seed: u64
                 f.read_exact_at(&mut buf, off)
                     .map_err(|e| run_err(format!("worker read: {e}")))?;
                 count += 1;
-                if count % 256 == 0 {
+                if count.is_multiple_of(256) {
                     fadvise(&f, 0, 0, libc::POSIX_FADV_DONTNEED);
                 }
             }

@@ -387,7 +387,7 @@ fn check_name(n: &str) -> Result<()> {
 /// The checks of [`up`] that need neither root nor the machine.
 fn check_up(o: &UpOptions) -> Result<()> {
     check_model(&o.model)?;
-    if o.size < crate::MIN_SIZE || o.size % 4096 != 0 {
+    if o.size < crate::MIN_SIZE || !o.size.is_multiple_of(4096) {
         return Err(Error::Usage(format!(
             "bad size {}: an emulated device needs at least {} (its calibration at bring-up reads its first {}) and a multiple of 4K",
             show_size(o.size),

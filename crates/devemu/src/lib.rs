@@ -126,7 +126,7 @@ pub fn show_size(bytes: u64) -> String {
         ("K", 1 << 10),
     ];
     for (u, v) in UNITS {
-        if bytes >= v && bytes % v == 0 {
+        if bytes >= v && bytes.is_multiple_of(v) {
             return format!("{}{u}", bytes / v);
         }
     }

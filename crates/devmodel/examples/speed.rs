@@ -22,7 +22,7 @@ fn main() {
                     x ^= x << 13;
                     x ^= x >> 7;
                     x ^= x << 17;
-                    let seq = x % 4 == 0;
+                    let seq = x.is_multiple_of(4);
                     let req = IoRequest {
                         sector: if seq {
                             (submitted * 256) % (cap - 256)

@@ -392,15 +392,15 @@ fn mixed_run(dev: &mut Device) -> Vec<(u64, Nanos, Nanos)> {
     let qd = dev.queue_depth();
     closed_loop(dev, qd, 3000, 5_000, |i| {
         let r = rng.next();
-        let sector = if r % 3 == 0 {
+        let sector = if r.is_multiple_of(3) {
             (i as u64 * 256) % (cap - 256)
         } else {
             rng.sector4k(cap)
         };
         IoRequest {
             sector,
-            sectors: if r % 3 == 0 { 256 } else { 8 },
-            dir: if r % 5 == 0 {
+            sectors: if r.is_multiple_of(3) { 256 } else { 8 },
+            dir: if r.is_multiple_of(5) {
                 Direction::Write
             } else {
                 Direction::Read

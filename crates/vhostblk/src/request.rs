@@ -277,7 +277,7 @@ fn rw_len(data: &[(Seg, bool)], read: bool) -> Result<u64, Refusal> {
         return Err(Refusal::Malformed);
     }
     let len: u64 = data.iter().map(|(s, _)| u64::from(s.len)).sum();
-    if len % SECTOR != 0 {
+    if !len.is_multiple_of(SECTOR) {
         return Err(Refusal::Malformed);
     }
     Ok(len)
@@ -313,7 +313,7 @@ fn zero_ranges(
     }
     let len: u64 = data.iter().map(|(s, _)| u64::from(s.len)).sum();
     let count = len / u64::from(SEGMENT_LEN);
-    if len == 0 || len % u64::from(SEGMENT_LEN) != 0 || count > u64::from(limits.max_zero_segments)
+    if len == 0 || !len.is_multiple_of(u64::from(SEGMENT_LEN)) || count > u64::from(limits.max_zero_segments)
     {
         return Err(Refusal::Malformed);
     }

@@ -368,7 +368,7 @@ fn aligned(op: &IoOp, align: u64) -> bool {
             offset % align == 0
                 && iov
                     .iter()
-                    .all(|v| v.iov_base as u64 % align == 0 && v.iov_len as u64 % align == 0)
+                    .all(|v| (v.iov_base as u64).is_multiple_of(align) && (v.iov_len as u64).is_multiple_of(align))
         }
         IoOp::Flush | IoOp::Allocate(_) => true,
     }

@@ -25,7 +25,7 @@ pub const MIN_BYTES: u64 = 8 << 20;
 
 /// Refuse sizes mkfs.ext4 cannot use well (a usage error).
 pub fn check_size(bytes: u64) -> Result<()> {
-    if bytes < MIN_BYTES || bytes % 4096 != 0 {
+    if bytes < MIN_BYTES || !bytes.is_multiple_of(4096) {
         return Err(Error::Usage(format!(
             "data disk of {bytes} bytes: it must be at least {} MiB and a multiple of 4096 bytes",
             MIN_BYTES >> 20

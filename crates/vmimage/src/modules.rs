@@ -443,7 +443,7 @@ pub(crate) mod tests {
         f.extend_from_slice(&modinfo);
         let strtab_off = f.len();
         f.extend_from_slice(&shstrtab);
-        while f.len() % 8 != 0 {
+        while !f.len().is_multiple_of(8) {
             f.push(0);
         }
         let shoff = f.len();

@@ -411,7 +411,7 @@ mod tests {
         // One look in three blocked without new bytes: those do not count,
         // so the help lasts 15 s.
         let mixed = |k: u64| {
-            if k % 3 == 0 {
+            if k.is_multiple_of(3) {
                 GuestEvent::IoWait { pid: 7 }
             } else {
                 GuestEvent::IoActivity {
@@ -456,7 +456,7 @@ mod tests {
         // a read getting through every 2 s: the start keeps asking, up to
         // 25 s after its exec.
         let starved = |k: u64| {
-            if k % 8 == 0 {
+            if k.is_multiple_of(8) {
                 GuestEvent::IoActivity {
                     pid: 7,
                     bytes: 4096,
