@@ -43,7 +43,7 @@ use policy::ratelimit::{ChannelLimiter, ChannelLimits};
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::{counter::Counter, family::Family, gauge::Gauge};
 use prometheus_client::registry::Registry;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// A VM's name as a label value, escaped as the exposition format asks
 /// (backslash, double quote and line feed as `\\`, `\"`, `\n`):
@@ -162,6 +162,11 @@ fn one() -> u32 {
 pub struct HostdConfig {
     #[serde(default, rename = "vm")]
     pub vms: Vec<VmConfig>,
+    /// A directory of QMP sockets, one per VM (see [`crate::vmdir`] for
+    /// the layouts): VMs that appear there are served, and dropped when
+    /// they go, without a restart.
+    #[serde(default)]
+    pub vm_dir: Option<PathBuf>,
     /// Original values of everything boosted (for recovery after a crash).
     #[serde(default = "default_state")]
     pub state_file: PathBuf,
@@ -293,9 +298,9 @@ impl HostdConfig {
     }
 
     pub fn validate(&self) -> Result<()> {
-        if self.vms.is_empty() {
+        if self.vms.is_empty() && self.vm_dir.is_none() {
             return Err(err(
-                "no VM: give --vm name=N,socket=PATH,pid=PID (or cid=N with --vsock-port) or a [[vm]] in --config",
+                "no VM: give --vm-dir DIR (a directory of QMP sockets), --vm name=N,socket=PATH,pid=PID (or cid=N with --vsock-port) or a [[vm]] in --config",
             ));
         }
         for (i, v) in self.vms.iter().enumerate() {
@@ -590,12 +595,18 @@ enum Event {
     VsockRefused {
         cid: u32,
     },
+    /// `vm_dir` changed (inotify): VMs may have come or gone.
+    VmDirChanged,
 }
 
 #[derive(Default)]
 struct VmRuntime {
     conn: Option<(u64, Stream)>,
     alive: bool,
+    /// A VM from `vm_dir` that went away: its slot is free for the next.
+    removed: bool,
+    /// Tells the channel's connecting thread to stop (a VM dropped).
+    stop: Arc<AtomicBool>,
     /// The QEMU process and its start time.
     qemu: Option<ProcessId>,
     /// Bytes read from the VM's channel.
@@ -838,6 +849,7 @@ fn start_channel(
     cfg: &VmConfig,
     tx: Sender<Event>,
     limiter: SharedLimiter,
+    stop: Arc<AtomicBool>,
 ) -> Result<Option<PathBuf>> {
     let Some(path) = cfg.socket.clone() else {
         return Ok(None);
@@ -845,17 +857,11 @@ fn start_channel(
     if cfg.connect {
         thread::Builder::new()
             .name(format!("vm{vm}-connect"))
-            .spawn(move || loop {
-                if let Ok(s) = UnixStream::connect(&path) {
-                    serve_channel(
-                        vm,
-                        next_conn(),
-                        Stream::Unix(s),
-                        tx.clone(),
-                        limiter.clone(),
-                    );
+            .spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    connect_once(vm, &path, &tx, &limiter);
+                    thread::sleep(Duration::from_millis(500));
                 }
-                thread::sleep(Duration::from_millis(500));
             })
             .map_err(|e| err(format!("VM {}: starting its thread: {e}", cfg.name)))?;
         Ok(None)
@@ -877,6 +883,19 @@ fn start_channel(
             },
         )?;
         Ok(Some(path))
+    }
+}
+
+/// Connects to a VM's chardev server socket and serves it until it closes.
+fn connect_once(vm: usize, path: &Path, tx: &Sender<Event>, limiter: &SharedLimiter) {
+    if let Ok(s) = UnixStream::connect(path) {
+        serve_channel(
+            vm,
+            next_conn(),
+            Stream::Unix(s),
+            tx.clone(),
+            limiter.clone(),
+        );
     }
 }
 
@@ -1110,6 +1129,16 @@ pub struct Hostd {
     limiters: Vec<SharedLimiter>,
     /// Where SIGHUP gets the configuration again.
     reload: Option<ReloadFn>,
+    /// The VMs by slot: the configuration's first, then those found in
+    /// `vm_dir` (a dropped one's slot is given to the next).
+    vms: Vec<VmConfig>,
+    /// The slots of the VMs found in `vm_dir`, by QMP socket.
+    found: BTreeMap<PathBuf, usize>,
+    /// QMP sockets in `vm_dir` that are no running QEMU's, logged once and
+    /// asked again at each rescan (QEMU may have bound but not yet listened).
+    skipped: std::collections::BTreeSet<PathBuf>,
+    /// For the channels of VMs found while running.
+    tx: Option<Sender<Event>>,
 }
 
 /// Builds the configuration again (SIGHUP): the file and the command line.
@@ -1131,6 +1160,7 @@ fn needs_restart(old: &HostdConfig, new: &HostdConfig) -> Vec<&'static str> {
         }
     };
     differ("the VMs", old.vms != new.vms);
+    differ("vm_dir", old.vm_dir != new.vm_dir);
     differ("state_file", old.state_file != new.state_file);
     differ("control", old.control != new.control);
     differ("metrics", old.metrics != new.metrics);
@@ -1209,7 +1239,8 @@ impl Hostd {
             .iter()
             .map(|_| Arc::new(Mutex::new(ChannelLimiter::new(&cfg.channel_limits(), now))))
             .collect();
-        Ok(Hostd {
+        let mut h = Hostd {
+            vms: cfg.vms.clone(),
             cfg,
             arbiter,
             targets,
@@ -1221,7 +1252,14 @@ impl Hostd {
             started_ns: now_ns(),
             limiters,
             reload: None,
-        })
+            found: BTreeMap::new(),
+            skipped: Default::default(),
+            tx: None,
+        };
+        // The VMs already running, before the state file is recovered (a
+        // previous hostd's boosts of them are then in scope).
+        h.sync_vm_dir(now_ns());
+        Ok(h)
     }
 
     /// On SIGHUP, build the configuration with `f` and apply what can be
@@ -1340,7 +1378,7 @@ impl Hostd {
     /// Asks QEMU which threads are VM `i`'s vCPUs, once per QEMU process;
     /// on failure every thread is boosted, and the error is shown.
     fn map_threads(&mut self, i: usize) {
-        let Some(sock) = self.cfg.vms[i].qmp.clone() else {
+        let Some(sock) = self.vms[i].qmp.clone() else {
             return;
         };
         if self.rt[i].qmp_done || self.rt[i].qmp_asked_at == Some(self.rt[i].boosts) {
@@ -1405,6 +1443,141 @@ impl Hostd {
         if let Some((_, s)) = self.rt[i].conn.take() {
             s.shutdown();
         }
+    }
+
+    /// The VMs served now (not those dropped from `vm_dir`).
+    fn live_vms(&self) -> usize {
+        self.rt.iter().filter(|r| !r.removed).count()
+    }
+
+    /// Reads `vm_dir` again: serves the VMs that appeared, drops those that
+    /// went (their QMP socket gone or their QEMU exited).
+    fn sync_vm_dir(&mut self, now: u64) {
+        let Some(dir) = self.cfg.vm_dir.clone() else {
+            return;
+        };
+        let present = crate::vmdir::scan(&dir);
+        let gone: Vec<(PathBuf, usize)> = self
+            .found
+            .iter()
+            .filter(|(q, &i)| !self.rt[i].alive || !present.iter().any(|f| &f.qmp == *q))
+            .map(|(q, &i)| (q.clone(), i))
+            .collect();
+        for (qmp, i) in gone {
+            self.found.remove(&qmp);
+            self.drop_vm(i, now);
+        }
+        self.skipped.retain(|q| present.iter().any(|f| &f.qmp == q));
+        for f in present {
+            if !self.found.contains_key(&f.qmp) {
+                self.add_found(f);
+            }
+        }
+    }
+
+    /// Serves a VM found in `vm_dir`, if its QMP socket's peer is a QEMU
+    /// process and its name is no other VM's.
+    fn add_found(&mut self, f: crate::vmdir::FoundVm) {
+        let what = format!("VM {} ({})", f.name, f.qmp.display());
+        let named = self
+            .targets
+            .iter()
+            .zip(&self.rt)
+            .any(|(t, r)| !r.removed && t.name == f.name);
+        let qemu = if f.name.len() > policy::protocol::MAX_VM_NAME_BYTES {
+            Err(err("its name is longer than 64 bytes"))
+        } else if named {
+            Err(err("another VM has this name"))
+        } else {
+            crate::qmp::peer_pid(&f.qmp).and_then(|pid| vmproc::check_qemu(pid, &what))
+        };
+        let qemu = match qemu {
+            Ok(q) => q,
+            Err(e) => {
+                // A socket left by a killed QEMU, or not QEMU's: asked again
+                // at the next rescan, logged once.
+                if self.skipped.insert(f.qmp) {
+                    log(&format!("{what}: not served (yet): {e}"));
+                }
+                return;
+            }
+        };
+        let cfg = VmConfig {
+            name: f.name.clone(),
+            socket: Some(f.channel.clone()),
+            cid: None,
+            pid: Some(qemu.pid),
+            connect: true,
+            cgroup: None,
+            // libvirt holds the monitor's one connection: no thread names.
+            qmp: (!f.libvirt).then(|| f.qmp.clone()),
+            weight: 1,
+        };
+        let i = self
+            .rt
+            .iter()
+            .position(|r| r.removed)
+            .unwrap_or(self.rt.len());
+        let target = VmTarget {
+            name: f.name.clone(),
+            pid: qemu.pid,
+            cgroup: None,
+            vcpu_tids: Vec::new(),
+        };
+        let rt = VmRuntime {
+            alive: true,
+            qemu: Some(qemu),
+            ..VmRuntime::default()
+        };
+        let limiter = Arc::new(Mutex::new(ChannelLimiter::new(
+            &self.cfg.channel_limits(),
+            now_ns(),
+        )));
+        if i == self.rt.len() {
+            self.vms.push(cfg);
+            self.targets.push(target);
+            self.rt.push(rt);
+            self.limiters.push(limiter);
+        } else {
+            (self.vms[i], self.targets[i], self.rt[i]) = (cfg, target, rt);
+            self.limiters[i] = limiter;
+        }
+        self.arbiter.add_vm(i as u32, 1);
+        self.skipped.remove(&f.qmp);
+        self.found.insert(f.qmp, i);
+        if let Some(tx) = self.tx.clone() {
+            let (stop, l) = (self.rt[i].stop.clone(), self.limiters[i].clone());
+            if let Err(e) = start_channel(i, &self.vms[i], tx, l, stop) {
+                log(&format!("{what}: {e}"));
+            }
+        }
+        log(&format!(
+            "{what}: serving it: QEMU pid {}, channel {}",
+            qemu.pid,
+            f.channel.display()
+        ));
+    }
+
+    /// Drops VM `i`, found in `vm_dir`: undoes its boost, closes its
+    /// channel and frees its slot.
+    fn drop_vm(&mut self, i: usize, now: u64) {
+        if self.rt[i].alive {
+            self.rt[i].alive = false;
+            let ch = self.arbiter.remove_vm(i as u32, now);
+            self.apply(ch, now);
+            let _ = self.journal.revert_vm(&self.targets[i].name);
+        } else {
+            self.arbiter.remove_vm(i as u32, now);
+        }
+        self.rt[i].stop.store(true, Ordering::Relaxed);
+        if let Some((_, s)) = self.rt[i].conn.take() {
+            s.shutdown();
+        }
+        self.rt[i].removed = true;
+        log(&format!(
+            "VM {}: gone from vm_dir; dropped",
+            self.targets[i].name
+        ));
     }
 
     /// Boosts VM `i` (again: new threads get it too), once its process is
@@ -1504,6 +1677,7 @@ impl Hostd {
                 self.rt[vm].malformed += malformed;
                 self.rt[vm].bytes += bytes;
             }
+            Event::VmDirChanged => self.sync_vm_dir(now),
             Event::VsockRefused { cid } => {
                 self.vsock_refused += 1;
                 if self.vsock_refused_cids.insert(cid) {
@@ -1553,6 +1727,9 @@ impl Hostd {
         s += "VM               PID      STATE      CHANNEL    BOOSTED  FOR_S   BOOSTS  BOOSTED_S  HELPS  MSGS   LIMITED  MALFORMED  THREADS\n";
         for (i, t) in self.targets.iter().enumerate() {
             let r = &self.rt[i];
+            if r.removed {
+                continue;
+            }
             let st = self.arbiter.stats(i as u32).unwrap_or_default();
             let threads = self
                 .journal
@@ -1588,7 +1765,10 @@ impl Hostd {
         let mut reg = Registry::with_prefix("tandem_hostd");
         let st = |i: usize| self.arbiter.stats(i as u32).unwrap_or_default();
         let label = |i: usize| VmLabel::new(&self.targets[i].name);
-        let vms = 0..self.targets.len();
+        let served: Vec<usize> = (0..self.targets.len())
+            .filter(|&i| !self.rt[i].removed)
+            .collect();
+        let vms = served.iter().copied();
         let gauges: [PerVm<'_, bool>; 2] = [
             ("boosted", "1 while the VM is boosted", &|i| {
                 self.arbiter.is_boosted(i as u32)
@@ -1700,11 +1880,19 @@ impl Hostd {
         let mut created: Vec<PathBuf> = Vec::new();
         let limiters = self.limiters.clone();
         let r = (|| -> Result<()> {
-            for (i, v) in self.cfg.vms.iter().enumerate() {
-                if let Some(p) = start_channel(i, v, tx.clone(), limiters[i].clone())? {
+            for (i, v) in self.vms.iter().enumerate() {
+                let stop = self.rt[i].stop.clone();
+                if let Some(p) = start_channel(i, v, tx.clone(), limiters[i].clone(), stop)? {
                     created.push(p);
                 }
             }
+            if let Some(dir) = &self.cfg.vm_dir {
+                let wake = tx.clone();
+                crate::vmdir::watch(dir, move || {
+                    let _ = wake.send(Event::VmDirChanged);
+                })?;
+            }
+            self.tx = Some(tx.clone());
             if let Some(port) = self.cfg.vsock_port {
                 start_vsock(
                     port,
@@ -1726,9 +1914,13 @@ impl Hostd {
                 Some(p) => format!("; vsock port {p}"),
                 None => String::new(),
             };
+            let dir = match &self.cfg.vm_dir {
+                Some(d) => format!(" (and those in {})", d.display()),
+                None => String::new(),
+            };
             log(&format!(
-                "serving {} VM(s); control {}{vsock}; actuators: {}",
-                self.targets.len(),
+                "serving {} VM(s){dir}; control {}{vsock}; actuators: {}",
+                self.live_vms(),
                 self.cfg.control.display(),
                 self.actuators
                     .iter()
@@ -1738,7 +1930,7 @@ impl Hostd {
             ));
             notify(&[
                 sd_notify::NotifyState::Ready,
-                sd_notify::NotifyState::Status(&format!("serving {} VM(s)", self.targets.len())),
+                sd_notify::NotifyState::Status(&format!("serving {} VM(s)", self.live_vms())),
             ]);
             self.event_loop(&rx);
             notify(&[sd_notify::NotifyState::Stopping]);
@@ -1797,6 +1989,7 @@ impl Hostd {
                 self.apply(ch, now);
             }
             if now >= next_rescan {
+                self.sync_vm_dir(now);
                 self.rescan(now);
                 next_rescan = now + self.cfg.rescan_ms * MS;
             }
@@ -1879,6 +2072,14 @@ mod tests {
             assert!(e.contains("budget"), "{f} {w}: {e}");
         }
         assert!(HostdConfig::default().validate().is_err());
+    }
+
+    /// The example configuration shipped in dist/ is valid as it is.
+    #[test]
+    fn the_example_configuration_is_valid() {
+        let c = HostdConfig::from_toml(include_str!("../../../dist/hostd.toml")).unwrap();
+        assert_eq!(c.vm_dir.as_deref(), Some(Path::new("/run/tandem/vms")));
+        c.validate().unwrap();
     }
 
     fn vm(name: &str, socket: Option<&str>, cid: Option<u32>) -> VmConfig {

@@ -20,6 +20,7 @@ pub mod qmp;
 pub mod sys;
 pub mod testkit;
 pub mod transport;
+pub mod vmdir;
 pub mod vmproc;
 
 use std::time::Instant;

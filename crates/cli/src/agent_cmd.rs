@@ -38,6 +38,11 @@ pub struct HostdRunArgs {
     /// cid=CID instead of socket=PATH: the guest's vsock CID (QEMU's guest-cid), served on --vsock-port.
     #[arg(long = "vm", value_name = "SPEC")]
     vms: Vec<String>,
+    /// Serve the VMs whose QMP sockets are in this directory, as they come
+    /// and go: <DIR>/<name>.qmp with the channel <DIR>/<name>.sock, or
+    /// libvirt's <DIR>/domain-<id>-<name>/monitor.sock (see docs/protocol.md).
+    #[arg(long, value_name = "DIR")]
+    vm_dir: Option<PathBuf>,
     /// Listen for guests on this vsock port (any CID); each connection goes to the VM with the peer's cid=.
     #[arg(long, value_name = "PORT")]
     vsock_port: Option<u32>,
@@ -145,6 +150,9 @@ pub struct FakeQemuArgs {
     /// A file to hold open for writing (repeatable).
     #[arg(long)]
     write: Vec<PathBuf>,
+    /// Serve QMP on this unix socket (as QEMU's -qmp unix:PATH,server=on).
+    #[arg(long)]
+    qmp: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -230,6 +238,9 @@ fn hostd_config(a: HostdRunArgs) -> Result<agent::hostd::HostdConfig, Failure> {
     for v in &a.vms {
         c.vms
             .push(agent::hostd::parse_vm_arg(v).map_err(|e| Failure::Usage(e.0))?);
+    }
+    if a.vm_dir.is_some() {
+        c.vm_dir = a.vm_dir;
     }
     if let Some(v) = a.state_file {
         c.state_file = v;
@@ -359,7 +370,8 @@ pub fn run_hostd(cmd: HostdCommand) -> Result<(), Failure> {
             agent::testkit::fake_vm_main(&a.image, a.threads, &a.control).map_err(fail)
         }
         HostdCommand::FakeQemu(a) => {
-            agent::testkit::fake_qemu_main(a.threads, &a.read, &a.write).map_err(fail)
+            agent::testkit::fake_qemu_main(a.threads, &a.read, &a.write, a.qmp.as_deref())
+                .map_err(fail)
         }
         HostdCommand::FakeBurst(a) => {
             let s = agent::testkit::burst_main(&a.control, a.reads, a.kib, a.seed, a.run)

@@ -174,7 +174,14 @@ fn boosted(dir: &Scratch, vm: &str) -> bool {
 struct Guest(UnixStream);
 impl Guest {
     fn connect(dir: &Scratch, vm: &str) -> Guest {
-        let mut s = UnixStream::connect(dir.p(&format!("{vm}.sock"))).unwrap();
+        Guest::hello(
+            UnixStream::connect(dir.p(&format!("{vm}.sock"))).unwrap(),
+            vm,
+        )
+    }
+    /// Says Hello on a channel already open and checks the answer.
+    fn hello(mut s: UnixStream, vm: &str) -> Guest {
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         s.write_all(
             &Message::Hello {
                 version: 1,
@@ -1716,4 +1723,73 @@ fn hostd_speaks_the_notify_protocol_and_reloads_on_sighup() {
         log.contains("configuration not reloaded") && log.contains("rate_burst = NaN"),
         "{log}"
     );
+}
+
+/// hostd started on an empty VM directory serves a stand-in QEMU whose QMP
+/// socket appears there later (QEMU's pid from the socket's peer), connects
+/// to its channel `<name>.sock`, boosts it on HELP; when the QMP socket goes,
+/// the VM is dropped: its boost undone, its channel closed, gone from status.
+#[test]
+#[ignore = "needs root: runs hostd and boosts a stand-in QEMU found in its VM directory"]
+fn a_vm_in_the_vm_dir_is_served_without_a_restart_and_dropped_when_gone() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    assert!(devemu::is_root(), "needs root");
+    let dir = Scratch::new("agent-vmdir");
+    let vms = dir.p("vms");
+    std::fs::create_dir(&vms).unwrap();
+    let mut c = Command::new(EXE);
+    c.args(["hostd", "run", "--vm-dir"])
+        .arg(&vms)
+        .arg("--control")
+        .arg(dir.p("control.sock"))
+        .arg("--state-file")
+        .arg(dir.p("hostd.state"));
+    let mut h = Proc::spawn(&mut c);
+    let ctl = dir.p("control.sock");
+    wait_until("hostd's control socket", 10.0, || {
+        UnixStream::connect(&ctl).is_ok()
+    });
+    let listed = |d: &Scratch| status(d).lines().any(|l| l.starts_with("vm1 "));
+    assert!(!listed(&dir), "{}", status(&dir));
+    // QEMU's chardev server (server=on), played by the test: hostd connects.
+    let chan = std::os::unix::net::UnixListener::bind(vms.join("vm1.sock")).unwrap();
+    chan.set_nonblocking(true).unwrap();
+    let q = Proc::spawn(
+        fake_qemu(&dir)
+            .args(["hostd", "fake-qemu", "--threads", "2", "--qmp"])
+            .arg(vms.join("vm1.qmp")),
+    );
+    agent::testkit::wait_exec(q.pid());
+    // Main, two idle threads and the QMP server's.
+    wait_until("the threads", 10.0, || {
+        sys::threads(q.pid()).map(|t| t.len()).unwrap_or(0) == 4
+    });
+    let orig = thread_prios(q.pid());
+    wait_until("hostd to serve vm1", 10.0, || listed(&dir));
+    assert!(
+        status(&dir).contains(&format!("vm1              {}", q.pid())),
+        "{}",
+        status(&dir)
+    );
+    let mut conn = None;
+    wait_until("hostd to connect to vm1's channel", 10.0, || {
+        conn = chan.accept().ok().map(|(s, _)| s);
+        conn.is_some()
+    });
+    let s = conn.unwrap();
+    s.set_nonblocking(false).unwrap();
+    let mut g = Guest::hello(s, "vm1");
+    g.help(5000);
+    wait_until("the boost", 5.0, || {
+        thread_prios(q.pid()).iter().all(|&(_, p)| p == rt4())
+    });
+    assert!(boosted(&dir, "vm1"));
+    // The VM goes away from the directory while boosted.
+    std::fs::remove_file(vms.join("vm1.qmp")).unwrap();
+    wait_until("vm1 dropped", 5.0, || !listed(&dir));
+    wait_until("the boost undone", 5.0, || thread_prios(q.pid()) == orig);
+    let mut b = [0u8; 8];
+    assert_eq!(g.0.read(&mut b).unwrap_or(0), 0, "the channel is closed");
+    drop(q);
+    assert!(h.stop());
 }
