@@ -26,7 +26,7 @@ use std::thread;
 use std::time::Duration;
 
 use policy::{Arbiter, BoostChange, Message, PolicyConfig, MS, PROTOCOL_VERSION};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::actuator::{
     Actuator, BfqIdlingActuator, CgroupMoveActuator, CgroupWeightActuator, IoprioActuator, Journal,
@@ -119,8 +119,14 @@ pub fn metrics_endpoint(m: &str) -> Result<MetricsEndpoint> {
     Ok(MetricsEndpoint::Tcp(m.to_string()))
 }
 
+/// Configuration keys under their old names, read for one release with a
+/// warning: (old, new). Every key is named as its command-line flag
+/// (`lease_ms` is `--lease-ms`).
+pub const DEPRECATED_KEYS: &[(&str, &str)] =
+    &[("max_lease_ms", "lease_ms"), ("bfq_strict", "bfq_idling")];
+
 /// One VM in the configuration.
-#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct VmConfig {
     pub name: String,
@@ -156,8 +162,10 @@ fn one() -> u32 {
     1
 }
 
-/// hostd's configuration (`--config FILE`, TOML; `--vm` adds VMs).
-#[derive(Clone, Debug, Deserialize, PartialEq)]
+/// hostd's configuration (`--config FILE`, TOML; `--vm` adds VMs). Each
+/// key is its command-line flag without the dashes (`rate_limit_bytes` is
+/// `--rate-limit-bytes`); [`HostdConfig::keys`] lists them.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct HostdConfig {
     #[serde(default, rename = "vm")]
@@ -198,9 +206,9 @@ pub struct HostdConfig {
     pub boost_cgroup: Option<PathBuf>,
     /// While a VM is boosted, make BFQ idle for it on the host disks under
     /// its images: `strict_guarantees`, and `slice_idle` at least 32 ms (see
-    /// `actuator::BfqIdlingActuator`). `bfq_strict` is this field's name in
-    /// configurations written before the idle window was added.
-    #[serde(default, alias = "bfq_strict")]
+    /// `actuator::BfqIdlingActuator`). `bfq_strict`, this key's name
+    /// before the idle window was added, is read too (see [`DEPRECATED_KEYS`]).
+    #[serde(default)]
     pub bfq_idling: bool,
     /// Messages per second a channel may send before hostd coalesces them.
     #[serde(default = "default_rate")]
@@ -220,9 +228,10 @@ pub struct HostdConfig {
     /// How often to look for new threads of boosted VMs and for VMs that exited, ms.
     #[serde(default = "default_rescan")]
     pub rescan_ms: u64,
-    /// The host's lease on a HELP, ms (policy's `max_lease_ns`).
+    /// The host's lease on a HELP, ms (policy's `max_lease_ns`; the key was
+    /// `max_lease_ms` before it took the command line's name).
     #[serde(default = "default_lease")]
-    pub max_lease_ms: u64,
+    pub lease_ms: u64,
     /// Share of `budget_window_s` a VM may spend boosted (policy's
     /// `budget_fraction`; default 0.5).
     #[serde(default = "default_budget_fraction")]
@@ -293,8 +302,47 @@ impl Default for HostdConfig {
 }
 
 impl HostdConfig {
+    /// Parses a configuration file; a key under an old name
+    /// ([`DEPRECATED_KEYS`]) is read as its new one, with a warning logged.
     pub fn from_toml(text: &str) -> Result<HostdConfig> {
-        toml::from_str(text).map_err(|e| err(format!("hostd config: {e}")))
+        let (c, warnings) = Self::from_toml_warnings(text)?;
+        for w in warnings {
+            log(&w);
+        }
+        Ok(c)
+    }
+
+    /// [`HostdConfig::from_toml`], returning the deprecation warnings.
+    pub fn from_toml_warnings(text: &str) -> Result<(HostdConfig, Vec<String>)> {
+        let what = |e: &dyn std::fmt::Display| err(format!("hostd config: {e}"));
+        let mut table: toml::Table = text.parse().map_err(|e| what(&e))?;
+        let mut warnings = Vec::new();
+        for (old, new) in DEPRECATED_KEYS {
+            let Some(v) = table.remove(*old) else {
+                continue;
+            };
+            if table.contains_key(*new) {
+                return Err(err(format!(
+                    "hostd config: {old} and {new} both given; {old} is {new}'s old name: keep {new}"
+                )));
+            }
+            warnings.push(format!(
+                "hostd config: {old} is deprecated and will go in the next release: write {new} (the same as --{})",
+                new.replace('_', "-")
+            ));
+            table.insert(new.to_string(), v);
+        }
+        let c: HostdConfig = toml::Value::Table(table).try_into().map_err(|e| what(&e))?;
+        Ok((c, warnings))
+    }
+
+    /// The configuration file's keys (those of a default configuration,
+    /// `vm` included), for the test that each has a command-line flag.
+    pub fn keys() -> Vec<String> {
+        match serde_json::to_value(HostdConfig::default()) {
+            Ok(serde_json::Value::Object(m)) => m.keys().cloned().collect(),
+            _ => Vec::new(),
+        }
     }
 
     pub fn validate(&self) -> Result<()> {
@@ -477,10 +525,10 @@ impl HostdConfig {
         // Design choice: a lease longer than an hour is a mistake (a guest
         // renews every half lease), and a budget window longer than a day
         // would never let a VM's budget recover within a session.
-        if !(1..=MAX_LEASE_MS).contains(&self.max_lease_ms) {
+        if !(1..=MAX_LEASE_MS).contains(&self.lease_ms) {
             return Err(err(format!(
-                "max_lease_ms (--lease-ms) = {}: it must be from 1 to {MAX_LEASE_MS} (one hour)",
-                self.max_lease_ms
+                "lease_ms = {}: it must be from 1 to {MAX_LEASE_MS} (one hour)",
+                self.lease_ms
             )));
         }
         if self.budget_window_s > MAX_BUDGET_WINDOW_S {
@@ -497,9 +545,9 @@ impl HostdConfig {
         }
         let p = PolicyConfig {
             max_lease_ns: self
-                .max_lease_ms
+                .lease_ms
                 .checked_mul(MS)
-                .ok_or_else(|| err("max_lease_ms: too large"))?,
+                .ok_or_else(|| err("lease_ms: too large"))?,
             budget_fraction: self.budget_fraction,
             budget_window_ns: (self.budget_window_s * 1e9).round() as u64,
             ..PolicyConfig::default()
@@ -1183,8 +1231,8 @@ fn needs_restart(old: &HostdConfig, new: &HostdConfig) -> Vec<&'static str> {
     );
     differ(
         "the lease and budget",
-        (old.max_lease_ms, old.budget_fraction, old.budget_window_s)
-            != (new.max_lease_ms, new.budget_fraction, new.budget_window_s),
+        (old.lease_ms, old.budget_fraction, old.budget_window_s)
+            != (new.lease_ms, new.budget_fraction, new.budget_window_s),
     );
     v
 }
@@ -2072,6 +2120,30 @@ mod tests {
             assert!(e.contains("budget"), "{f} {w}: {e}");
         }
         assert!(HostdConfig::default().validate().is_err());
+    }
+
+    /// A key under its old name is read, with a warning; old and new
+    /// together are refused.
+    #[test]
+    fn deprecated_keys_are_read_with_a_warning() {
+        let vm = "[[vm]]\nname = \"a\"\nsocket = \"/tmp/a\"\npid = 5\n";
+        let (c, w) = HostdConfig::from_toml_warnings(&format!(
+            "max_lease_ms = 700\nbfq_strict = true\n{vm}"
+        ))
+        .unwrap();
+        assert_eq!((c.lease_ms, c.bfq_idling), (700, true));
+        assert_eq!(w.len(), 2, "{w:?}");
+        assert!(
+            w[0].contains("max_lease_ms is deprecated") && w[0].contains("lease_ms"),
+            "{w:?}"
+        );
+        let (c, w) = HostdConfig::from_toml_warnings(&format!("lease_ms = 800\n{vm}")).unwrap();
+        assert_eq!((c.lease_ms, w.len()), (800, 0));
+        let e = HostdConfig::from_toml("lease_ms = 1\nmax_lease_ms = 2\n")
+            .unwrap_err()
+            .0;
+        assert!(e.contains("both given"), "{e}");
+        assert!(HostdConfig::keys().contains(&"lease_ms".to_string()));
     }
 
     /// The example configuration shipped in dist/ is valid as it is.

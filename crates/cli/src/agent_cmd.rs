@@ -58,6 +58,12 @@ pub struct HostdRunArgs {
     /// ioprio actuator: ioprio-rt, ioprio-be0 or none.
     #[arg(long)]
     ioprio: Option<String>,
+    /// Level of the RT class the ioprio-rt actuator sets (0-7, default 4).
+    #[arg(long, value_name = "LEVEL")]
+    ioprio_level: Option<u32>,
+    /// BFQ weight of a boosted VM's cgroup, for VMs with cgroup= (1-1000, default 1000).
+    #[arg(long, value_name = "W")]
+    cgroup_weight: Option<u32>,
     /// Move a boosted VM's I/O threads into this cgroup v1 blkio group (e.g.
     /// the hierarchy's root) until the boost ends, so that BFQ applies the
     /// ioprio boost at once; the VM lives in a group of its own otherwise.
@@ -67,8 +73,11 @@ pub struct HostdRunArgs {
     /// its images (strict_guarantees 1, slice_idle 32 ms or more): BFQ then
     /// keeps the disk for the VM's next read instead of letting other
     /// requests in between or injecting them.
-    #[arg(long, alias = "bfq-strict")]
+    #[arg(long)]
     bfq_idling: bool,
+    /// The old name of --bfq-idling (deprecated: it goes in the next release).
+    #[arg(long, hide = true)]
+    bfq_strict: bool,
     /// Messages per second per channel before coalescing.
     #[arg(long)]
     rate_limit: Option<f64>,
@@ -276,7 +285,13 @@ fn hostd_config(a: HostdRunArgs) -> Result<agent::hostd::HostdConfig, Failure> {
         c.rescan_ms = v;
     }
     if let Some(v) = a.lease_ms {
-        c.max_lease_ms = v;
+        c.lease_ms = v;
+    }
+    if let Some(v) = a.ioprio_level {
+        c.ioprio_level = v;
+    }
+    if let Some(v) = a.cgroup_weight {
+        c.cgroup_weight = v;
     }
     if let Some(v) = a.budget_fraction {
         c.budget_fraction = v;
@@ -284,7 +299,10 @@ fn hostd_config(a: HostdRunArgs) -> Result<agent::hostd::HostdConfig, Failure> {
     if let Some(v) = a.budget_window_s {
         c.budget_window_s = v;
     }
-    if a.bfq_idling {
+    if a.bfq_strict {
+        eprintln!("tandem hostd: --bfq-strict is deprecated and will go in the next release: write --bfq-idling");
+    }
+    if a.bfq_idling || a.bfq_strict {
         c.bfq_idling = true;
     }
     if a.log_boosts {
@@ -415,6 +433,42 @@ pub fn run_hint(a: HintArgs) -> Result<(), Failure> {
 
 #[cfg(test)]
 mod tests {
+    /// One name per knob: each configuration key of hostd is a flag of
+    /// `tandem hostd run` with dashes for underscores, and each flag a key
+    /// (but --config, the file itself); both lists come from the code.
+    #[test]
+    fn every_hostd_config_key_is_a_flag_and_every_flag_a_key() {
+        use clap::CommandFactory;
+        #[derive(clap::Parser)]
+        struct Run {
+            #[command(flatten)]
+            a: super::HostdRunArgs,
+        }
+        let flags: std::collections::BTreeSet<String> = Run::command()
+            .get_arguments()
+            .filter(|a| !a.is_hide_set())
+            .filter_map(|a| a.get_long().map(|l| l.replace('-', "_")))
+            .filter(|l| l != "config" && l != "help")
+            .collect();
+        let keys: std::collections::BTreeSet<String> =
+            agent::hostd::HostdConfig::keys().into_iter().collect();
+        assert!(keys.len() > 15, "{keys:?}");
+        assert_eq!(
+            keys.difference(&flags).collect::<Vec<_>>(),
+            Vec::<&String>::new(),
+            "keys without a flag"
+        );
+        assert_eq!(
+            flags.difference(&keys).collect::<Vec<_>>(),
+            Vec::<&String>::new(),
+            "flags without a key"
+        );
+        // The old names are hidden flags or deprecated keys, not knobs.
+        for (old, new) in agent::hostd::DEPRECATED_KEYS {
+            assert!(!keys.contains(*old) && keys.contains(*new), "{old} {new}");
+        }
+    }
+
     #[test]
     fn durations() {
         assert_eq!(super::parse_duration_ms("3s"), Some(3000));
