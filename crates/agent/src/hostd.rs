@@ -307,7 +307,7 @@ impl HostdConfig {
     pub fn from_toml(text: &str) -> Result<HostdConfig> {
         let (c, warnings) = Self::from_toml_warnings(text)?;
         for w in warnings {
-            log(&w);
+            warn(&w);
         }
         Ok(c)
     }
@@ -490,7 +490,7 @@ impl HostdConfig {
                 (None, Some(q)) => match crate::qmp::peer_pid(q) {
                     Ok(p) => Some(p),
                     Err(e) => {
-                        log(&format!(
+                        warn(&format!(
                             "{what}: {e} (it will not be served until hostd restarts)"
                         ));
                         None
@@ -504,7 +504,7 @@ impl HostdConfig {
             };
             match vmproc::read_start_time(pid) {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    log(&format!(
+                    warn(&format!(
                         "{what}: no QEMU process {pid} (it will not be served until hostd restarts)"
                     ));
                     out.push(None);
@@ -678,8 +678,15 @@ struct VmRuntime {
     qmp_asked_at: Option<u64>,
 }
 
+/// One line of hostd's log (see [`crate::logging`]).
 fn log(m: &str) {
-    eprintln!("tandem hostd: {m}");
+    tracing::info!(target: "hostd", "{m}");
+}
+
+/// A problem worth an operator's attention: an actuator or a VM that
+/// cannot be served.
+fn warn(m: &str) {
+    tracing::warn!(target: "hostd", "{m}");
 }
 
 /// A VM's channel limits, shared by all of its connections (a guest that
@@ -1328,7 +1335,7 @@ impl Hostd {
             return;
         };
         match f().and_then(|c| c.validate().map(|()| c)) {
-            Err(e) => log(&format!(
+            Err(e) => warn(&format!(
                 "SIGHUP: configuration not reloaded: {e}; the running one stays"
             )),
             Ok(new) => {
@@ -1371,15 +1378,20 @@ impl Hostd {
             return;
         }
         let cfg = self.arbiter.config();
-        let used = self.arbiter.budget_used(i as u32, now).unwrap_or(0);
-        log(&format!(
-            "{:.3} VM {}: {what} (budget: {:.1} of {:.1} s used in the last {:.0} s)",
-            now.saturating_sub(self.started_ns) as f64 / 1e9,
-            self.targets[i].name,
-            used as f64 / 1e9,
+        let used = self.arbiter.budget_used(i as u32, now).unwrap_or(0) as f64 / 1e9;
+        let t = now.saturating_sub(self.started_ns) as f64 / 1e9;
+        let name = &self.targets[i].name;
+        // The same as fields, for JSON logs.
+        tracing::info!(
+            target: "hostd",
+            t_s = t,
+            vm = %name,
+            event = what,
+            budget_used_s = used,
+            "{t:.3} VM {name}: {what} (budget: {used:.1} of {:.1} s used in the last {:.0} s)",
             cfg.budget_ns() as f64 / 1e9,
             cfg.budget_window_ns as f64 / 1e9,
-        ));
+        );
     }
 
     fn apply(&mut self, changes: Vec<BoostChange>, now: u64) {
@@ -1399,7 +1411,7 @@ impl Hostd {
                         if let Err(e) = a.unboost(&self.targets[i], &mut self.journal) {
                             self.rt[i].actuator_errors += 1;
                             self.rt[i].last_error = Some(e.0.clone());
-                            log(&format!(
+                            warn(&format!(
                                 "VM {}: unboost ({}): {e}",
                                 self.targets[i].name,
                                 a.name()
@@ -1444,7 +1456,7 @@ impl Hostd {
             }
             Err(e) => {
                 self.rt[i].last_error = Some(e.0.clone());
-                log(&format!(
+                warn(&format!(
                     "VM {}: {e}; boosting all of its threads",
                     self.targets[i].name
                 ));
@@ -1545,7 +1557,7 @@ impl Hostd {
                 // A socket left by a killed QEMU, or not QEMU's: asked again
                 // at the next rescan, logged once.
                 if self.skipped.insert(f.qmp) {
-                    log(&format!("{what}: not served (yet): {e}"));
+                    warn(&format!("{what}: not served (yet): {e}"));
                 }
                 return;
             }
@@ -1596,7 +1608,7 @@ impl Hostd {
         if let Some(tx) = self.tx.clone() {
             let (stop, l) = (self.rt[i].stop.clone(), self.limiters[i].clone());
             if let Err(e) = start_channel(i, &self.vms[i], tx, l, stop) {
-                log(&format!("{what}: {e}"));
+                warn(&format!("{what}: {e}"));
             }
         }
         log(&format!(
@@ -1639,7 +1651,7 @@ impl Hostd {
             if let Err(e) = a.boost(&self.targets[i], &mut self.journal) {
                 self.rt[i].actuator_errors += 1;
                 self.rt[i].last_error = Some(e.0.clone());
-                log(&format!(
+                warn(&format!(
                     "VM {}: boost ({}): {e}",
                     self.targets[i].name,
                     a.name()
@@ -1912,7 +1924,7 @@ impl Hostd {
         sys::install_daemon_handlers();
         let rec = Journal::recover(&self.cfg.state_file, &self.recovery_scope())?;
         for why in &rec.refused {
-            log(&format!(
+            warn(&format!(
                 "{}: not restored: {why}",
                 self.cfg.state_file.display()
             ));

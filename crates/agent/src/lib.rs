@@ -16,6 +16,7 @@ pub mod hostd;
 pub mod hostile;
 pub mod latency;
 pub mod listen;
+pub mod logging;
 pub mod qmp;
 pub mod sys;
 pub mod testkit;

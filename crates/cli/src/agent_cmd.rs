@@ -106,6 +106,9 @@ pub struct HostdRunArgs {
     /// the time and the VM's use of its budget.
     #[arg(long)]
     log_boosts: bool,
+    /// Log lines on stderr as text or as JSON lines (one object per event).
+    #[arg(long, value_name = "text|json", default_value = "text")]
+    log_format: String,
 }
 
 #[derive(Args)]
@@ -202,6 +205,9 @@ pub struct GuestdArgs {
     /// Log each change between HELP and NO-HELP, with its reason and the event behind it.
     #[arg(long)]
     verbose: bool,
+    /// Log lines on stderr as text or as JSON lines (one object per event).
+    #[arg(long, value_name = "text|json", default_value = "text")]
+    log_format: String,
 }
 
 #[derive(Args)]
@@ -300,7 +306,9 @@ fn hostd_config(a: HostdRunArgs) -> Result<agent::hostd::HostdConfig, Failure> {
         c.budget_window_s = v;
     }
     if a.bfq_strict {
-        eprintln!("tandem hostd: --bfq-strict is deprecated and will go in the next release: write --bfq-idling");
+        agent::logging::config_warning(
+            "--bfq-strict is deprecated and will go in the next release: write --bfq-idling",
+        );
     }
     if a.bfq_idling || a.bfq_strict {
         c.bfq_idling = true;
@@ -315,6 +323,7 @@ fn hostd_config(a: HostdRunArgs) -> Result<agent::hostd::HostdConfig, Failure> {
 pub fn run_hostd(cmd: HostdCommand) -> Result<(), Failure> {
     match cmd {
         HostdCommand::Run(a) => {
+            agent::logging::init(log_format(&a.log_format)?);
             let args = (*a).clone();
             let c = hostd_config(*a)?;
             if !agent::is_root() {
@@ -400,7 +409,13 @@ pub fn run_hostd(cmd: HostdCommand) -> Result<(), Failure> {
     }
 }
 
+/// `--log-format`'s value (a usage error otherwise).
+fn log_format(s: &str) -> Result<agent::logging::LogFormat, Failure> {
+    s.parse().map_err(|e: agent::Error| Failure::Usage(e.0))
+}
+
 pub fn run_guestd(a: GuestdArgs) -> Result<(), Failure> {
+    agent::logging::init(log_format(&a.log_format)?);
     let endpoint =
         agent::transport::Endpoint::parse(&a.connect).map_err(|e| Failure::Usage(e.0))?;
     let name = match a.name {
@@ -435,7 +450,8 @@ pub fn run_hint(a: HintArgs) -> Result<(), Failure> {
 mod tests {
     /// One name per knob: each configuration key of hostd is a flag of
     /// `tandem hostd run` with dashes for underscores, and each flag a key
-    /// (but --config, the file itself); both lists come from the code.
+    /// (but --config, the file itself, and --log-format, set before the
+    /// file is read); both lists come from the code.
     #[test]
     fn every_hostd_config_key_is_a_flag_and_every_flag_a_key() {
         use clap::CommandFactory;
@@ -448,7 +464,7 @@ mod tests {
             .get_arguments()
             .filter(|a| !a.is_hide_set())
             .filter_map(|a| a.get_long().map(|l| l.replace('-', "_")))
-            .filter(|l| l != "config" && l != "help")
+            .filter(|l| !["config", "help", "log_format"].contains(&l.as_str()))
             .collect();
         let keys: std::collections::BTreeSet<String> =
             agent::hostd::HostdConfig::keys().into_iter().collect();

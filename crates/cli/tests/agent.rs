@@ -1735,12 +1735,13 @@ fn a_vm_in_the_vm_dir_is_served_without_a_restart_and_dropped_when_gone() {
     let vms = dir.p("vms");
     std::fs::create_dir(&vms).unwrap();
     let mut c = Command::new(EXE);
-    c.args(["hostd", "run", "--vm-dir"])
+    c.args(["hostd", "run", "--log-format", "json", "--log-boosts", "--vm-dir"])
         .arg(&vms)
         .arg("--control")
         .arg(dir.p("control.sock"))
         .arg("--state-file")
-        .arg(dir.p("hostd.state"));
+        .arg(dir.p("hostd.state"))
+        .stderr(Stdio::piped());
     let mut h = Proc::spawn(&mut c);
     let ctl = dir.p("control.sock");
     wait_until("hostd's control socket", 10.0, || {
@@ -1789,4 +1790,56 @@ fn a_vm_in_the_vm_dir_is_served_without_a_restart_and_dropped_when_gone() {
     assert_eq!(g.0.read(&mut b).unwrap_or(0), 0, "the channel is closed");
     drop(q);
     assert!(h.stop());
+    // --log-format json: every line a JSON object; the boost log's fields.
+    let mut err = String::new();
+    h.0.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    let lines: Vec<serde_json::Value> = err
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}")))
+        .collect();
+    let field = |v: &serde_json::Value, k: &str| v["fields"][k].as_str().map(str::to_string);
+    assert!(
+        lines.iter().any(|v| v["target"] == "hostd"
+            && field(v, "message").is_some_and(|m| m.contains("vm1") && m.contains("serving it"))),
+        "{err}"
+    );
+    assert!(
+        lines.iter().any(|v| field(v, "vm").as_deref() == Some("vm1")
+            && field(v, "event").as_deref() == Some("boost")),
+        "{err}"
+    );
+}
+
+/// guestd's `--log-format json`: each line on stderr parses as a JSON
+/// object with a level, a target and a message.
+#[test]
+fn guestd_logs_json_lines() {
+    let dir = Scratch::new("agent-guestd-json");
+    let mut c = Command::new(EXE);
+    c.args(["guestd", "--no-netlink", "--log-format", "json", "--connect"])
+        .arg(format!("unix:{}", dir.p("none.sock").display()))
+        .arg("--hint-socket")
+        .arg(dir.p("hint.sock"))
+        .stderr(Stdio::piped());
+    let mut g = Proc::spawn(&mut c);
+    let mut r = std::io::BufReader::new(g.0.stderr.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut r, &mut line).unwrap();
+    g.stop();
+    let v: serde_json::Value =
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{line:?}: {e}"));
+    assert_eq!(v["target"], "guestd", "{line}");
+    assert_eq!(v["level"], "INFO", "{line}");
+    assert!(
+        v["fields"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("connecting to unix:")),
+        "{line}"
+    );
+    let o = Command::new(EXE)
+        .args(["guestd", "--log-format", "xml", "--connect", "unix:/x"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("accepted: text, json"));
 }
