@@ -53,6 +53,5 @@ pub fn now_ns() -> u64 {
 
 /// Whether the process runs as root.
 pub fn is_root() -> bool {
-    // SAFETY: geteuid has no arguments and cannot fail.
-    unsafe { libc::geteuid() == 0 }
+    nix::unistd::geteuid().is_root()
 }
