@@ -914,7 +914,7 @@ fn start_channel(
             .name(format!("vm{vm}-connect"))
             .spawn(move || {
                 while !stop.load(Ordering::Relaxed) {
-                    connect_once(vm, &path, &tx, &limiter);
+                    connect_once(vm, &path, &tx, &limiter, &stop);
                     thread::sleep(Duration::from_millis(500));
                 }
             })
@@ -941,9 +941,19 @@ fn start_channel(
     }
 }
 
-/// Connects to a VM's chardev server socket and serves it until it closes.
-fn connect_once(vm: usize, path: &Path, tx: &Sender<Event>, limiter: &SharedLimiter) {
+/// Connects to a VM's chardev server socket and serves it until it closes;
+/// not once the VM is dropped (its slot may be another VM's by then).
+fn connect_once(
+    vm: usize,
+    path: &Path,
+    tx: &Sender<Event>,
+    limiter: &SharedLimiter,
+    stop: &AtomicBool,
+) {
     if let Ok(s) = UnixStream::connect(path) {
+        if stop.load(Ordering::Relaxed) {
+            return;
+        }
         serve_channel(
             vm,
             next_conn(),

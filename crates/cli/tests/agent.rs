@@ -1735,13 +1735,20 @@ fn a_vm_in_the_vm_dir_is_served_without_a_restart_and_dropped_when_gone() {
     let vms = dir.p("vms");
     std::fs::create_dir(&vms).unwrap();
     let mut c = Command::new(EXE);
-    c.args(["hostd", "run", "--log-format", "json", "--log-boosts", "--vm-dir"])
-        .arg(&vms)
-        .arg("--control")
-        .arg(dir.p("control.sock"))
-        .arg("--state-file")
-        .arg(dir.p("hostd.state"))
-        .stderr(Stdio::piped());
+    c.args([
+        "hostd",
+        "run",
+        "--log-format",
+        "json",
+        "--log-boosts",
+        "--vm-dir",
+    ])
+    .arg(&vms)
+    .arg("--control")
+    .arg(dir.p("control.sock"))
+    .arg("--state-file")
+    .arg(dir.p("hostd.state"))
+    .stderr(Stdio::piped());
     let mut h = Proc::spawn(&mut c);
     let ctl = dir.p("control.sock");
     wait_until("hostd's control socket", 10.0, || {
@@ -1789,6 +1796,25 @@ fn a_vm_in_the_vm_dir_is_served_without_a_restart_and_dropped_when_gone() {
     let mut b = [0u8; 8];
     assert_eq!(g.0.read(&mut b).unwrap_or(0), 0, "the channel is closed");
     drop(q);
+    // Another VM takes the freed slot; its QEMU killed (its QMP socket file
+    // left behind, as after a crash), it is dropped too.
+    let q2 = Proc::spawn(
+        fake_qemu(&dir)
+            .args(["hostd", "fake-qemu", "--qmp"])
+            .arg(vms.join("vm2.qmp")),
+    );
+    let row = |d: &Scratch| {
+        status(d)
+            .lines()
+            .find(|l| l.starts_with("vm2 "))
+            .map(str::to_string)
+    };
+    wait_until("hostd to serve vm2", 10.0, || row(&dir).is_some());
+    assert!(row(&dir).unwrap().contains(&q2.pid().to_string()));
+    assert!(!listed(&dir), "{}", status(&dir));
+    drop(q2);
+    wait_until("vm2 dropped", 5.0, || row(&dir).is_none());
+    assert!(vms.join("vm2.qmp").exists());
     assert!(h.stop());
     // --log-format json: every line a JSON object; the boost log's fields.
     let mut err = String::new();
@@ -1804,8 +1830,10 @@ fn a_vm_in_the_vm_dir_is_served_without_a_restart_and_dropped_when_gone() {
         "{err}"
     );
     assert!(
-        lines.iter().any(|v| field(v, "vm").as_deref() == Some("vm1")
-            && field(v, "event").as_deref() == Some("boost")),
+        lines
+            .iter()
+            .any(|v| field(v, "vm").as_deref() == Some("vm1")
+                && field(v, "event").as_deref() == Some("boost")),
         "{err}"
     );
 }
@@ -1816,11 +1844,17 @@ fn a_vm_in_the_vm_dir_is_served_without_a_restart_and_dropped_when_gone() {
 fn guestd_logs_json_lines() {
     let dir = Scratch::new("agent-guestd-json");
     let mut c = Command::new(EXE);
-    c.args(["guestd", "--no-netlink", "--log-format", "json", "--connect"])
-        .arg(format!("unix:{}", dir.p("none.sock").display()))
-        .arg("--hint-socket")
-        .arg(dir.p("hint.sock"))
-        .stderr(Stdio::piped());
+    c.args([
+        "guestd",
+        "--no-netlink",
+        "--log-format",
+        "json",
+        "--connect",
+    ])
+    .arg(format!("unix:{}", dir.p("none.sock").display()))
+    .arg("--hint-socket")
+    .arg(dir.p("hint.sock"))
+    .stderr(Stdio::piped());
     let mut g = Proc::spawn(&mut c);
     let mut r = std::io::BufReader::new(g.0.stderr.take().unwrap());
     let mut line = String::new();
