@@ -1794,6 +1794,14 @@ impl Hostd {
                 self.vsock_refused
             );
         }
+        if let Some(d) = &self.cfg.vm_dir {
+            s += &format!(
+                "vm_dir {}: watching; {} VM(s) found there, {} socket(s) not served\n",
+                d.display(),
+                self.found.len(),
+                self.skipped.len()
+            );
+        }
         s += "VM               PID      STATE      CHANNEL    BOOSTED  FOR_S   BOOSTS  BOOSTED_S  HELPS  MSGS   LIMITED  MALFORMED  THREADS\n";
         for (i, t) in self.targets.iter().enumerate() {
             let r = &self.rt[i];

@@ -129,7 +129,12 @@ pub struct SimKnobs {
     #[arg(long, value_name = "FRACTION")]
     budget_fraction: Option<f64>,
     /// The old name of --budget-fraction (deprecated: it goes in the next release).
-    #[arg(long, value_name = "FRACTION", hide = true, conflicts_with = "budget_fraction")]
+    #[arg(
+        long,
+        value_name = "FRACTION",
+        hide = true,
+        conflicts_with = "budget_fraction"
+    )]
     budget: Option<f64>,
     /// Budget window, in seconds.
     #[arg(long, value_name = "S")]

@@ -1756,6 +1756,14 @@ fn a_vm_in_the_vm_dir_is_served_without_a_restart_and_dropped_when_gone() {
     });
     let listed = |d: &Scratch| status(d).lines().any(|l| l.starts_with("vm1 "));
     assert!(!listed(&dir), "{}", status(&dir));
+    assert!(
+        status(&dir).contains(&format!(
+            "vm_dir {}: watching; 0 VM(s) found there",
+            vms.display()
+        )),
+        "{}",
+        status(&dir)
+    );
     // QEMU's chardev server (server=on), played by the test: hostd connects.
     let chan = std::os::unix::net::UnixListener::bind(vms.join("vm1.sock")).unwrap();
     chan.set_nonblocking(true).unwrap();
@@ -1815,6 +1823,10 @@ fn a_vm_in_the_vm_dir_is_served_without_a_restart_and_dropped_when_gone() {
     drop(q2);
     wait_until("vm2 dropped", 5.0, || row(&dir).is_none());
     assert!(vms.join("vm2.qmp").exists());
+    // Its socket is left, with no QEMU behind it: counted, not served.
+    wait_until("the stale socket counted", 5.0, || {
+        status(&dir).contains("0 VM(s) found there, 1 socket(s) not served")
+    });
     assert!(h.stop());
     // --log-format json: every line a JSON object; the boost log's fields.
     let mut err = String::new();
