@@ -91,8 +91,9 @@ enum Ev {
     HostClosed(u64, Option<String>),
 }
 
+/// One line of guestd's log (see [`crate::logging`]).
 fn log(m: &str) {
-    eprintln!("tandem guestd: {m}");
+    tracing::info!(target: "guestd", "{m}");
 }
 
 /// Starts a named thread; an error (no memory, a thread limit) instead of

@@ -26,7 +26,7 @@ use std::thread;
 use std::time::Duration;
 
 use policy::{Arbiter, BoostChange, Message, PolicyConfig, MS, PROTOCOL_VERSION};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::actuator::{
     Actuator, BfqIdlingActuator, CgroupMoveActuator, CgroupWeightActuator, IoprioActuator, Journal,
@@ -43,7 +43,7 @@ use policy::ratelimit::{ChannelLimiter, ChannelLimits};
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::{counter::Counter, family::Family, gauge::Gauge};
 use prometheus_client::registry::Registry;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// A VM's name as a label value, escaped as the exposition format asks
 /// (backslash, double quote and line feed as `\\`, `\"`, `\n`):
@@ -119,8 +119,14 @@ pub fn metrics_endpoint(m: &str) -> Result<MetricsEndpoint> {
     Ok(MetricsEndpoint::Tcp(m.to_string()))
 }
 
+/// Configuration keys under their old names, read for one release with a
+/// warning: (old, new). Every key is named as its command-line flag
+/// (`lease_ms` is `--lease-ms`).
+pub const DEPRECATED_KEYS: &[(&str, &str)] =
+    &[("max_lease_ms", "lease_ms"), ("bfq_strict", "bfq_idling")];
+
 /// One VM in the configuration.
-#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct VmConfig {
     pub name: String,
@@ -156,12 +162,19 @@ fn one() -> u32 {
     1
 }
 
-/// hostd's configuration (`--config FILE`, TOML; `--vm` adds VMs).
-#[derive(Clone, Debug, Deserialize, PartialEq)]
+/// hostd's configuration (`--config FILE`, TOML; `--vm` adds VMs). Each
+/// key is its command-line flag without the dashes (`rate_limit_bytes` is
+/// `--rate-limit-bytes`); [`HostdConfig::keys`] lists them.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct HostdConfig {
     #[serde(default, rename = "vm")]
     pub vms: Vec<VmConfig>,
+    /// A directory of QMP sockets, one per VM (see [`crate::vmdir`] for
+    /// the layouts): VMs that appear there are served, and dropped when
+    /// they go, without a restart.
+    #[serde(default)]
+    pub vm_dir: Option<PathBuf>,
     /// Original values of everything boosted (for recovery after a crash).
     #[serde(default = "default_state")]
     pub state_file: PathBuf,
@@ -193,9 +206,9 @@ pub struct HostdConfig {
     pub boost_cgroup: Option<PathBuf>,
     /// While a VM is boosted, make BFQ idle for it on the host disks under
     /// its images: `strict_guarantees`, and `slice_idle` at least 32 ms (see
-    /// `actuator::BfqIdlingActuator`). `bfq_strict` is this field's name in
-    /// configurations written before the idle window was added.
-    #[serde(default, alias = "bfq_strict")]
+    /// `actuator::BfqIdlingActuator`). `bfq_strict`, this key's name
+    /// before the idle window was added, is read too (see [`DEPRECATED_KEYS`]).
+    #[serde(default)]
     pub bfq_idling: bool,
     /// Messages per second a channel may send before hostd coalesces them.
     #[serde(default = "default_rate")]
@@ -215,9 +228,10 @@ pub struct HostdConfig {
     /// How often to look for new threads of boosted VMs and for VMs that exited, ms.
     #[serde(default = "default_rescan")]
     pub rescan_ms: u64,
-    /// The host's lease on a HELP, ms (policy's `max_lease_ns`).
+    /// The host's lease on a HELP, ms (policy's `max_lease_ns`; the key was
+    /// `max_lease_ms` before it took the command line's name).
     #[serde(default = "default_lease")]
-    pub max_lease_ms: u64,
+    pub lease_ms: u64,
     /// Share of `budget_window_s` a VM may spend boosted (policy's
     /// `budget_fraction`; default 0.5).
     #[serde(default = "default_budget_fraction")]
@@ -288,14 +302,53 @@ impl Default for HostdConfig {
 }
 
 impl HostdConfig {
+    /// Parses a configuration file; a key under an old name
+    /// ([`DEPRECATED_KEYS`]) is read as its new one, with a warning logged.
     pub fn from_toml(text: &str) -> Result<HostdConfig> {
-        toml::from_str(text).map_err(|e| err(format!("hostd config: {e}")))
+        let (c, warnings) = Self::from_toml_warnings(text)?;
+        for w in warnings {
+            warn(&w);
+        }
+        Ok(c)
+    }
+
+    /// [`HostdConfig::from_toml`], returning the deprecation warnings.
+    pub fn from_toml_warnings(text: &str) -> Result<(HostdConfig, Vec<String>)> {
+        let what = |e: &dyn std::fmt::Display| err(format!("hostd config: {e}"));
+        let mut table: toml::Table = text.parse().map_err(|e| what(&e))?;
+        let mut warnings = Vec::new();
+        for (old, new) in DEPRECATED_KEYS {
+            let Some(v) = table.remove(*old) else {
+                continue;
+            };
+            if table.contains_key(*new) {
+                return Err(err(format!(
+                    "hostd config: {old} and {new} both given; {old} is {new}'s old name: keep {new}"
+                )));
+            }
+            warnings.push(format!(
+                "hostd config: {old} is deprecated and will go in the next release: write {new} (the same as --{})",
+                new.replace('_', "-")
+            ));
+            table.insert(new.to_string(), v);
+        }
+        let c: HostdConfig = toml::Value::Table(table).try_into().map_err(|e| what(&e))?;
+        Ok((c, warnings))
+    }
+
+    /// The configuration file's keys (those of a default configuration,
+    /// `vm` included), for the test that each has a command-line flag.
+    pub fn keys() -> Vec<String> {
+        match serde_json::to_value(HostdConfig::default()) {
+            Ok(serde_json::Value::Object(m)) => m.keys().cloned().collect(),
+            _ => Vec::new(),
+        }
     }
 
     pub fn validate(&self) -> Result<()> {
-        if self.vms.is_empty() {
+        if self.vms.is_empty() && self.vm_dir.is_none() {
             return Err(err(
-                "no VM: give --vm name=N,socket=PATH,pid=PID (or cid=N with --vsock-port) or a [[vm]] in --config",
+                "no VM: give --vm-dir DIR (a directory of QMP sockets), --vm name=N,socket=PATH,pid=PID (or cid=N with --vsock-port) or a [[vm]] in --config",
             ));
         }
         for (i, v) in self.vms.iter().enumerate() {
@@ -437,7 +490,7 @@ impl HostdConfig {
                 (None, Some(q)) => match crate::qmp::peer_pid(q) {
                     Ok(p) => Some(p),
                     Err(e) => {
-                        log(&format!(
+                        warn(&format!(
                             "{what}: {e} (it will not be served until hostd restarts)"
                         ));
                         None
@@ -451,7 +504,7 @@ impl HostdConfig {
             };
             match vmproc::read_start_time(pid) {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    log(&format!(
+                    warn(&format!(
                         "{what}: no QEMU process {pid} (it will not be served until hostd restarts)"
                     ));
                     out.push(None);
@@ -472,10 +525,10 @@ impl HostdConfig {
         // Design choice: a lease longer than an hour is a mistake (a guest
         // renews every half lease), and a budget window longer than a day
         // would never let a VM's budget recover within a session.
-        if !(1..=MAX_LEASE_MS).contains(&self.max_lease_ms) {
+        if !(1..=MAX_LEASE_MS).contains(&self.lease_ms) {
             return Err(err(format!(
-                "max_lease_ms (--lease-ms) = {}: it must be from 1 to {MAX_LEASE_MS} (one hour)",
-                self.max_lease_ms
+                "lease_ms = {}: it must be from 1 to {MAX_LEASE_MS} (one hour)",
+                self.lease_ms
             )));
         }
         if self.budget_window_s > MAX_BUDGET_WINDOW_S {
@@ -492,9 +545,9 @@ impl HostdConfig {
         }
         let p = PolicyConfig {
             max_lease_ns: self
-                .max_lease_ms
+                .lease_ms
                 .checked_mul(MS)
-                .ok_or_else(|| err("max_lease_ms: too large"))?,
+                .ok_or_else(|| err("lease_ms: too large"))?,
             budget_fraction: self.budget_fraction,
             budget_window_ns: (self.budget_window_s * 1e9).round() as u64,
             ..PolicyConfig::default()
@@ -590,12 +643,18 @@ enum Event {
     VsockRefused {
         cid: u32,
     },
+    /// `vm_dir` changed (inotify): VMs may have come or gone.
+    VmDirChanged,
 }
 
 #[derive(Default)]
 struct VmRuntime {
     conn: Option<(u64, Stream)>,
     alive: bool,
+    /// A VM from `vm_dir` that went away: its slot is free for the next.
+    removed: bool,
+    /// Tells the channel's connecting thread to stop (a VM dropped).
+    stop: Arc<AtomicBool>,
     /// The QEMU process and its start time.
     qemu: Option<ProcessId>,
     /// Bytes read from the VM's channel.
@@ -619,8 +678,15 @@ struct VmRuntime {
     qmp_asked_at: Option<u64>,
 }
 
+/// One line of hostd's log (see [`crate::logging`]).
 fn log(m: &str) {
-    eprintln!("tandem hostd: {m}");
+    tracing::info!(target: "hostd", "{m}");
+}
+
+/// A problem worth an operator's attention: an actuator or a VM that
+/// cannot be served.
+fn warn(m: &str) {
+    tracing::warn!(target: "hostd", "{m}");
 }
 
 /// A VM's channel limits, shared by all of its connections (a guest that
@@ -838,6 +904,7 @@ fn start_channel(
     cfg: &VmConfig,
     tx: Sender<Event>,
     limiter: SharedLimiter,
+    stop: Arc<AtomicBool>,
 ) -> Result<Option<PathBuf>> {
     let Some(path) = cfg.socket.clone() else {
         return Ok(None);
@@ -845,17 +912,11 @@ fn start_channel(
     if cfg.connect {
         thread::Builder::new()
             .name(format!("vm{vm}-connect"))
-            .spawn(move || loop {
-                if let Ok(s) = UnixStream::connect(&path) {
-                    serve_channel(
-                        vm,
-                        next_conn(),
-                        Stream::Unix(s),
-                        tx.clone(),
-                        limiter.clone(),
-                    );
+            .spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    connect_once(vm, &path, &tx, &limiter, &stop);
+                    thread::sleep(Duration::from_millis(500));
                 }
-                thread::sleep(Duration::from_millis(500));
             })
             .map_err(|e| err(format!("VM {}: starting its thread: {e}", cfg.name)))?;
         Ok(None)
@@ -877,6 +938,29 @@ fn start_channel(
             },
         )?;
         Ok(Some(path))
+    }
+}
+
+/// Connects to a VM's chardev server socket and serves it until it closes;
+/// not once the VM is dropped (its slot may be another VM's by then).
+fn connect_once(
+    vm: usize,
+    path: &Path,
+    tx: &Sender<Event>,
+    limiter: &SharedLimiter,
+    stop: &AtomicBool,
+) {
+    if let Ok(s) = UnixStream::connect(path) {
+        if stop.load(Ordering::Relaxed) {
+            return;
+        }
+        serve_channel(
+            vm,
+            next_conn(),
+            Stream::Unix(s),
+            tx.clone(),
+            limiter.clone(),
+        );
     }
 }
 
@@ -1110,6 +1194,16 @@ pub struct Hostd {
     limiters: Vec<SharedLimiter>,
     /// Where SIGHUP gets the configuration again.
     reload: Option<ReloadFn>,
+    /// The VMs by slot: the configuration's first, then those found in
+    /// `vm_dir` (a dropped one's slot is given to the next).
+    vms: Vec<VmConfig>,
+    /// The slots of the VMs found in `vm_dir`, by QMP socket.
+    found: BTreeMap<PathBuf, usize>,
+    /// QMP sockets in `vm_dir` that are no running QEMU's, logged once and
+    /// asked again at each rescan (QEMU may have bound but not yet listened).
+    skipped: std::collections::BTreeSet<PathBuf>,
+    /// For the channels of VMs found while running.
+    tx: Option<Sender<Event>>,
 }
 
 /// Builds the configuration again (SIGHUP): the file and the command line.
@@ -1131,6 +1225,7 @@ fn needs_restart(old: &HostdConfig, new: &HostdConfig) -> Vec<&'static str> {
         }
     };
     differ("the VMs", old.vms != new.vms);
+    differ("vm_dir", old.vm_dir != new.vm_dir);
     differ("state_file", old.state_file != new.state_file);
     differ("control", old.control != new.control);
     differ("metrics", old.metrics != new.metrics);
@@ -1153,8 +1248,8 @@ fn needs_restart(old: &HostdConfig, new: &HostdConfig) -> Vec<&'static str> {
     );
     differ(
         "the lease and budget",
-        (old.max_lease_ms, old.budget_fraction, old.budget_window_s)
-            != (new.max_lease_ms, new.budget_fraction, new.budget_window_s),
+        (old.lease_ms, old.budget_fraction, old.budget_window_s)
+            != (new.lease_ms, new.budget_fraction, new.budget_window_s),
     );
     v
 }
@@ -1209,7 +1304,8 @@ impl Hostd {
             .iter()
             .map(|_| Arc::new(Mutex::new(ChannelLimiter::new(&cfg.channel_limits(), now))))
             .collect();
-        Ok(Hostd {
+        let mut h = Hostd {
+            vms: cfg.vms.clone(),
             cfg,
             arbiter,
             targets,
@@ -1221,7 +1317,14 @@ impl Hostd {
             started_ns: now_ns(),
             limiters,
             reload: None,
-        })
+            found: BTreeMap::new(),
+            skipped: Default::default(),
+            tx: None,
+        };
+        // The VMs already running, before the state file is recovered (a
+        // previous hostd's boosts of them are then in scope).
+        h.sync_vm_dir(now_ns());
+        Ok(h)
     }
 
     /// On SIGHUP, build the configuration with `f` and apply what can be
@@ -1242,7 +1345,7 @@ impl Hostd {
             return;
         };
         match f().and_then(|c| c.validate().map(|()| c)) {
-            Err(e) => log(&format!(
+            Err(e) => warn(&format!(
                 "SIGHUP: configuration not reloaded: {e}; the running one stays"
             )),
             Ok(new) => {
@@ -1285,15 +1388,20 @@ impl Hostd {
             return;
         }
         let cfg = self.arbiter.config();
-        let used = self.arbiter.budget_used(i as u32, now).unwrap_or(0);
-        log(&format!(
-            "{:.3} VM {}: {what} (budget: {:.1} of {:.1} s used in the last {:.0} s)",
-            now.saturating_sub(self.started_ns) as f64 / 1e9,
-            self.targets[i].name,
-            used as f64 / 1e9,
+        let used = self.arbiter.budget_used(i as u32, now).unwrap_or(0) as f64 / 1e9;
+        let t = now.saturating_sub(self.started_ns) as f64 / 1e9;
+        let name = &self.targets[i].name;
+        // The same as fields, for JSON logs.
+        tracing::info!(
+            target: "hostd",
+            t_s = t,
+            vm = %name,
+            event = what,
+            budget_used_s = used,
+            "{t:.3} VM {name}: {what} (budget: {used:.1} of {:.1} s used in the last {:.0} s)",
             cfg.budget_ns() as f64 / 1e9,
             cfg.budget_window_ns as f64 / 1e9,
-        ));
+        );
     }
 
     fn apply(&mut self, changes: Vec<BoostChange>, now: u64) {
@@ -1313,7 +1421,7 @@ impl Hostd {
                         if let Err(e) = a.unboost(&self.targets[i], &mut self.journal) {
                             self.rt[i].actuator_errors += 1;
                             self.rt[i].last_error = Some(e.0.clone());
-                            log(&format!(
+                            warn(&format!(
                                 "VM {}: unboost ({}): {e}",
                                 self.targets[i].name,
                                 a.name()
@@ -1340,7 +1448,7 @@ impl Hostd {
     /// Asks QEMU which threads are VM `i`'s vCPUs, once per QEMU process;
     /// on failure every thread is boosted, and the error is shown.
     fn map_threads(&mut self, i: usize) {
-        let Some(sock) = self.cfg.vms[i].qmp.clone() else {
+        let Some(sock) = self.vms[i].qmp.clone() else {
             return;
         };
         if self.rt[i].qmp_done || self.rt[i].qmp_asked_at == Some(self.rt[i].boosts) {
@@ -1358,7 +1466,7 @@ impl Hostd {
             }
             Err(e) => {
                 self.rt[i].last_error = Some(e.0.clone());
-                log(&format!(
+                warn(&format!(
                     "VM {}: {e}; boosting all of its threads",
                     self.targets[i].name
                 ));
@@ -1407,6 +1515,141 @@ impl Hostd {
         }
     }
 
+    /// The VMs served now (not those dropped from `vm_dir`).
+    fn live_vms(&self) -> usize {
+        self.rt.iter().filter(|r| !r.removed).count()
+    }
+
+    /// Reads `vm_dir` again: serves the VMs that appeared, drops those that
+    /// went (their QMP socket gone or their QEMU exited).
+    fn sync_vm_dir(&mut self, now: u64) {
+        let Some(dir) = self.cfg.vm_dir.clone() else {
+            return;
+        };
+        let present = crate::vmdir::scan(&dir);
+        let gone: Vec<(PathBuf, usize)> = self
+            .found
+            .iter()
+            .filter(|(q, &i)| !self.rt[i].alive || !present.iter().any(|f| &f.qmp == *q))
+            .map(|(q, &i)| (q.clone(), i))
+            .collect();
+        for (qmp, i) in gone {
+            self.found.remove(&qmp);
+            self.drop_vm(i, now);
+        }
+        self.skipped.retain(|q| present.iter().any(|f| &f.qmp == q));
+        for f in present {
+            if !self.found.contains_key(&f.qmp) {
+                self.add_found(f);
+            }
+        }
+    }
+
+    /// Serves a VM found in `vm_dir`, if its QMP socket's peer is a QEMU
+    /// process and its name is no other VM's.
+    fn add_found(&mut self, f: crate::vmdir::FoundVm) {
+        let what = format!("VM {} ({})", f.name, f.qmp.display());
+        let named = self
+            .targets
+            .iter()
+            .zip(&self.rt)
+            .any(|(t, r)| !r.removed && t.name == f.name);
+        let qemu = if f.name.len() > policy::protocol::MAX_VM_NAME_BYTES {
+            Err(err("its name is longer than 64 bytes"))
+        } else if named {
+            Err(err("another VM has this name"))
+        } else {
+            crate::qmp::peer_pid(&f.qmp).and_then(|pid| vmproc::check_qemu(pid, &what))
+        };
+        let qemu = match qemu {
+            Ok(q) => q,
+            Err(e) => {
+                // A socket left by a killed QEMU, or not QEMU's: asked again
+                // at the next rescan, logged once.
+                if self.skipped.insert(f.qmp) {
+                    warn(&format!("{what}: not served (yet): {e}"));
+                }
+                return;
+            }
+        };
+        let cfg = VmConfig {
+            name: f.name.clone(),
+            socket: Some(f.channel.clone()),
+            cid: None,
+            pid: Some(qemu.pid),
+            connect: true,
+            cgroup: None,
+            // libvirt holds the monitor's one connection: no thread names.
+            qmp: (!f.libvirt).then(|| f.qmp.clone()),
+            weight: 1,
+        };
+        let i = self
+            .rt
+            .iter()
+            .position(|r| r.removed)
+            .unwrap_or(self.rt.len());
+        let target = VmTarget {
+            name: f.name.clone(),
+            pid: qemu.pid,
+            cgroup: None,
+            vcpu_tids: Vec::new(),
+        };
+        let rt = VmRuntime {
+            alive: true,
+            qemu: Some(qemu),
+            ..VmRuntime::default()
+        };
+        let limiter = Arc::new(Mutex::new(ChannelLimiter::new(
+            &self.cfg.channel_limits(),
+            now_ns(),
+        )));
+        if i == self.rt.len() {
+            self.vms.push(cfg);
+            self.targets.push(target);
+            self.rt.push(rt);
+            self.limiters.push(limiter);
+        } else {
+            (self.vms[i], self.targets[i], self.rt[i]) = (cfg, target, rt);
+            self.limiters[i] = limiter;
+        }
+        self.arbiter.add_vm(i as u32, 1);
+        self.skipped.remove(&f.qmp);
+        self.found.insert(f.qmp, i);
+        if let Some(tx) = self.tx.clone() {
+            let (stop, l) = (self.rt[i].stop.clone(), self.limiters[i].clone());
+            if let Err(e) = start_channel(i, &self.vms[i], tx, l, stop) {
+                warn(&format!("{what}: {e}"));
+            }
+        }
+        log(&format!(
+            "{what}: serving it: QEMU pid {}, channel {}",
+            qemu.pid,
+            f.channel.display()
+        ));
+    }
+
+    /// Drops VM `i`, found in `vm_dir`: undoes its boost, closes its
+    /// channel and frees its slot.
+    fn drop_vm(&mut self, i: usize, now: u64) {
+        if self.rt[i].alive {
+            self.rt[i].alive = false;
+            let ch = self.arbiter.remove_vm(i as u32, now);
+            self.apply(ch, now);
+            let _ = self.journal.revert_vm(&self.targets[i].name);
+        } else {
+            self.arbiter.remove_vm(i as u32, now);
+        }
+        self.rt[i].stop.store(true, Ordering::Relaxed);
+        if let Some((_, s)) = self.rt[i].conn.take() {
+            s.shutdown();
+        }
+        self.rt[i].removed = true;
+        log(&format!(
+            "VM {}: gone from vm_dir; dropped",
+            self.targets[i].name
+        ));
+    }
+
     /// Boosts VM `i` (again: new threads get it too), once its process is
     /// checked to be the same QEMU.
     fn boost(&mut self, i: usize) {
@@ -1418,7 +1661,7 @@ impl Hostd {
             if let Err(e) = a.boost(&self.targets[i], &mut self.journal) {
                 self.rt[i].actuator_errors += 1;
                 self.rt[i].last_error = Some(e.0.clone());
-                log(&format!(
+                warn(&format!(
                     "VM {}: boost ({}): {e}",
                     self.targets[i].name,
                     a.name()
@@ -1504,6 +1747,7 @@ impl Hostd {
                 self.rt[vm].malformed += malformed;
                 self.rt[vm].bytes += bytes;
             }
+            Event::VmDirChanged => self.sync_vm_dir(now),
             Event::VsockRefused { cid } => {
                 self.vsock_refused += 1;
                 if self.vsock_refused_cids.insert(cid) {
@@ -1550,9 +1794,20 @@ impl Hostd {
                 self.vsock_refused
             );
         }
+        if let Some(d) = &self.cfg.vm_dir {
+            s += &format!(
+                "vm_dir {}: watching; {} VM(s) found there, {} socket(s) not served\n",
+                d.display(),
+                self.found.len(),
+                self.skipped.len()
+            );
+        }
         s += "VM               PID      STATE      CHANNEL    BOOSTED  FOR_S   BOOSTS  BOOSTED_S  HELPS  MSGS   LIMITED  MALFORMED  THREADS\n";
         for (i, t) in self.targets.iter().enumerate() {
             let r = &self.rt[i];
+            if r.removed {
+                continue;
+            }
             let st = self.arbiter.stats(i as u32).unwrap_or_default();
             let threads = self
                 .journal
@@ -1588,7 +1843,10 @@ impl Hostd {
         let mut reg = Registry::with_prefix("tandem_hostd");
         let st = |i: usize| self.arbiter.stats(i as u32).unwrap_or_default();
         let label = |i: usize| VmLabel::new(&self.targets[i].name);
-        let vms = 0..self.targets.len();
+        let served: Vec<usize> = (0..self.targets.len())
+            .filter(|&i| !self.rt[i].removed)
+            .collect();
+        let vms = served.iter().copied();
         let gauges: [PerVm<'_, bool>; 2] = [
             ("boosted", "1 while the VM is boosted", &|i| {
                 self.arbiter.is_boosted(i as u32)
@@ -1684,7 +1942,7 @@ impl Hostd {
         sys::install_daemon_handlers();
         let rec = Journal::recover(&self.cfg.state_file, &self.recovery_scope())?;
         for why in &rec.refused {
-            log(&format!(
+            warn(&format!(
                 "{}: not restored: {why}",
                 self.cfg.state_file.display()
             ));
@@ -1700,11 +1958,19 @@ impl Hostd {
         let mut created: Vec<PathBuf> = Vec::new();
         let limiters = self.limiters.clone();
         let r = (|| -> Result<()> {
-            for (i, v) in self.cfg.vms.iter().enumerate() {
-                if let Some(p) = start_channel(i, v, tx.clone(), limiters[i].clone())? {
+            for (i, v) in self.vms.iter().enumerate() {
+                let stop = self.rt[i].stop.clone();
+                if let Some(p) = start_channel(i, v, tx.clone(), limiters[i].clone(), stop)? {
                     created.push(p);
                 }
             }
+            if let Some(dir) = &self.cfg.vm_dir {
+                let wake = tx.clone();
+                crate::vmdir::watch(dir, move || {
+                    let _ = wake.send(Event::VmDirChanged);
+                })?;
+            }
+            self.tx = Some(tx.clone());
             if let Some(port) = self.cfg.vsock_port {
                 start_vsock(
                     port,
@@ -1726,9 +1992,13 @@ impl Hostd {
                 Some(p) => format!("; vsock port {p}"),
                 None => String::new(),
             };
+            let dir = match &self.cfg.vm_dir {
+                Some(d) => format!(" (and those in {})", d.display()),
+                None => String::new(),
+            };
             log(&format!(
-                "serving {} VM(s); control {}{vsock}; actuators: {}",
-                self.targets.len(),
+                "serving {} VM(s){dir}; control {}{vsock}; actuators: {}",
+                self.live_vms(),
                 self.cfg.control.display(),
                 self.actuators
                     .iter()
@@ -1738,7 +2008,7 @@ impl Hostd {
             ));
             notify(&[
                 sd_notify::NotifyState::Ready,
-                sd_notify::NotifyState::Status(&format!("serving {} VM(s)", self.targets.len())),
+                sd_notify::NotifyState::Status(&format!("serving {} VM(s)", self.live_vms())),
             ]);
             self.event_loop(&rx);
             notify(&[sd_notify::NotifyState::Stopping]);
@@ -1797,6 +2067,7 @@ impl Hostd {
                 self.apply(ch, now);
             }
             if now >= next_rescan {
+                self.sync_vm_dir(now);
                 self.rescan(now);
                 next_rescan = now + self.cfg.rescan_ms * MS;
             }
@@ -1879,6 +2150,38 @@ mod tests {
             assert!(e.contains("budget"), "{f} {w}: {e}");
         }
         assert!(HostdConfig::default().validate().is_err());
+    }
+
+    /// A key under its old name is read, with a warning; old and new
+    /// together are refused.
+    #[test]
+    fn deprecated_keys_are_read_with_a_warning() {
+        let vm = "[[vm]]\nname = \"a\"\nsocket = \"/tmp/a\"\npid = 5\n";
+        let (c, w) = HostdConfig::from_toml_warnings(&format!(
+            "max_lease_ms = 700\nbfq_strict = true\n{vm}"
+        ))
+        .unwrap();
+        assert_eq!((c.lease_ms, c.bfq_idling), (700, true));
+        assert_eq!(w.len(), 2, "{w:?}");
+        assert!(
+            w[0].contains("max_lease_ms is deprecated") && w[0].contains("lease_ms"),
+            "{w:?}"
+        );
+        let (c, w) = HostdConfig::from_toml_warnings(&format!("lease_ms = 800\n{vm}")).unwrap();
+        assert_eq!((c.lease_ms, w.len()), (800, 0));
+        let e = HostdConfig::from_toml("lease_ms = 1\nmax_lease_ms = 2\n")
+            .unwrap_err()
+            .0;
+        assert!(e.contains("both given"), "{e}");
+        assert!(HostdConfig::keys().contains(&"lease_ms".to_string()));
+    }
+
+    /// The example configuration shipped in dist/ is valid as it is.
+    #[test]
+    fn the_example_configuration_is_valid() {
+        let c = HostdConfig::from_toml(include_str!("../../../dist/hostd.toml")).unwrap();
+        assert_eq!(c.vm_dir.as_deref(), Some(Path::new("/run/tandem/vms")));
+        c.validate().unwrap();
     }
 
     fn vm(name: &str, socket: Option<&str>, cid: Option<u32>) -> VmConfig {

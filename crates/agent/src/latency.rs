@@ -38,8 +38,10 @@ pub(crate) struct Kids(pub(crate) Vec<Child>, pub(crate) PathBuf);
 impl Drop for Kids {
     fn drop(&mut self) {
         for c in self.0.iter_mut().rev() {
-            // SAFETY: kill(2) on our own child's pid.
-            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(c.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
             let t = Instant::now();
             while t.elapsed() < Duration::from_secs(5) {
                 if let Ok(Some(_)) = c.try_wait() {

@@ -16,10 +16,12 @@ pub mod hostd;
 pub mod hostile;
 pub mod latency;
 pub mod listen;
+pub mod logging;
 pub mod qmp;
 pub mod sys;
 pub mod testkit;
 pub mod transport;
+pub mod vmdir;
 pub mod vmproc;
 
 use std::time::Instant;
@@ -51,6 +53,5 @@ pub fn now_ns() -> u64 {
 
 /// Whether the process runs as root.
 pub fn is_root() -> bool {
-    // SAFETY: geteuid has no arguments and cannot fail.
-    unsafe { libc::geteuid() == 0 }
+    nix::unistd::geteuid().is_root()
 }

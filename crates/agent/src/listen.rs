@@ -239,7 +239,7 @@ impl Throttled {
             0 => String::new(),
             n => format!(" ({n} more since the last message)"),
         };
-        eprintln!("{who}: {m}{more}");
+        tracing::warn!(target: "listen", "{who}: {m}{more}");
         self.last = Some(now);
         self.missed = 0;
     }

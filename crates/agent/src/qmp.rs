@@ -30,32 +30,13 @@ pub struct QemuThreads {
 /// record of the peer (`SO_PEERCRED`): hostd needs no `pid=` for a VM
 /// declared with `qmp=`.
 pub fn peer_pid(path: &Path) -> Result<u32> {
-    use std::os::fd::AsRawFd;
     let s = UnixStream::connect(path).map_err(|e| err(format!("QMP {}: {e}", path.display())))?;
-    let mut cred = libc::ucred {
-        pid: 0,
-        uid: 0,
-        gid: 0,
-    };
-    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: getsockopt writes at most `len` bytes into `cred`.
-    let rc = unsafe {
-        libc::getsockopt(
-            s.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            &mut cred as *mut libc::ucred as *mut libc::c_void,
-            &mut len,
-        )
-    };
-    if rc != 0 || cred.pid <= 0 {
-        return Err(err(format!(
-            "QMP {}: no peer process ({})",
-            path.display(),
-            std::io::Error::last_os_error()
-        )));
+    let cred = nix::sys::socket::getsockopt(&s, nix::sys::socket::sockopt::PeerCredentials)
+        .map_err(|e| err(format!("QMP {}: no peer process ({e})", path.display())))?;
+    if cred.pid() <= 0 {
+        return Err(err(format!("QMP {}: no peer process", path.display())));
     }
-    Ok(cred.pid as u32)
+    Ok(cred.pid() as u32)
 }
 
 /// How long a QMP exchange may take: QEMU answers these queries at once

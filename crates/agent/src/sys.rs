@@ -32,6 +32,9 @@ pub fn ioprio_show(v: u32) -> String {
     format!("{class}/{}", v & 7)
 }
 
+// ioprio_get/ioprio_set by raw syscall: neither nix (0.29) nor rustix
+// wraps them, and glibc has no wrapper either.
+
 /// The I/O priority of thread `tid`.
 pub fn ioprio_get(tid: u32) -> io::Result<u32> {
     // SAFETY: ioprio_get takes two integers.
@@ -100,8 +103,11 @@ pub fn cpu_and_rss(pid: u32) -> Option<(f64, u64)> {
     let f: Vec<&str> = rest.split(' ').collect();
     let utime: f64 = f.get(11)?.parse().ok()?;
     let stime: f64 = f.get(12)?.parse().ok()?;
-    // SAFETY: sysconf has no side effects.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .unwrap_or(100)
+        .max(1) as f64;
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let rss = status
         .lines()
@@ -219,8 +225,14 @@ pub enum ProcEvent {
 
 /// The kernel's process connector (`NETLINK_CONNECTOR`, `CN_IDX_PROC`):
 /// exec and exit events of every process. Needs root (`CAP_NET_ADMIN`).
+///
+/// The socket is netlink-sys's; the messages are built and parsed here
+/// (`cn_msg` and `proc_event`, from the kernel's connector.h and cn_proc.h):
+/// no well-kept crate models the process connector's messages (the
+/// rust-netlink `netlink-packet-*` crates cover route, generic, audit,
+/// netfilter and sock_diag, not the connector).
 pub struct ProcConnector {
-    fd: std::os::fd::OwnedFd,
+    socket: netlink_sys::Socket,
 }
 
 // include/uapi/linux/connector.h and cn_proc.h
@@ -234,70 +246,34 @@ const CN_MSG_HDR: usize = 20;
 
 impl ProcConnector {
     pub fn open() -> io::Result<ProcConnector> {
-        use std::os::fd::FromRawFd;
-        // SAFETY: socket/bind/send on a descriptor we own, with buffers we
-        // built to the kernel's layout.
-        unsafe {
-            let fd = libc::socket(
-                libc::AF_NETLINK,
-                libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
-                libc::NETLINK_CONNECTOR,
-            );
-            if fd < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            let owned = std::os::fd::OwnedFd::from_raw_fd(fd);
-            let mut sa: libc::sockaddr_nl = std::mem::zeroed();
-            sa.nl_family = libc::AF_NETLINK as libc::sa_family_t;
-            sa.nl_groups = CN_IDX_PROC;
-            sa.nl_pid = 0;
-            if libc::bind(
-                fd,
-                &sa as *const libc::sockaddr_nl as *const libc::sockaddr,
-                std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t,
-            ) < 0
-            {
-                return Err(io::Error::last_os_error());
-            }
-            // nlmsghdr + cn_msg + the op (u32).
-            let total = NLMSG_HDR + CN_MSG_HDR + 4;
-            let mut m = Vec::with_capacity(total);
-            m.extend((total as u32).to_ne_bytes());
-            m.extend((libc::NLMSG_DONE as u16).to_ne_bytes());
-            m.extend(0u16.to_ne_bytes()); // flags
-            m.extend(0u32.to_ne_bytes()); // seq
-            m.extend(libc::getpid().to_ne_bytes()); // pid
-            m.extend(CN_IDX_PROC.to_ne_bytes());
-            m.extend(CN_VAL_PROC.to_ne_bytes());
-            m.extend(0u32.to_ne_bytes()); // seq
-            m.extend(0u32.to_ne_bytes()); // ack
-            m.extend(4u16.to_ne_bytes()); // len
-            m.extend(0u16.to_ne_bytes()); // flags
-            m.extend(PROC_CN_MCAST_LISTEN.to_ne_bytes());
-            if libc::send(fd, m.as_ptr() as *const libc::c_void, m.len(), 0) < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            Ok(ProcConnector { fd: owned })
-        }
+        let mut socket = netlink_sys::Socket::new(netlink_sys::protocols::NETLINK_CONNECTOR)?;
+        // Port 0: the kernel assigns ours; the group is the connector's
+        // process-event index.
+        socket.bind(&netlink_sys::SocketAddr::new(0, CN_IDX_PROC))?;
+        // nlmsghdr + cn_msg + the op (u32).
+        let total = NLMSG_HDR + CN_MSG_HDR + 4;
+        let mut m = Vec::with_capacity(total);
+        m.extend((total as u32).to_ne_bytes());
+        m.extend((libc::NLMSG_DONE as u16).to_ne_bytes());
+        m.extend(0u16.to_ne_bytes()); // flags
+        m.extend(0u32.to_ne_bytes()); // seq
+        m.extend(std::process::id().to_ne_bytes()); // pid
+        m.extend(CN_IDX_PROC.to_ne_bytes());
+        m.extend(CN_VAL_PROC.to_ne_bytes());
+        m.extend(0u32.to_ne_bytes()); // seq
+        m.extend(0u32.to_ne_bytes()); // ack
+        m.extend(4u16.to_ne_bytes()); // len
+        m.extend(0u16.to_ne_bytes()); // flags
+        m.extend(PROC_CN_MCAST_LISTEN.to_ne_bytes());
+        socket.send(&m, 0)?;
+        Ok(ProcConnector { socket })
     }
 
     /// Blocks for the next datagram and returns the events in it.
     pub fn recv(&self) -> io::Result<Vec<ProcEvent>> {
-        use std::os::fd::AsRawFd;
         let mut buf = [0u8; 4096];
-        // SAFETY: recv into a buffer we own.
-        let n = unsafe {
-            libc::recv(
-                self.fd.as_raw_fd(),
-                buf.as_mut_ptr() as *mut libc::c_void,
-                buf.len(),
-                0,
-            )
-        };
-        if n < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(parse_proc_events(&buf[..n as usize]))
+        let n = self.socket.recv(&mut &mut buf[..], 0)?;
+        Ok(parse_proc_events(&buf[..n.min(buf.len())]))
     }
 }
 

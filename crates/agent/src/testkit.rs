@@ -212,7 +212,11 @@ pub fn fake_qemu_main(
     threads: usize,
     read: &[std::path::PathBuf],
     write: &[std::path::PathBuf],
+    qmp: Option<&Path>,
 ) -> Result<()> {
+    if let Some(p) = qmp {
+        serve_qmp(p)?;
+    }
     let mut files = Vec::new();
     for p in read {
         files.push(File::open(p).map_err(|e| err(format!("{}: {e}", p.display())))?);
@@ -235,4 +239,32 @@ pub fn fake_qemu_main(
     loop {
         thread::sleep(Duration::from_secs(3600));
     }
+}
+
+/// A QMP server on `path`, as QEMU's `-qmp unix:PATH,server=on,wait=off`:
+/// the greeting, then an empty answer to every command (no iothreads, no
+/// vCPUs named: hostd boosts every thread), one client at a time.
+fn serve_qmp(path: &Path) -> Result<()> {
+    use std::io::{BufRead, BufReader, Write};
+    let l = std::os::unix::net::UnixListener::bind(path)
+        .map_err(|e| err(format!("QMP {}: {e}", path.display())))?;
+    thread::Builder::new()
+        .spawn(move || {
+            for s in l.incoming().flatten() {
+                let Ok(mut w) = s.try_clone() else { continue };
+                let _ = writeln!(w, r#"{{"QMP": {{"version": {{}}, "capabilities": []}}}}"#);
+                for line in BufReader::new(s).lines().map_while(|l| l.ok()) {
+                    let reply = if line.contains("qmp_capabilities") {
+                        r#"{"return": {}}"#
+                    } else {
+                        r#"{"return": []}"#
+                    };
+                    if writeln!(w, "{reply}").is_err() {
+                        break;
+                    }
+                }
+            }
+        })
+        .map_err(|e| err(format!("starting a thread: {e}")))?;
+    Ok(())
 }

@@ -17,6 +17,12 @@ use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use nix::sys::socket::{
+    accept4, bind, connect, getpeername, listen, send, setsockopt, shutdown, socket, sockopt,
+    AddressFamily, Backlog, MsgFlags, Shutdown, SockFlag, SockType, VsockAddr,
+};
+use nix::sys::time::TimeVal;
+
 use policy::{decode, DecodeError, Message, MAX_MESSAGE_BYTES};
 
 use crate::{err, Result};
@@ -88,40 +94,19 @@ impl std::fmt::Display for Endpoint {
     }
 }
 
-/// A `sockaddr_vm` for `cid` and `port`.
-fn sockaddr_vm(cid: u32, port: u32) -> libc::sockaddr_vm {
-    // SAFETY: sockaddr_vm is plain data; all-zero is a valid value.
-    let mut sa: libc::sockaddr_vm = unsafe { std::mem::zeroed() };
-    sa.svm_family = libc::AF_VSOCK as libc::sa_family_t;
-    sa.svm_cid = cid;
-    sa.svm_port = port;
-    sa
-}
-
+/// A new `AF_VSOCK` stream socket.
 fn vsock_socket() -> io::Result<OwnedFd> {
-    // SAFETY: socket(2) with constant arguments; the descriptor is owned at once.
-    let fd = unsafe { libc::socket(libc::AF_VSOCK, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fd is a new descriptor that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    Ok(socket(
+        AddressFamily::Vsock,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )?)
 }
 
 fn vsock_connect(cid: u32, port: u32) -> io::Result<SocketStream> {
     let fd = vsock_socket()?;
-    let sa = sockaddr_vm(cid, port);
-    // SAFETY: connect(2) on our socket with a sockaddr_vm of the size given.
-    let r = unsafe {
-        libc::connect(
-            fd.as_raw_fd(),
-            &sa as *const libc::sockaddr_vm as *const libc::sockaddr,
-            std::mem::size_of::<libc::sockaddr_vm>() as libc::socklen_t,
-        )
-    };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    connect(fd.as_raw_fd(), &VsockAddr::new(cid, port))?;
     Ok(SocketStream(fd))
 }
 
@@ -143,20 +128,8 @@ impl VsockListener {
     /// Bind `port` on `VMADDR_CID_ANY` and listen.
     pub fn bind(port: u32) -> io::Result<VsockListener> {
         let fd = vsock_socket()?;
-        let sa = sockaddr_vm(VMADDR_CID_ANY, port);
-        // SAFETY: bind(2) and listen(2) on our socket with a sockaddr_vm of
-        // the size given.
-        unsafe {
-            if libc::bind(
-                fd.as_raw_fd(),
-                &sa as *const libc::sockaddr_vm as *const libc::sockaddr,
-                std::mem::size_of::<libc::sockaddr_vm>() as libc::socklen_t,
-            ) < 0
-                || libc::listen(fd.as_raw_fd(), 16) < 0
-            {
-                return Err(io::Error::last_os_error());
-            }
-        }
+        bind(fd.as_raw_fd(), &VsockAddr::new(VMADDR_CID_ANY, port))?;
+        listen(&fd, Backlog::new(16)?)?;
         Ok(VsockListener { fd, port })
     }
 
@@ -167,30 +140,12 @@ impl VsockListener {
     /// The next connection and its peer's CID and port, as the kernel gives
     /// them (a guest cannot choose its CID: the VMM sets it).
     pub fn accept(&self) -> io::Result<(SocketStream, u32, u32)> {
-        // SAFETY: sockaddr_vm is plain data.
-        let mut sa: libc::sockaddr_vm = unsafe { std::mem::zeroed() };
-        let mut len = std::mem::size_of::<libc::sockaddr_vm>() as libc::socklen_t;
-        // SAFETY: accept4(2) on our socket, writing at most `len` bytes to `sa`.
-        let fd = unsafe {
-            libc::accept4(
-                self.fd.as_raw_fd(),
-                &mut sa as *mut libc::sockaddr_vm as *mut libc::sockaddr,
-                &mut len,
-                libc::SOCK_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: fd is a new descriptor that nothing else owns.
+        let fd = accept4(self.fd.as_raw_fd(), SockFlag::SOCK_CLOEXEC)?;
+        // SAFETY: accept4 returned a new descriptor that nothing else owns
+        // (nix 0.29's accept4 gives a RawFd, not an OwnedFd).
         let s = SocketStream(unsafe { OwnedFd::from_raw_fd(fd) });
-        if sa.svm_family != libc::AF_VSOCK as libc::sa_family_t {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("accept gave address family {}", sa.svm_family),
-            ));
-        }
-        Ok((s, sa.svm_cid, sa.svm_port))
+        let peer: VsockAddr = getpeername(s.0.as_raw_fd())?;
+        Ok((s, peer.cid(), peer.port()))
     }
 }
 
@@ -213,37 +168,17 @@ impl SocketStream {
                     "a zero read timeout",
                 ))
             }
-            Some(d) => libc::timeval {
+            Some(d) => TimeVal::from(libc::timeval {
                 tv_sec: d.as_secs().min(libc::time_t::MAX as u64) as libc::time_t,
                 tv_usec: d.subsec_micros() as libc::suseconds_t,
-            },
-            None => libc::timeval {
-                tv_sec: 0,
-                tv_usec: 0,
-            },
+            }),
+            None => TimeVal::new(0, 0),
         };
-        // SAFETY: setsockopt(2) on our socket with a timeval of the size given.
-        let r = unsafe {
-            libc::setsockopt(
-                self.0.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_RCVTIMEO,
-                &tv as *const libc::timeval as *const libc::c_void,
-                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
-            )
-        };
-        if r < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
+        Ok(setsockopt(&self.0, sockopt::ReceiveTimeout, &tv)?)
     }
 
     pub fn shutdown(&self) -> io::Result<()> {
-        // SAFETY: shutdown(2) on our socket.
-        if unsafe { libc::shutdown(self.0.as_raw_fd(), libc::SHUT_RDWR) } < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
+        Ok(shutdown(self.0.as_raw_fd(), Shutdown::Both)?)
     }
 }
 
@@ -256,31 +191,14 @@ impl From<OwnedFd> for SocketStream {
 
 impl Read for SocketStream {
     fn read(&mut self, b: &mut [u8]) -> io::Result<usize> {
-        // SAFETY: read(2) into a buffer of the length given.
-        let n = unsafe { libc::read(self.0.as_raw_fd(), b.as_mut_ptr().cast(), b.len()) };
-        if n < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(n as usize)
+        Ok(nix::unistd::read(self.0.as_raw_fd(), b)?)
     }
 }
 
 impl Write for SocketStream {
     fn write(&mut self, b: &[u8]) -> io::Result<usize> {
         // MSG_NOSIGNAL: a peer that went away is an error, not SIGPIPE.
-        // SAFETY: send(2) from a buffer of the length given.
-        let n = unsafe {
-            libc::send(
-                self.0.as_raw_fd(),
-                b.as_ptr().cast(),
-                b.len(),
-                libc::MSG_NOSIGNAL,
-            )
-        };
-        if n < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(n as usize)
+        Ok(send(self.0.as_raw_fd(), b, MsgFlags::MSG_NOSIGNAL)?)
     }
     fn flush(&mut self) -> io::Result<()> {
         Ok(())

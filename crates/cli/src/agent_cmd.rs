@@ -38,6 +38,11 @@ pub struct HostdRunArgs {
     /// cid=CID instead of socket=PATH: the guest's vsock CID (QEMU's guest-cid), served on --vsock-port.
     #[arg(long = "vm", value_name = "SPEC")]
     vms: Vec<String>,
+    /// Serve the VMs whose QMP sockets are in this directory, as they come
+    /// and go: <DIR>/<name>.qmp with the channel <DIR>/<name>.sock, or
+    /// libvirt's <DIR>/domain-<id>-<name>/monitor.sock (see docs/protocol.md).
+    #[arg(long, value_name = "DIR")]
+    vm_dir: Option<PathBuf>,
     /// Listen for guests on this vsock port (any CID); each connection goes to the VM with the peer's cid=.
     #[arg(long, value_name = "PORT")]
     vsock_port: Option<u32>,
@@ -53,6 +58,12 @@ pub struct HostdRunArgs {
     /// ioprio actuator: ioprio-rt, ioprio-be0 or none.
     #[arg(long)]
     ioprio: Option<String>,
+    /// Level of the RT class the ioprio-rt actuator sets (0-7, default 4).
+    #[arg(long, value_name = "LEVEL")]
+    ioprio_level: Option<u32>,
+    /// BFQ weight of a boosted VM's cgroup, for VMs with cgroup= (1-1000, default 1000).
+    #[arg(long, value_name = "W")]
+    cgroup_weight: Option<u32>,
     /// Move a boosted VM's I/O threads into this cgroup v1 blkio group (e.g.
     /// the hierarchy's root) until the boost ends, so that BFQ applies the
     /// ioprio boost at once; the VM lives in a group of its own otherwise.
@@ -62,8 +73,11 @@ pub struct HostdRunArgs {
     /// its images (strict_guarantees 1, slice_idle 32 ms or more): BFQ then
     /// keeps the disk for the VM's next read instead of letting other
     /// requests in between or injecting them.
-    #[arg(long, alias = "bfq-strict")]
+    #[arg(long)]
     bfq_idling: bool,
+    /// The old name of --bfq-idling (deprecated: it goes in the next release).
+    #[arg(long, hide = true)]
+    bfq_strict: bool,
     /// Messages per second per channel before coalescing.
     #[arg(long)]
     rate_limit: Option<f64>,
@@ -92,6 +106,9 @@ pub struct HostdRunArgs {
     /// the time and the VM's use of its budget.
     #[arg(long)]
     log_boosts: bool,
+    /// Log lines on stderr as text or as JSON lines (one object per event).
+    #[arg(long, value_name = "text|json", default_value = "text")]
+    log_format: String,
 }
 
 #[derive(Args)]
@@ -145,6 +162,9 @@ pub struct FakeQemuArgs {
     /// A file to hold open for writing (repeatable).
     #[arg(long)]
     write: Vec<PathBuf>,
+    /// Serve QMP on this unix socket (as QEMU's -qmp unix:PATH,server=on).
+    #[arg(long)]
+    qmp: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -185,6 +205,9 @@ pub struct GuestdArgs {
     /// Log each change between HELP and NO-HELP, with its reason and the event behind it.
     #[arg(long)]
     verbose: bool,
+    /// Log lines on stderr as text or as JSON lines (one object per event).
+    #[arg(long, value_name = "text|json", default_value = "text")]
+    log_format: String,
 }
 
 #[derive(Args)]
@@ -231,6 +254,9 @@ fn hostd_config(a: HostdRunArgs) -> Result<agent::hostd::HostdConfig, Failure> {
         c.vms
             .push(agent::hostd::parse_vm_arg(v).map_err(|e| Failure::Usage(e.0))?);
     }
+    if a.vm_dir.is_some() {
+        c.vm_dir = a.vm_dir;
+    }
     if let Some(v) = a.state_file {
         c.state_file = v;
     }
@@ -265,7 +291,13 @@ fn hostd_config(a: HostdRunArgs) -> Result<agent::hostd::HostdConfig, Failure> {
         c.rescan_ms = v;
     }
     if let Some(v) = a.lease_ms {
-        c.max_lease_ms = v;
+        c.lease_ms = v;
+    }
+    if let Some(v) = a.ioprio_level {
+        c.ioprio_level = v;
+    }
+    if let Some(v) = a.cgroup_weight {
+        c.cgroup_weight = v;
     }
     if let Some(v) = a.budget_fraction {
         c.budget_fraction = v;
@@ -273,7 +305,12 @@ fn hostd_config(a: HostdRunArgs) -> Result<agent::hostd::HostdConfig, Failure> {
     if let Some(v) = a.budget_window_s {
         c.budget_window_s = v;
     }
-    if a.bfq_idling {
+    if a.bfq_strict {
+        agent::logging::config_warning(
+            "--bfq-strict is deprecated and will go in the next release: write --bfq-idling",
+        );
+    }
+    if a.bfq_idling || a.bfq_strict {
         c.bfq_idling = true;
     }
     if a.log_boosts {
@@ -286,6 +323,7 @@ fn hostd_config(a: HostdRunArgs) -> Result<agent::hostd::HostdConfig, Failure> {
 pub fn run_hostd(cmd: HostdCommand) -> Result<(), Failure> {
     match cmd {
         HostdCommand::Run(a) => {
+            agent::logging::init(log_format(&a.log_format)?);
             let args = (*a).clone();
             let c = hostd_config(*a)?;
             if !agent::is_root() {
@@ -359,7 +397,8 @@ pub fn run_hostd(cmd: HostdCommand) -> Result<(), Failure> {
             agent::testkit::fake_vm_main(&a.image, a.threads, &a.control).map_err(fail)
         }
         HostdCommand::FakeQemu(a) => {
-            agent::testkit::fake_qemu_main(a.threads, &a.read, &a.write).map_err(fail)
+            agent::testkit::fake_qemu_main(a.threads, &a.read, &a.write, a.qmp.as_deref())
+                .map_err(fail)
         }
         HostdCommand::FakeBurst(a) => {
             let s = agent::testkit::burst_main(&a.control, a.reads, a.kib, a.seed, a.run)
@@ -370,7 +409,13 @@ pub fn run_hostd(cmd: HostdCommand) -> Result<(), Failure> {
     }
 }
 
+/// `--log-format`'s value (a usage error otherwise).
+fn log_format(s: &str) -> Result<agent::logging::LogFormat, Failure> {
+    s.parse().map_err(|e: agent::Error| Failure::Usage(e.0))
+}
+
 pub fn run_guestd(a: GuestdArgs) -> Result<(), Failure> {
+    agent::logging::init(log_format(&a.log_format)?);
     let endpoint =
         agent::transport::Endpoint::parse(&a.connect).map_err(|e| Failure::Usage(e.0))?;
     let name = match a.name {
@@ -403,6 +448,43 @@ pub fn run_hint(a: HintArgs) -> Result<(), Failure> {
 
 #[cfg(test)]
 mod tests {
+    /// One name per knob: each configuration key of hostd is a flag of
+    /// `tandem hostd run` with dashes for underscores, and each flag a key
+    /// (but --config, the file itself, and --log-format, set before the
+    /// file is read); both lists come from the code.
+    #[test]
+    fn every_hostd_config_key_is_a_flag_and_every_flag_a_key() {
+        use clap::CommandFactory;
+        #[derive(clap::Parser)]
+        struct Run {
+            #[command(flatten)]
+            a: super::HostdRunArgs,
+        }
+        let flags: std::collections::BTreeSet<String> = Run::command()
+            .get_arguments()
+            .filter(|a| !a.is_hide_set())
+            .filter_map(|a| a.get_long().map(|l| l.replace('-', "_")))
+            .filter(|l| !["config", "help", "log_format"].contains(&l.as_str()))
+            .collect();
+        let keys: std::collections::BTreeSet<String> =
+            agent::hostd::HostdConfig::keys().into_iter().collect();
+        assert!(keys.len() > 15, "{keys:?}");
+        assert_eq!(
+            keys.difference(&flags).collect::<Vec<_>>(),
+            Vec::<&String>::new(),
+            "keys without a flag"
+        );
+        assert_eq!(
+            flags.difference(&keys).collect::<Vec<_>>(),
+            Vec::<&String>::new(),
+            "flags without a key"
+        );
+        // The old names are hidden flags or deprecated keys, not knobs.
+        for (old, new) in agent::hostd::DEPRECATED_KEYS {
+            assert!(!keys.contains(*old) && keys.contains(*new), "{old} {new}");
+        }
+    }
+
     #[test]
     fn durations() {
         assert_eq!(super::parse_duration_ms("3s"), Some(3000));

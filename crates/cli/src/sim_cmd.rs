@@ -125,8 +125,16 @@ pub struct SimKnobs {
     /// Longest help lease, in ms: a HELP not renewed ends after it.
     #[arg(long, value_name = "MS")]
     lease_ms: Option<u64>,
-    /// Share of the budget window a VM may spend boosted (0 to 1].
+    /// Share of the budget window a VM may spend boosted (0 to 1]; hostd's --budget-fraction.
     #[arg(long, value_name = "FRACTION")]
+    budget_fraction: Option<f64>,
+    /// The old name of --budget-fraction (deprecated: it goes in the next release).
+    #[arg(
+        long,
+        value_name = "FRACTION",
+        hide = true,
+        conflicts_with = "budget_fraction"
+    )]
     budget: Option<f64>,
     /// Budget window, in seconds.
     #[arg(long, value_name = "S")]
@@ -205,7 +213,10 @@ pub fn knobs_to_opts(k: &SimKnobs) -> Result<sim::bench::SimOptions, Failure> {
     if let Some(ms) = k.lease_ms {
         opts.coord.policy.max_lease_ns = ms * 1_000_000;
     }
-    if let Some(f) = k.budget {
+    if k.budget.is_some() {
+        eprintln!("tandem sim run: --budget is deprecated and will go in the next release: write --budget-fraction");
+    }
+    if let Some(f) = k.budget_fraction.or(k.budget) {
         opts.coord.policy.budget_fraction = f;
     }
     if let Some(s) = k.budget_window_s {

@@ -174,7 +174,14 @@ fn boosted(dir: &Scratch, vm: &str) -> bool {
 struct Guest(UnixStream);
 impl Guest {
     fn connect(dir: &Scratch, vm: &str) -> Guest {
-        let mut s = UnixStream::connect(dir.p(&format!("{vm}.sock"))).unwrap();
+        Guest::hello(
+            UnixStream::connect(dir.p(&format!("{vm}.sock"))).unwrap(),
+            vm,
+        )
+    }
+    /// Says Hello on a channel already open and checks the answer.
+    fn hello(mut s: UnixStream, vm: &str) -> Guest {
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         s.write_all(
             &Message::Hello {
                 version: 1,
@@ -1399,9 +1406,9 @@ fn numeric_settings_out_of_range_are_refused() {
         (&["--rate-limit-bytes=-1"], "rate_limit_bytes = -1"),
         (
             &["--lease-ms", "18446744073710"],
-            "max_lease_ms (--lease-ms) = 18446744073710: it must be from 1 to 3600000",
+            "lease_ms = 18446744073710: it must be from 1 to 3600000",
         ),
-        (&["--lease-ms", "0"], "max_lease_ms (--lease-ms) = 0"),
+        (&["--lease-ms", "0"], "lease_ms = 0"),
         (
             &["--budget-window-s", "1e6"],
             "budget_window_s = 1000000: it must be at most 86400",
@@ -1419,10 +1426,7 @@ fn numeric_settings_out_of_range_are_refused() {
     let conf = dir.p("hostd.toml");
     for (line, want) in [
         ("rate_burst = nan", "rate_burst = NaN"),
-        (
-            "max_lease_ms = 18446744073710",
-            "max_lease_ms (--lease-ms) = 18446744073710",
-        ),
+        ("lease_ms = 18446744073710", "lease_ms = 18446744073710"),
     ] {
         std::fs::write(
             &conf,
@@ -1694,7 +1698,7 @@ fn hostd_speaks_the_notify_protocol_and_reloads_on_sighup() {
     );
     assert!(status(&dir).contains("rate 200 msgs/s"), "{}", status(&dir));
 
-    std::fs::write(&conf, "rate_limit = 5\nmax_lease_ms = 500\n").unwrap();
+    std::fs::write(&conf, "rate_limit = 5\nlease_ms = 500\n").unwrap();
     h.signal(libc::SIGHUP);
     let seen = until("READY=1");
     assert!(seen.iter().any(|m| m == "RELOADING=1"), "{seen:?}");
@@ -1716,4 +1720,172 @@ fn hostd_speaks_the_notify_protocol_and_reloads_on_sighup() {
         log.contains("configuration not reloaded") && log.contains("rate_burst = NaN"),
         "{log}"
     );
+}
+
+/// hostd started on an empty VM directory serves a stand-in QEMU whose QMP
+/// socket appears there later (QEMU's pid from the socket's peer), connects
+/// to its channel `<name>.sock`, boosts it on HELP; when the QMP socket goes,
+/// the VM is dropped: its boost undone, its channel closed, gone from status.
+#[test]
+#[ignore = "needs root: runs hostd and boosts a stand-in QEMU found in its VM directory"]
+fn a_vm_in_the_vm_dir_is_served_without_a_restart_and_dropped_when_gone() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    assert!(devemu::is_root(), "needs root");
+    let dir = Scratch::new("agent-vmdir");
+    let vms = dir.p("vms");
+    std::fs::create_dir(&vms).unwrap();
+    let mut c = Command::new(EXE);
+    c.args([
+        "hostd",
+        "run",
+        "--log-format",
+        "json",
+        "--log-boosts",
+        "--vm-dir",
+    ])
+    .arg(&vms)
+    .arg("--control")
+    .arg(dir.p("control.sock"))
+    .arg("--state-file")
+    .arg(dir.p("hostd.state"))
+    .stderr(Stdio::piped());
+    let mut h = Proc::spawn(&mut c);
+    let ctl = dir.p("control.sock");
+    wait_until("hostd's control socket", 10.0, || {
+        UnixStream::connect(&ctl).is_ok()
+    });
+    let listed = |d: &Scratch| status(d).lines().any(|l| l.starts_with("vm1 "));
+    assert!(!listed(&dir), "{}", status(&dir));
+    assert!(
+        status(&dir).contains(&format!(
+            "vm_dir {}: watching; 0 VM(s) found there",
+            vms.display()
+        )),
+        "{}",
+        status(&dir)
+    );
+    // QEMU's chardev server (server=on), played by the test: hostd connects.
+    let chan = std::os::unix::net::UnixListener::bind(vms.join("vm1.sock")).unwrap();
+    chan.set_nonblocking(true).unwrap();
+    let q = Proc::spawn(
+        fake_qemu(&dir)
+            .args(["hostd", "fake-qemu", "--threads", "2", "--qmp"])
+            .arg(vms.join("vm1.qmp")),
+    );
+    agent::testkit::wait_exec(q.pid());
+    // Main, two idle threads and the QMP server's.
+    wait_until("the threads", 10.0, || {
+        sys::threads(q.pid()).map(|t| t.len()).unwrap_or(0) == 4
+    });
+    let orig = thread_prios(q.pid());
+    wait_until("hostd to serve vm1", 10.0, || listed(&dir));
+    assert!(
+        status(&dir).contains(&format!("vm1              {}", q.pid())),
+        "{}",
+        status(&dir)
+    );
+    let mut conn = None;
+    wait_until("hostd to connect to vm1's channel", 10.0, || {
+        conn = chan.accept().ok().map(|(s, _)| s);
+        conn.is_some()
+    });
+    let s = conn.unwrap();
+    s.set_nonblocking(false).unwrap();
+    let mut g = Guest::hello(s, "vm1");
+    g.help(5000);
+    wait_until("the boost", 5.0, || {
+        thread_prios(q.pid()).iter().all(|&(_, p)| p == rt4())
+    });
+    assert!(boosted(&dir, "vm1"));
+    // The VM goes away from the directory while boosted.
+    std::fs::remove_file(vms.join("vm1.qmp")).unwrap();
+    wait_until("vm1 dropped", 5.0, || !listed(&dir));
+    wait_until("the boost undone", 5.0, || thread_prios(q.pid()) == orig);
+    let mut b = [0u8; 8];
+    assert_eq!(g.0.read(&mut b).unwrap_or(0), 0, "the channel is closed");
+    drop(q);
+    // Another VM takes the freed slot; its QEMU killed (its QMP socket file
+    // left behind, as after a crash), it is dropped too.
+    let q2 = Proc::spawn(
+        fake_qemu(&dir)
+            .args(["hostd", "fake-qemu", "--qmp"])
+            .arg(vms.join("vm2.qmp")),
+    );
+    let row = |d: &Scratch| {
+        status(d)
+            .lines()
+            .find(|l| l.starts_with("vm2 "))
+            .map(str::to_string)
+    };
+    wait_until("hostd to serve vm2", 10.0, || row(&dir).is_some());
+    assert!(row(&dir).unwrap().contains(&q2.pid().to_string()));
+    assert!(!listed(&dir), "{}", status(&dir));
+    drop(q2);
+    wait_until("vm2 dropped", 5.0, || row(&dir).is_none());
+    assert!(vms.join("vm2.qmp").exists());
+    // Its socket is left, with no QEMU behind it: counted, not served.
+    wait_until("the stale socket counted", 5.0, || {
+        status(&dir).contains("0 VM(s) found there, 1 socket(s) not served")
+    });
+    assert!(h.stop());
+    // --log-format json: every line a JSON object; the boost log's fields.
+    let mut err = String::new();
+    h.0.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    let lines: Vec<serde_json::Value> = err
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}")))
+        .collect();
+    let field = |v: &serde_json::Value, k: &str| v["fields"][k].as_str().map(str::to_string);
+    assert!(
+        lines.iter().any(|v| v["target"] == "hostd"
+            && field(v, "message").is_some_and(|m| m.contains("vm1") && m.contains("serving it"))),
+        "{err}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|v| field(v, "vm").as_deref() == Some("vm1")
+                && field(v, "event").as_deref() == Some("boost")),
+        "{err}"
+    );
+}
+
+/// guestd's `--log-format json`: each line on stderr parses as a JSON
+/// object with a level, a target and a message.
+#[test]
+fn guestd_logs_json_lines() {
+    let dir = Scratch::new("agent-guestd-json");
+    let mut c = Command::new(EXE);
+    c.args([
+        "guestd",
+        "--no-netlink",
+        "--log-format",
+        "json",
+        "--connect",
+    ])
+    .arg(format!("unix:{}", dir.p("none.sock").display()))
+    .arg("--hint-socket")
+    .arg(dir.p("hint.sock"))
+    .stderr(Stdio::piped());
+    let mut g = Proc::spawn(&mut c);
+    let mut r = std::io::BufReader::new(g.0.stderr.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut r, &mut line).unwrap();
+    g.stop();
+    let v: serde_json::Value =
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{line:?}: {e}"));
+    assert_eq!(v["target"], "guestd", "{line}");
+    assert_eq!(v["level"], "INFO", "{line}");
+    assert!(
+        v["fields"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("connecting to unix:")),
+        "{line}"
+    );
+    let o = Command::new(EXE)
+        .args(["guestd", "--log-format", "xml", "--connect", "unix:/x"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("accepted: text, json"));
 }
