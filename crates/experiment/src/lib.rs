@@ -9,6 +9,7 @@
 
 pub mod apptrace;
 pub mod cell;
+pub mod cpu;
 pub mod naming;
 pub mod other_vms;
 pub mod output;
@@ -22,6 +23,7 @@ pub mod svg;
 pub mod table;
 pub mod workload;
 
+pub use cpu::{Caches, CpuCell, CpuSched};
 pub use cell::{cell_seed, fnv1a64, splitmix64, Cell, Filter};
 pub use naming::{
     format_g, sanitize_component, stat_file_contents, stat_file_header, stat_file_name,

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::cell::Cell;
-use crate::naming::{sanitize_component, stat_file_contents, stat_file_name};
+use crate::naming::{result_stat_file_name, sanitize_component, stat_file_contents};
 use crate::other_vms::{OtherVms, NO_OTHER_VMS};
 use crate::result::{CellResult, Metric, RunMeta, RunResult};
 use crate::scenario::Benchmark;
@@ -77,7 +77,7 @@ pub fn stat_file_paths(results: &[CellResult]) -> Vec<String> {
     results
         .iter()
         .map(|r| {
-            let name = stat_file_name(&r.cell);
+            let name = result_stat_file_name(&r.cell, r.metric);
             if devices.len() > 1 {
                 format!("{}/{}", sanitize_component(&r.cell.device), name)
             } else {
@@ -438,6 +438,7 @@ fn plot_title(benchmark: Benchmark, device: &str, members: &[&CellResult]) -> St
         Benchmark::Throughput => {
             format!("Aggregate throughput on {device} ({})", runners.join(", "))
         }
+        Benchmark::Latency => format!("cyclictest latency ({})", runners.join(", ")),
     }
 }
 
@@ -519,7 +520,7 @@ pub fn write_outputs(
         let title = plot_title(*benchmark, device, &members);
         let reference = match benchmark {
             Benchmark::Startup => idle_reference(members.iter().copied()),
-            Benchmark::Throughput => None,
+            Benchmark::Throughput | Benchmark::Latency => None,
         };
         let svg = render_bar_chart(&build_chart(&title, members.iter().copied(), reference));
         write_file(dir, file, &svg, &mut written)?;
