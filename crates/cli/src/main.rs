@@ -43,6 +43,14 @@ const EMBEDDED_SCENARIOS: &[(&str, &str)] = &[
         include_str!("../../../scenarios/vbfq-throughput.toml"),
     ),
     ("multi-vm", include_str!("../../../scenarios/multi-vm.toml")),
+    (
+        "fanguede2014",
+        include_str!("../../../scenarios/fanguede2014.toml"),
+    ),
+    (
+        "fanguede2014-startup",
+        include_str!("../../../scenarios/fanguede2014-startup.toml"),
+    ),
 ];
 
 #[derive(Parser)]
@@ -372,10 +380,16 @@ fn load_scenario(arg: Option<&str>) -> Result<Scenario, Failure> {
     let name = arg.unwrap_or("native-hdd");
     let path = PathBuf::from(name);
     if path.exists() {
-        return Scenario::load(&path, &accepted).map_err(|e| Failure::Usage(e.to_string()));
+        let s = Scenario::load(&path, &accepted).map_err(|e| Failure::Usage(e.to_string()))?;
+        return sim::cpu_bench::check(&s)
+            .map(|()| s)
+            .map_err(|e| Failure::Usage(format!("{}: {e}", path.display())));
     }
     if let Some((_, text)) = EMBEDDED_SCENARIOS.iter().find(|(n, _)| *n == name) {
-        return Scenario::from_toml_str(text, &accepted)
+        let s = Scenario::from_toml_str(text, &accepted)
+            .map_err(|e| Failure::Usage(format!("embedded scenario {name}: {e}")))?;
+        return sim::cpu_bench::check(&s)
+            .map(|()| s)
             .map_err(|e| Failure::Usage(format!("embedded scenario {name}: {e}")));
     }
     Err(Failure::Usage(format!(
@@ -426,7 +440,8 @@ fn sim_run(a: RunArgs) -> Result<(), Failure> {
     let pb = progress_bar(total, a.quiet);
     let started = std::time::Instant::now();
     let next = AtomicUsize::new(0);
-    type RunSlot = Option<Result<experiment::RunResult, String>>;
+    type Hist = cpusched::cyclictest::Histogram;
+    type RunSlot = Option<Result<(experiment::RunResult, Option<Hist>), String>>;
     let runs: Mutex<Vec<Vec<RunSlot>>> = Mutex::new(
         cells
             .iter()
@@ -440,7 +455,11 @@ fn sim_run(a: RunArgs) -> Result<(), Failure> {
                 let Some(&(i, rep)) = work.get(w) else {
                     break;
                 };
-                let r = sim::bench::run_repetition(&cells[i], &opts, rep);
+                let r = if cells[i].benchmark == experiment::Benchmark::Latency {
+                    sim::cpu_bench::run_latency_rep(&cells[i], rep).map(|(r, h)| (r, Some(h)))
+                } else {
+                    sim::bench::run_repetition(&cells[i], &opts, rep).map(|r| (r, None))
+                };
                 runs.lock().expect("no poisoned lock")[i][rep as usize] = Some(r);
                 pb.inc(1);
             });
@@ -448,6 +467,8 @@ fn sim_run(a: RunArgs) -> Result<(), Failure> {
     });
     pb.finish_and_clear();
     let mut out = Vec::with_capacity(cells.len());
+    // cyclictest's histograms, one per latency cell (its runs summed).
+    let mut hists: Vec<(String, Hist)> = Vec::new();
     for (cell, cell_runs) in cells
         .iter()
         .zip(runs.into_inner().expect("no poisoned lock"))
@@ -457,7 +478,18 @@ fn sim_run(a: RunArgs) -> Result<(), Failure> {
             .map(|r| r.expect("every repetition ran"))
             .collect::<Result<Vec<_>, _>>()
             .map_err(Failure::Run)?;
-        out.push(sim::bench::cell_result(cell, runs));
+        let mut hist: Option<Hist> = None;
+        let mut cell_runs = Vec::with_capacity(runs.len());
+        for (run, h) in runs {
+            if let Some(h) = h {
+                hist.get_or_insert_with(Hist::default).merge(&h);
+            }
+            cell_runs.push(run);
+        }
+        if let Some(h) = hist {
+            hists.push((sim::cpu_bench::histogram_file_name(cell), h));
+        }
+        out.extend(sim::cpu_bench::cell_results(cell, cell_runs));
     }
     // Cells whose files did not fit on their disk: say so, loudly, with
     // the first few of them.
@@ -537,13 +569,19 @@ fn sim_run(a: RunArgs) -> Result<(), Failure> {
         seed: scenario.seed,
         extra,
     };
-    let written = experiment::write_outputs(&a.out, &meta, &out)
+    let mut written = experiment::write_outputs(&a.out, &meta, &out)
         .map_err(|e| Failure::Run(format!("writing {}: {e}", a.out.display())))?;
+    for (name, h) in &hists {
+        let path = a.out.join(name);
+        std::fs::write(&path, h.to_cyclictest_text())
+            .map_err(|e| Failure::Run(format!("writing {}: {e}", path.display())))?;
+        written.push(path);
+    }
     let table = std::fs::read_to_string(a.out.join("table.txt")).unwrap_or_default();
     print!("{table}");
     eprintln!(
         "tandem: {} cells, {} runs in {:.1} s; {} files in {}",
-        out.len(),
+        cells.len(),
         total,
         started.elapsed().as_secs_f64(),
         written.len(),

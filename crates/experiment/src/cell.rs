@@ -52,6 +52,12 @@ impl Cell {
         self.guest_sched.is_none()
     }
 
+    /// True when the cell runs on the CPU model: latency, and start-up with
+    /// hot caches.
+    pub fn on_cpu_model(&self) -> bool {
+        self.benchmark == Benchmark::Latency || self.cpu.caches == crate::cpu::Caches::Hot
+    }
+
     /// True when VMs other than VM 1 run.
     pub fn has_other_vms(&self) -> bool {
         self.other_vms != NO_OTHER_VMS

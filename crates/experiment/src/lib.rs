@@ -10,6 +10,7 @@
 pub mod apptrace;
 pub mod cell;
 pub mod cpu;
+pub mod cpu_table;
 pub mod naming;
 pub mod other_vms;
 pub mod output;
@@ -23,8 +24,8 @@ pub mod svg;
 pub mod table;
 pub mod workload;
 
-pub use cpu::{Caches, CpuCell, CpuSched};
 pub use cell::{cell_seed, fnv1a64, splitmix64, Cell, Filter};
+pub use cpu::{Caches, CpuCell, CpuSched};
 pub use naming::{
     format_g, sanitize_component, stat_file_contents, stat_file_header, stat_file_name,
 };

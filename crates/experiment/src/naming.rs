@@ -120,7 +120,9 @@ pub fn stat_file_name(cell: &Cell) -> String {
 pub fn result_stat_file_name(cell: &Cell, metric: Metric) -> String {
     let name = stat_file_name(cell);
     match metric {
-        Metric::LatencyMaxUs => name.replace("-cyclictest-avg_stat.txt", "-cyclictest-max_stat.txt"),
+        Metric::LatencyMaxUs => {
+            name.replace("-cyclictest-avg_stat.txt", "-cyclictest-max_stat.txt")
+        }
         _ => name,
     }
 }

@@ -7,7 +7,9 @@ use serde::{Deserialize, Serialize};
 use toml::Value;
 
 use crate::cell::{cell_seed, Cell};
-use crate::cpu::{Caches, CpuCell, CpuSched, ACCEPTED_CPU_SCHEDS, DEFAULT_LOOPS, MAX_CPU_LOAD, MAX_LOOPS};
+use crate::cpu::{
+    Caches, CpuCell, CpuSched, ACCEPTED_CPU_SCHEDS, DEFAULT_LOOPS, MAX_CPU_LOAD, MAX_LOOPS,
+};
 use crate::other_vms::{OtherVms, ACCEPTED_OTHER_VMS, NO_OTHER_VMS};
 use crate::workload::WorkloadSpec;
 
@@ -266,7 +268,11 @@ impl Scenario {
         let m = &self.matrix;
         let none: Vec<Option<CpuSched>> = vec![None];
         let guest_scheds = if vm { or_one(&m.guest_cpu_sched) } else { none };
-        let guest_loads = if vm { or_one(&m.guest_cpu_load) } else { vec![None] };
+        let guest_loads = if vm {
+            or_one(&m.guest_cpu_load)
+        } else {
+            vec![None]
+        };
         let mut out = Vec::new();
         for hs in or_one(&m.host_cpu_sched) {
             for gs in &guest_scheds {
@@ -686,7 +692,10 @@ fn parse_cpu_settings(table: &toml::Table, benchmark: Benchmark) -> Result<CpuCe
     if let Some(v) = table.get("caches") {
         let s = get_string("caches", v)?;
         cpu.caches = Caches::parse(&s).ok_or_else(|| {
-            ScenarioError::key("caches", format!("unknown value \"{s}\"; accepted: cold, hot"))
+            ScenarioError::key(
+                "caches",
+                format!("unknown value \"{s}\"; accepted: cold, hot"),
+            )
         })?;
         if cpu.caches == Caches::Hot && benchmark != Benchmark::Startup {
             return Err(ScenarioError::key(
@@ -777,9 +786,18 @@ fn check_cpu_matrix(m: &Matrix, benchmark: Benchmark, cpu: &CpuCell) -> Result<(
             ("vcpus", cpu.vcpus != 1),
         ];
         if let Some((k, _)) = set.iter().find(|(_, s)| *s) {
-            return Err(ScenarioError::key(k, format!("set, but {why}; this scenario's benchmark is {benchmark} with cold caches")));
+            return Err(ScenarioError::key(
+                k,
+                format!(
+                    "set, but {why}; this scenario's benchmark is {benchmark} with cold caches"
+                ),
+            ));
         }
-        if let Some(c) = m.coordination.iter().find(|c| CPU_COORDINATION.contains(&c.as_str())) {
+        if let Some(c) = m
+            .coordination
+            .iter()
+            .find(|c| CPU_COORDINATION.contains(&c.as_str()))
+        {
             return Err(ScenarioError::key(
                 "matrix.coordination",
                 format!("\"{c}\" boosts vCPUs, but {why}"),
@@ -813,7 +831,10 @@ fn check_cpu_matrix(m: &Matrix, benchmark: Benchmark, cpu: &CpuCell) -> Result<(
             ("matrix.guest_cpu_load", !m.guest_cpu_load.is_empty()),
         ] {
             if set {
-                return Err(ScenarioError::key(k, "set, but the matrix has no VM cells (matrix.guest_sched)"));
+                return Err(ScenarioError::key(
+                    k,
+                    "set, but the matrix has no VM cells (matrix.guest_sched)",
+                ));
             }
         }
     }
@@ -899,7 +920,11 @@ fn parse_matrix(t: &toml::Table, accepted: &Accepted) -> Result<Matrix, Scenario
                 ),
             ));
         }
-        let vm_scheds: Vec<String> = guest_sched.iter().filter(|g| !g.is_empty()).cloned().collect();
+        let vm_scheds: Vec<String> = guest_sched
+            .iter()
+            .filter(|g| !g.is_empty())
+            .cloned()
+            .collect();
         check_member(
             "matrix.guest_sched",
             "scheduler",
@@ -972,7 +997,14 @@ fn parse_matrix(t: &toml::Table, accepted: &Accepted) -> Result<Matrix, Scenario
     )?;
 
     let scheds = |k: &str| parse_cpu_list(t, k, ACCEPTED_CPU_SCHEDS, CpuSched::parse);
-    let loads = |k: &str| parse_cpu_list(t, k, "\"0\" to \"8\" (busy loops, counts as strings)", parse_load);
+    let loads = |k: &str| {
+        parse_cpu_list(
+            t,
+            k,
+            "\"0\" to \"8\" (busy loops, counts as strings)",
+            parse_load,
+        )
+    };
     let matrix = Matrix {
         host_cpu_sched: scheds("host_cpu_sched")?,
         guest_cpu_sched: scheds("guest_cpu_sched")?,
@@ -986,7 +1018,9 @@ fn parse_matrix(t: &toml::Table, accepted: &Accepted) -> Result<Matrix, Scenario
         other_vms,
         coordination,
     };
-    if matrix.guest_sched.iter().any(String::is_empty) && matrix.other_vms.iter().any(|o| o != NO_OTHER_VMS) {
+    if matrix.guest_sched.iter().any(String::is_empty)
+        && matrix.other_vms.iter().any(|o| o != NO_OTHER_VMS)
+    {
         return Err(ScenarioError::key(
             "matrix.guest_sched",
             "\"\" (native cells) cannot be combined with other_vms: other VMs run beside VM 1",

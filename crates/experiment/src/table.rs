@@ -56,7 +56,26 @@ pub fn cell_text(r: &CellResult) -> String {
 /// schedulers (`sched/coordination` when there is more than one coordination mode in
 /// the table), both in order of first appearance; cells per [`cell_text`]; a missing
 /// combination is blank.
-pub fn render_tables(results: &[CellResult]) -> String {
+pub fn render_tables(all: &[CellResult]) -> String {
+    // The CPU model's cells get tables of their own (Figure 1 of the
+    // coordinated task scheduling study), after the others.
+    let (cpu, io): (Vec<&CellResult>, Vec<&CellResult>) =
+        all.iter().partition(|r| r.cell.on_cpu_model());
+    let mut out = if cpu.is_empty() {
+        render_io_tables(all)
+    } else {
+        render_io_tables(&io.into_iter().cloned().collect::<Vec<_>>())
+    };
+    if !cpu.is_empty() {
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        out.push_str(&crate::cpu_table::render_cpu_tables(&cpu));
+    }
+    out
+}
+
+fn render_io_tables(results: &[CellResult]) -> String {
     let mut keys: Vec<TableKey> = Vec::new();
     for r in results {
         push_unique(&mut keys, &key_of(r));
@@ -160,7 +179,7 @@ pub fn render_tables(results: &[CellResult]) -> String {
 }
 
 /// Aligned text of a grid: the first column left-aligned, the others right-aligned.
-fn render_grid(grid: &[Vec<String>]) -> String {
+pub(crate) fn render_grid(grid: &[Vec<String>]) -> String {
     let mut out = String::new();
     let ncols = grid.first().map_or(0, |l| l.len());
     let widths: Vec<usize> = (0..ncols)
