@@ -104,6 +104,13 @@ pub fn run_latency_rep(cell: &Cell, rep: u32) -> Result<(RunResult, Histogram), 
     Ok((run, r.hist))
 }
 
+/// Runs one repetition of a latency cell and returns the events the CPU
+/// model handled and the simulated time, for `tandem sim bench`.
+pub fn count_events(cell: &Cell, rep: u32) -> Result<(u64, Nanos), String> {
+    let r = run_latency(&setup(cell, rep)?)?;
+    Ok((r.events, r.measured_ns))
+}
+
 /// One run of the hot start-up: `iterations` starts of the app, each its
 /// recorded CPU bursts (scaled by the platform's speed) run back to back on
 /// the CPU model under the cell's loads, with no disk I/O (hot caches). A
