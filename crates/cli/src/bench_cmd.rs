@@ -11,7 +11,8 @@ use crate::Failure;
 pub enum BenchCommand {
     /// Run a scenario's cells for real: native cells on a real or emulated block device, VM cells in a QEMU guest whose disk is on it (needs root).
     Run(BenchRunArgs),
-    /// Two results directories side by side, cell by cell (e.g. real against sim).
+    /// Gone: `tandem report RUN --baseline BASELINE` sets two runs side by side.
+    #[command(hide = true)]
     Compare(CompareArgs),
     /// Record a command's cold start-up I/O as an app trace (needs root and python3).
     RecordTrace(RecordTraceArgs),
@@ -283,24 +284,12 @@ pub fn run(cmd: BenchCommand) -> Result<(), Failure> {
             );
             Ok(())
         }
-        BenchCommand::Compare(a) => {
-            let read = |p: &PathBuf| {
-                let f = if p.is_file() {
-                    p.clone()
-                } else {
-                    p.join("results.json")
-                };
-                experiment::read_results_json(&f).map_err(Failure::Usage)
-            };
-            let (ma, ra) = read(&a.a)?;
-            let (mb, rb) = read(&a.b)?;
-            let (rows, missing) = experiment::side_by_side::compare(&ra, &rb);
-            print!(
-                "{}",
-                experiment::side_by_side::render(&ma.runner, &mb.runner, &rows, &missing)
-            );
-            Ok(())
-        }
+        BenchCommand::Compare(a) => Err(Failure::Usage(format!(
+            "tandem bench compare is gone: tandem report {} --baseline {} sets a run \
+             against a baseline, cell by cell",
+            a.a.display(),
+            a.b.display()
+        ))),
         BenchCommand::RecordTrace(a) => {
             let name = a.name.clone().unwrap_or_else(|| {
                 std::path::Path::new(&a.command[0])

@@ -97,7 +97,8 @@ fn report_prints_the_tables() {
         "the same tables as table.txt"
     );
     assert!(
-        out.contains("== hdd-1.8in | startup of xterm | guest bfq, guest workload 1r-seq | sim ==")
+        out.contains("== hdd-1.8in | startup of xterm | VM on host bfq | sim =="),
+        "{out}"
     );
     // a results.json file works as well as its directory
     let o = tandem(&["report", d.join("results.json").to_str().unwrap()]);
@@ -151,6 +152,13 @@ fn report_compares_with_the_paper() {
         "summary: 3 cells compared, 22 missing; 2 of 2 within ±25%; X matches 2 of 3; \
          worst ratio 1.09 (xterm: guest bfq 1r-seq, host bfq none)"
     );
+    // the run's plot with the published values beside the bars, next to its own
+    for ext in ["svg", "png"] {
+        let plot = d.join(format!("startup-hdd-1.8in-vs-paper.{ext}"));
+        assert!(plot.is_file(), "{}: {}", plot.display(), stderr(&o));
+    }
+    let svg = std::fs::read_to_string(d.join("startup-hdd-1.8in-vs-paper.svg")).unwrap();
+    assert!(svg.contains("published value (paper)"));
     let _ = std::fs::remove_dir_all(&d);
 }
 
@@ -172,8 +180,10 @@ fn sim_run(d: &Path, scenario: &str, out: &Path, args: &[&str]) {
     assert!(o.status.success(), "{}", stderr(&o));
 }
 
+/// A native run set against the paper's VM figures is refused (exit 2) instead of
+/// printing every VM cell as missing.
 #[test]
-fn report_after_a_native_sim_run() {
+fn report_refuses_a_paper_of_another_kind() {
     let d = tmpdir("sim");
     let out = d.join("out");
     sim_run(
@@ -183,14 +193,14 @@ fn report_after_a_native_sim_run() {
         &["--only", "host_sched=bfq", "--only", "host_workload=none"],
     );
     let o = tandem(&["report", out.to_str().unwrap(), "--paper", &paper_file()]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let text = stdout(&o);
-    // the native idle cell is compared with the paper's idle time; VM cells are missing
-    assert!(text.contains("\nxterm: idle disk (native bfq) "), "{text}");
+    assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
+    let e = stderr(&o);
     assert!(
-        text.contains("summary: 1 cells compared, 24 missing;"),
-        "{text}"
+        e.contains("cloud2014-hdd.toml: the reference holds VM cells")
+            && e.contains("the run's 1 cells are all native"),
+        "{e}"
     );
+    assert!(o.stdout.is_empty());
     let _ = std::fs::remove_dir_all(&d);
 }
 
@@ -253,32 +263,122 @@ fn bad_inputs_exit_with_code_2() {
     let _ = std::fs::remove_dir_all(&empty);
 }
 
-/// `tandem report A B` sets two runs side by side, cell by cell: here the same
-/// scenario simulated with two different host tick rates, which changes nothing on an
-/// idle disk (ratio 1.00) and is a usage error together with `--paper`.
+/// `tandem report A --baseline B` sets two runs side by side, cell by cell: here the
+/// same scenario simulated with two different host tick rates, which changes nothing
+/// on an idle disk (ratio 1.00). The columns are named after the runs; a second run
+/// without --baseline, or with --paper, is a usage error; `bench compare` is gone.
 #[test]
-fn report_sets_two_runs_side_by_side() {
+fn report_sets_a_run_against_a_baseline() {
     let d = tmpdir("two");
     let scenario = "name = \"idle\"\nbenchmark = \"startup\"\napp = \"bash\"\niterations = 1\nrepetitions = 1\n[matrix]\ndevice = [\"emmc\"]\nhost_sched = [\"bfq\", \"noop\"]\nhost_workload = [\"none\"]\n";
-    let (a, b) = (d.join("a"), d.join("b"));
+    let (a, b) = (d.join("hz250"), d.join("hz1000"));
     sim_run(&d, scenario, &a, &["--hz", "250"]);
     sim_run(&d, scenario, &b, &["--hz", "1000"]);
-    let o = tandem(&["report", a.to_str().unwrap(), b.to_str().unwrap()]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let text = stdout(&o);
-    let rows: Vec<&str> = text.lines().filter(|l| l.contains("device=emmc")).collect();
-    assert_eq!(rows.len(), 2, "{text}");
-    assert!(
-        rows.iter().all(|r| r.trim_end().ends_with("1.00")),
-        "{text}"
-    );
     let o = tandem(&[
         "report",
         a.to_str().unwrap(),
+        "--baseline",
         b.to_str().unwrap(),
-        "--paper",
-        &paper_file(),
     ]);
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(
+        text.starts_with("ratio = hz250 / hz1000 (the baseline)"),
+        "{text}"
+    );
+    let header = text.lines().nth(1).unwrap();
+    assert!(header.contains("hz250") && header.contains("hz1000") && !header.contains("sim"));
+    let rows: Vec<&str> = text.lines().filter(|l| l.contains("device=emmc")).collect();
+    assert_eq!(rows.len(), 2, "{text}");
+    assert!(rows.iter().all(|r| r.ends_with("1.00  yes")), "{text}");
+    for bad in [
+        vec!["report", a.to_str().unwrap(), b.to_str().unwrap()],
+        vec![
+            "report",
+            a.to_str().unwrap(),
+            "--baseline",
+            b.to_str().unwrap(),
+            "--paper",
+            &paper_file(),
+        ],
+        vec!["bench", "compare", a.to_str().unwrap(), b.to_str().unwrap()],
+    ] {
+        let o = tandem(&bad);
+        assert_eq!(o.status.code(), Some(2), "{bad:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains("--baseline"), "{bad:?}: {}", stderr(&o));
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// Two runs of four cells whose means differ by 0.78x, 1.25x, 1.30x and an X:
+/// `report A --baseline B` and `report B --baseline A` must agree on which cells
+/// are within the tolerance (they did not when "within" was 0.75..1.25 of A/B).
+#[test]
+fn report_agrees_with_itself_whichever_run_is_the_baseline() {
+    let d = tmpdir("sym");
+    let scenario = Scenario::from_toml_str(
+        "benchmark = \"startup\"\napp = \"xterm\"\n[matrix]\ndevice = \"hdd-1.8in\"\nhost_sched = [\"bfq\", \"cfq\"]\nhost_workload = [\"none\", \"5r-seq\"]\n",
+        &Accepted {
+            devices: vec!["hdd-1.8in".into()],
+            host_scheds: vec!["bfq".into(), "cfq".into()],
+            guest_scheds: Vec::new(),
+            coordination: vec!["off".into()],
+            apps: vec!["xterm".into()],
+            allow_cmd_apps: false,
+            allow_vm: false,
+        },
+    )
+    .unwrap();
+    let write = |name: &str, values: [(f64, u32); 4]| {
+        let results: Vec<CellResult> = scenario
+            .cells()
+            .into_iter()
+            .zip(values)
+            .map(|(cell, (v, timeouts))| CellResult {
+                cell,
+                runner: "sim".into(),
+                metric: Metric::StartupS,
+                runs: vec![RunResult {
+                    values: vec![v],
+                    timeouts,
+                    ..Default::default()
+                }],
+            })
+            .collect();
+        let dir = d.join(name);
+        experiment::write_outputs(&dir, &RunMeta::default(), &results).unwrap();
+        dir
+    };
+    let a = write("a", [(3.9, 0), (5.0, 0), (1.3, 0), (60.0, 1)]);
+    let b = write("b", [(5.0, 0), (4.0, 0), (1.0, 0), (9.0, 0)]);
+    let within = |run: &Path, base: &Path, tol: &str| -> Vec<String> {
+        let o = tandem(&[
+            "report",
+            run.to_str().unwrap(),
+            "--baseline",
+            base.to_str().unwrap(),
+            "--tolerance",
+            tol,
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let mut keys: Vec<String> = stdout(&o)
+            .lines()
+            .filter(|l| l.ends_with("  yes"))
+            .map(|l| l.split("  ").next().unwrap().to_string())
+            .collect();
+        keys.sort();
+        keys
+    };
+    for tol in ["0.1", "0.25", "0.3"] {
+        assert_eq!(within(&a, &b, tol), within(&b, &a, tol), "tolerance {tol}");
+    }
+    // 5.0 / 4.0 = 1.25 only; 3.9 / 5.0 = 0.78 (5.0 / 3.9 = 1.28) and 1.3 are out
+    let keys = within(&a, &b, "0.25");
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    assert!(
+        keys[0].contains("host_sched=bfq") && keys[0].contains("5r-seq"),
+        "{keys:?}"
+    );
+    assert_eq!(within(&a, &b, "0.3").len(), 3);
     let _ = std::fs::remove_dir_all(&d);
 }

@@ -100,7 +100,7 @@ pub fn render_cpu_tables(results: &[&CellResult]) -> String {
             }
             grid.push(row);
         }
-        out.push_str(&render_grid(&grid));
+        out.push_str(&render_grid(&grid, 1));
     }
     out
 }

@@ -1,7 +1,7 @@
 //! Everything about experiments that does not depend on who runs them (the simulator,
 //! the real runner, or published reference numbers): the scenario schema and its
 //! validation, cell expansion, `--only` filters, workload names, the result schema,
-//! statistics, S-style stat file names, text tables, SVG plots, the output directory
+//! statistics, S-style stat file names, text tables, plots (SVG and PNG), the output directory
 //! and the comparison with published reference numbers. A pure library: it never
 //! prints.
 //!
@@ -11,21 +11,26 @@ pub mod apptrace;
 pub mod cell;
 pub mod cpu;
 pub mod cpu_table;
+pub mod estimate;
+pub mod incremental;
 pub mod naming;
 pub mod other_vms;
 pub mod output;
 pub mod paper;
+pub mod plot;
+pub mod provenance;
 pub mod result;
+pub mod s_suite;
 pub mod scenario;
 pub mod side_by_side;
 pub mod stats;
 pub mod suite;
-pub mod svg;
 pub mod table;
 pub mod workload;
 
 pub use cell::{cell_seed, fnv1a64, splitmix64, Cell, Filter};
 pub use cpu::{Caches, CpuCell, CpuSched};
+pub use incremental::{prepare_out_dir, IncrementalWriter};
 pub use naming::{
     format_g, sanitize_component, stat_file_contents, stat_file_header, stat_file_name,
 };
@@ -35,16 +40,16 @@ pub use output::{
     stat_file_paths, write_outputs, CsvRow, CSV_COLUMNS, CSV_EXTRA_COLUMNS, RESULTS_JSON_SCHEMA,
 };
 pub use paper::{
-    compare_with_reference, parse_reference, read_reference, render_comparison, Comparison,
-    ComparisonRow, ComparisonSummary, PaperValue, Reference, ReferenceCell, TandemValue,
+    check_comparable, compare_with_reference, parse_reference, read_reference, render_comparison,
+    Comparison, ComparisonRow, ComparisonSummary, PaperValue, Reference, ReferenceCell,
+    TandemValue,
 };
-pub use result::{CellResult, Metric, RunMeta, RunResult};
+pub use plot::{build_chart, idle_reference, plot_files, write_plots, Chart};
+pub use provenance::{Host, Provenance, OPTIONS_KEY, PROVENANCE_KEY};
+pub use result::{CellResult, Finished, Metric, RunMeta, RunResult};
 pub use scenario::{
     Accepted, Benchmark, Matrix, Scenario, ScenarioError, MATRIX_KEYS, SCENARIO_KEYS,
 };
-pub use stats::{student_t_cdf, summarize, t_quantile, Summary};
-pub use svg::{
-    build_chart, idle_reference, plot_startup, plot_throughput, render_bar_chart, Bar, BarChart,
-};
+pub use stats::{percentiles, summarize, t_quantile, IntervalNote, Percentiles, Summary};
 pub use table::{cell_text, render_coordination_tables, render_tables};
 pub use workload::{Pattern, WorkloadSpec, ACCEPTED_WORKLOADS};

@@ -8,14 +8,14 @@
 //! before the suffix); see [`stat_file_name`].
 
 use crate::cell::Cell;
-use crate::result::{CellResult, Metric};
+use crate::result::{CellResult, Metric, RunResult};
+use crate::s_suite::{sections, COLUMNS_NOTE};
 use crate::scenario::Benchmark;
-use crate::stats::Summary;
 use crate::workload::WorkloadSpec;
 
 /// The S suite's workload infix of a workload name (`5r-seq` -> `5r0w-seq`, `none` ->
 /// `0r0w-seq`); unparsable names are kept as they are (sanitized).
-fn s_workload(name: &str) -> String {
+pub(crate) fn s_workload(name: &str) -> String {
     match WorkloadSpec::parse(name) {
         Ok(w) => w.s_name(),
         Err(_) => sanitize_component(name),
@@ -23,7 +23,7 @@ fn s_workload(name: &str) -> String {
 }
 
 /// Formats seconds for file names as S does for integers (`60`), else shortest (`0.5`).
-fn secs(x: f64) -> String {
+pub(crate) fn secs(x: f64) -> String {
     if x.is_finite() && x.fract() == 0.0 && x.abs() < 1e15 {
         format!("{}", x as i64)
     } else {
@@ -161,30 +161,6 @@ fn strip_zeros(s: &str) -> String {
     }
 }
 
-/// The two lines S's `calc_avg_and_co.sh` prints: a header and the values, each field
-/// 12 characters wide. tandem's last column is the half width of the 95% confidence
-/// interval (Student's t), labelled `conf95%`.
-fn stat_lines(s: Option<&Summary>) -> String {
-    let mut out = format!(
-        "{:>12}{:>12}{:>12}{:>12}{:>12}\n",
-        "min", "max", "avg", "std_dev", "conf95%"
-    );
-    if let Some(s) = s {
-        out.push_str(&format!(
-            "{:>12}{:>12}{:>12}{:>12}{:>12}\n",
-            format_g(s.min),
-            format_g(s.max),
-            format_g(s.mean),
-            format_g(s.std),
-            format_g(s.ci95_half_width())
-        ));
-    } else {
-        // No data: an empty values line, which S's table scripts show as X.
-        out.push('\n');
-    }
-    out
-}
-
 fn rw_text(name: &str) -> String {
     let w = WorkloadSpec::parse(name).unwrap_or(WorkloadSpec::NONE);
     let p = w.pattern.map(|p| p.as_str()).unwrap_or("seq");
@@ -227,43 +203,29 @@ pub fn stat_file_header(cell: &Cell) -> String {
 /// The contents of a cell's stat file, in S's layout: the header line, then 3-line
 /// sections (title, column header, values), as `comm_startup_lat.sh` (4 sections:
 /// latency, aggregated/read/write throughput) and `throughput-sync.sh` (3 sections:
-/// aggregated/read/write throughput) write them, so S's `calc_overall_stats.sh` can
-/// read them. Statistics are over the per-run means (as S's overall statistics across
-/// repetitions). Sections tandem does not measure have an empty values line (S's
-/// tables show X). A cell with timeouts also gets an empty latency values line (S
-/// writes no result for a start that times out). Trailing lines give the number of
-/// repetitions and, if any, the timeouts with the mean counting them as `timeout_s`.
+/// aggregated/read/write throughput) write them, with the columns of
+/// [`crate::s_suite::stat_lines`]. Statistics are over the per-repetition means, as in
+/// the `overall_stats` file of S's `calc_overall_stats.sh`; the per-repetition files
+/// are in the S tree ([`crate::s_suite::s_tree`]). The throughput sections come from
+/// the runs' read and write counters ([`crate::s_suite::READ_MB_S`]) and are X
+/// without them. A cell with timeouts has an X latency line (S writes no result for a
+/// start that times out). Trailing lines give the number of repetitions, what the
+/// columns are and, if any, the timeouts with the mean counting them as `timeout_s`.
 pub fn stat_file_contents(result: &CellResult) -> String {
     let cell = &result.cell;
     let summary = result.summary();
     let timeouts = result.timeouts();
+    let means = result.run_means();
+    let runs: Vec<&RunResult> = result.runs.iter().collect();
     let mut out = stat_file_header(cell);
     out.push('\n');
-    let have = summary.n > 0;
-    match result.metric {
-        Metric::StartupS => {
-            out.push_str("Latency statistics:\n");
-            out.push_str(&stat_lines((have && timeouts == 0).then_some(&summary)));
-            out.push_str("Aggregated throughput:\n");
-            out.push_str(&stat_lines(None));
-        }
-        Metric::ThroughputMbS => {
-            out.push_str("Aggregated throughput:\n");
-            out.push_str(&stat_lines(have.then_some(&summary)));
-        }
-        Metric::LatencyAvgUs | Metric::LatencyMaxUs => {
-            out.push_str(&format!("cyclictest {} (us):\n", result.metric));
-            out.push_str(&stat_lines(have.then_some(&summary)));
-        }
-    }
-    out.push_str("Read throughput:\n");
-    out.push_str(&stat_lines(None));
-    out.push_str("Write throughput:\n");
-    out.push_str(&stat_lines(None));
+    let latency = (timeouts == 0).then_some(means.as_slice());
+    out.push_str(&sections(result.metric, latency, &means, &runs));
     out.push_str(&format!(
         "{} repetitions, statistics over the per-repetition means\n",
         summary.n
     ));
+    out.push_str(COLUMNS_NOTE);
     if timeouts > 0 {
         out.push_str(&format!(
             "X: {timeouts} of {} starts hit the {} s timeout; with them counted as {} s: \

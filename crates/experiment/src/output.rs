@@ -6,12 +6,15 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::cell::Cell;
-use crate::naming::{result_stat_file_name, sanitize_component, stat_file_contents};
+use crate::naming::{
+    result_stat_file_name, sanitize_component, stat_file_contents, stat_file_name,
+};
 use crate::other_vms::{OtherVms, NO_OTHER_VMS};
-use crate::result::{CellResult, Metric, RunMeta, RunResult};
+use crate::plot::{plot_files, write_plots};
+use crate::result::{CellResult, Finished, Metric, RunMeta, RunResult};
+use crate::s_suite::{s_tree, S_TREE};
 use crate::scenario::Benchmark;
-use crate::stats::Summary;
-use crate::svg::{build_chart, idle_reference, render_bar_chart};
+use crate::stats::{IntervalNote, Percentiles, Summary};
 use crate::table::render_tables;
 
 /// The columns `results.csv` starts with, in this order (the DESIGN.md contract).
@@ -45,41 +48,57 @@ pub const CSV_EXTRA_COLUMNS: &[&str] = &[
     "repetitions",
     "seed",
     "stat_file",
+    "finished_n",
+    "finished_mean",
+    "median",
+    "p90",
+    "p99",
+    "ci95_note",
 ];
 
 /// Value of `schema` in `results.json`.
 pub const RESULTS_JSON_SCHEMA: &str = "tandem-results/1";
-
-/// Quotes a CSV field when needed (RFC 4180).
-fn csv_field(s: &str) -> String {
-    if s.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s.to_string()
-    }
-}
 
 /// Fixed number format for CSV: 4 decimals.
 fn num(x: f64) -> String {
     format!("{x:.4}")
 }
 
+/// A number, or an empty field when it is not finite (no value).
+fn num_or_empty(x: f64) -> String {
+    if x.is_finite() {
+        num(x)
+    } else {
+        String::new()
+    }
+}
+
 /// Where each result's stat file goes, relative to the output directory:
 /// `<stat_file_name>`, or `<device>/<stat_file_name>` when the results span several
 /// devices (device sanitized by [`sanitize_component`]).
 pub fn stat_file_paths(results: &[CellResult]) -> Vec<String> {
+    let name = |r: &CellResult| result_stat_file_name(&r.cell, r.metric);
+    stat_file_paths_of(results.iter().map(|r| &r.cell))
+        .into_iter()
+        .zip(results)
+        // The latency benchmark's second metric has a file of its own.
+        .map(|(p, r)| p.replace(&stat_file_name(&r.cell), &name(r)))
+        .collect()
+}
+
+/// [`stat_file_paths`] of cells (e.g. those a run plans, before their results).
+pub fn stat_file_paths_of<'a>(cells: impl Iterator<Item = &'a Cell> + Clone) -> Vec<String> {
     let mut devices: Vec<&str> = Vec::new();
-    for r in results {
-        if !devices.contains(&r.cell.device.as_str()) {
-            devices.push(&r.cell.device);
+    for c in cells.clone() {
+        if !devices.contains(&c.device.as_str()) {
+            devices.push(&c.device);
         }
     }
-    results
-        .iter()
-        .map(|r| {
-            let name = result_stat_file_name(&r.cell, r.metric);
+    cells
+        .map(|c| {
+            let name = stat_file_name(c);
             if devices.len() > 1 {
-                format!("{}/{}", sanitize_component(&r.cell.device), name)
+                format!("{}/{}", sanitize_component(&c.device), name)
             } else {
                 name
             }
@@ -87,53 +106,90 @@ pub fn stat_file_paths(results: &[CellResult]) -> Vec<String> {
         .collect()
 }
 
-/// The text of `results.csv`: header ([`CSV_COLUMNS`] then [`CSV_EXTRA_COLUMNS`]) and
-/// one row per result in input order; numbers with 4 decimals; guest fields empty for
-/// native cells.
-pub fn results_csv(results: &[CellResult]) -> String {
-    let paths = stat_file_paths(results);
-    let mut out = String::new();
-    let header: Vec<&str> = CSV_COLUMNS
+/// The header of `results.csv`: [`CSV_COLUMNS`] then [`CSV_EXTRA_COLUMNS`].
+pub fn csv_header() -> Vec<&'static str> {
+    CSV_COLUMNS
         .iter()
         .chain(CSV_EXTRA_COLUMNS)
         .copied()
-        .collect();
-    out.push_str(&header.join(","));
-    out.push('\n');
+        .collect()
+}
+
+/// One row of `results.csv` for `r`, whose stat file is `stat_file`.
+///
+/// `mean` and the statistics after it are over the run means, a timed-out start
+/// counting as `timeout_s`; a cell with timeouts (X) has no interval (`ci95_low` and
+/// `ci95_high` empty) and `finished_n`/`finished_mean` give the starts that did
+/// finish. `median`, `p90` and `p99` are over every start (or sample) of every run.
+/// `ci95_note` says when the interval is not one (see [`IntervalNote`]).
+pub fn csv_record(r: &CellResult, stat_file: &str) -> Vec<String> {
+    let c = &r.cell;
+    let s = r.summary();
+    let note = r.interval_note();
+    let interval = |x: f64| {
+        if note.has_interval() {
+            num(x)
+        } else {
+            String::new()
+        }
+    };
+    let finished = r.finished();
+    let p = r.percentiles();
+    vec![
+        r.runner.clone(),
+        c.device.clone(),
+        c.guest_sched.clone().unwrap_or_default(),
+        c.host_sched.clone(),
+        c.guest_workload.clone().unwrap_or_default(),
+        c.host_workload.clone(),
+        c.coordination.clone(),
+        c.benchmark.as_str().to_string(),
+        c.app.clone(),
+        r.metric.as_str().to_string(),
+        s.n.to_string(),
+        num(s.mean),
+        num(s.std),
+        num(s.min),
+        num(s.max),
+        interval(s.ci95_low),
+        interval(s.ci95_high),
+        r.timeouts().to_string(),
+        c.other_vms.clone(),
+        c.scenario.clone(),
+        c.iterations.to_string(),
+        c.repetitions.to_string(),
+        c.seed.to_string(),
+        stat_file.to_string(),
+        finished.n.to_string(),
+        num_or_empty(finished.mean),
+        num_or_empty(p.median),
+        num_or_empty(p.p90),
+        num_or_empty(p.p99),
+        note.as_str().to_string(),
+    ]
+}
+
+/// A CSV writer with `results.csv`'s conventions (quoting only where RFC 4180 needs
+/// it, `\n` line ends).
+pub fn csv_writer<W: io::Write>(w: W) -> csv::Writer<W> {
+    csv::WriterBuilder::new()
+        .terminator(csv::Terminator::Any(b'\n'))
+        .from_writer(w)
+}
+
+/// The text of `results.csv`: header ([`csv_header`]) and one row per result
+/// ([`csv_record`]) in input order; numbers with 4 decimals; guest fields empty for
+/// native cells.
+pub fn results_csv(results: &[CellResult]) -> String {
+    let paths = stat_file_paths(results);
+    let mut w = csv_writer(Vec::new());
+    w.write_record(csv_header()).expect("writing to memory");
     for (r, path) in results.iter().zip(&paths) {
-        let c = &r.cell;
-        let s = r.summary();
-        let fields = [
-            r.runner.clone(),
-            c.device.clone(),
-            c.guest_sched.clone().unwrap_or_default(),
-            c.host_sched.clone(),
-            c.guest_workload.clone().unwrap_or_default(),
-            c.host_workload.clone(),
-            c.coordination.clone(),
-            c.benchmark.as_str().to_string(),
-            c.app.clone(),
-            r.metric.as_str().to_string(),
-            s.n.to_string(),
-            num(s.mean),
-            num(s.std),
-            num(s.min),
-            num(s.max),
-            num(s.ci95_low),
-            num(s.ci95_high),
-            r.timeouts().to_string(),
-            c.other_vms.clone(),
-            c.scenario.clone(),
-            c.iterations.to_string(),
-            c.repetitions.to_string(),
-            c.seed.to_string(),
-            path.clone(),
-        ];
-        let line: Vec<String> = fields.iter().map(|f| csv_field(f)).collect();
-        out.push_str(&line.join(","));
-        out.push('\n');
+        w.write_record(csv_record(r, path))
+            .expect("writing to memory");
     }
-    out
+    let bytes = w.into_inner().expect("flushing to memory");
+    String::from_utf8(bytes).expect("fields are UTF-8")
 }
 
 /// One cell in `results.json`.
@@ -143,7 +199,12 @@ struct CellRecordOut<'a> {
     runner: &'a str,
     metric: Metric,
     summary: Summary,
+    /// What the summary's interval is worth.
+    interval: IntervalNote,
     timeouts: u32,
+    /// The starts that finished, apart from the timeouts.
+    finished: Finished,
+    percentiles: Percentiles,
     stat_file: &'a str,
     runs: &'a [RunResult],
 }
@@ -167,7 +228,32 @@ struct ResultsIn {
 /// pretty-printed. Deterministic: nothing but `meta` and the results goes in.
 /// Non-finite numbers (the summary of a cell without values) are written as `null`.
 pub fn results_json(meta: &RunMeta, results: &[CellResult]) -> String {
-    let paths = stat_file_paths(results);
+    let refs: Vec<&CellResult> = results.iter().collect();
+    let mut out = Vec::new();
+    write_results_json(&mut out, meta, &refs).expect("writing to memory");
+    String::from_utf8(out).expect("JSON is UTF-8")
+}
+
+/// The summary as results.json gives it: without an interval (`null`) when the
+/// cell has none ([`IntervalNote::has_interval`]), as results.csv.
+fn shown_summary(r: &CellResult) -> Summary {
+    let mut s = r.summary();
+    if !r.interval_note().has_interval() {
+        s.ci95_low = f64::NAN;
+        s.ci95_high = f64::NAN;
+    }
+    s
+}
+
+/// Writes [`results_json`]'s text to `w` as it goes, without the whole text (or a
+/// copy of the results) in memory: the run's results are written this way while it
+/// runs.
+pub fn write_results_json<W: io::Write>(
+    mut w: W,
+    meta: &RunMeta,
+    results: &[&CellResult],
+) -> io::Result<()> {
+    let paths = stat_file_paths_of(results.iter().map(|r| &r.cell));
     let doc = ResultsOut {
         schema: RESULTS_JSON_SCHEMA,
         meta,
@@ -178,16 +264,18 @@ pub fn results_json(meta: &RunMeta, results: &[CellResult]) -> String {
                 cell: &r.cell,
                 runner: &r.runner,
                 metric: r.metric,
-                summary: r.summary(),
+                summary: shown_summary(r),
+                interval: r.interval_note(),
                 timeouts: r.timeouts(),
+                finished: r.finished(),
+                percentiles: r.percentiles(),
                 stat_file: p,
                 runs: &r.runs,
             })
             .collect(),
     };
-    let mut s = serde_json::to_string_pretty(&doc).expect("results serialize");
-    s.push('\n');
-    s
+    serde_json::to_writer_pretty(&mut w, &doc)?;
+    w.write_all(b"\n")
 }
 
 /// Parses `results.json` text back into its meta and results (summaries are
@@ -238,64 +326,22 @@ pub struct CsvRow {
     pub timeouts: Option<u32>,
 }
 
-/// Splits CSV text into records of fields (RFC 4180 quoting).
+/// Splits CSV text into records of fields (RFC 4180 quoting, by the `csv` crate).
 fn csv_records(text: &str) -> Result<Vec<Vec<String>>, String> {
-    let mut records = Vec::new();
-    let mut record = Vec::new();
-    let mut field = String::new();
-    let mut chars = text.chars().peekable();
-    let mut in_quotes = false;
-    let mut line = 1usize;
-    let mut any = false;
-    while let Some(c) = chars.next() {
-        if in_quotes {
-            match c {
-                '"' if chars.peek() == Some(&'"') => {
-                    chars.next();
-                    field.push('"');
-                }
-                '"' => in_quotes = false,
-                c => {
-                    if c == '\n' {
-                        line += 1;
-                    }
-                    field.push(c);
-                }
-            }
-            continue;
-        }
-        match c {
-            '"' if field.is_empty() => {
-                in_quotes = true;
-                any = true;
-            }
-            ',' => {
-                record.push(std::mem::take(&mut field));
-                any = true;
-            }
-            '\r' if chars.peek() == Some(&'\n') => {}
-            '\n' => {
-                if any || !field.is_empty() {
-                    record.push(std::mem::take(&mut field));
-                    records.push(std::mem::take(&mut record));
-                }
-                any = false;
-                line += 1;
-            }
-            c => {
-                field.push(c);
-                any = true;
-            }
-        }
-    }
-    if in_quotes {
-        return Err(format!("line {line}: unterminated quoted field"));
-    }
-    if any || !field.is_empty() {
-        record.push(field);
-        records.push(record);
-    }
-    Ok(records)
+    let mut reader = csv::ReaderBuilder::new()
+        .has_headers(false)
+        .flexible(true)
+        .from_reader(text.as_bytes());
+    reader
+        .records()
+        .map(|rec| {
+            rec.map(|r| r.iter().map(str::to_string).collect())
+                .map_err(|e| match e.position() {
+                    Some(p) => format!("line {}: {e}", p.line()),
+                    None => e.to_string(),
+                })
+        })
+        .collect()
 }
 
 /// Parses a `results.csv` (ours or a hand-written reference file with the same
@@ -417,40 +463,16 @@ fn write_file(dir: &Path, rel: &str, text: &str, written: &mut Vec<PathBuf>) -> 
     Ok(())
 }
 
-/// Title of a plot for one device and benchmark.
-fn plot_title(benchmark: Benchmark, device: &str, members: &[&CellResult]) -> String {
-    let mut runners: Vec<&str> = Vec::new();
-    let mut apps: Vec<&str> = Vec::new();
-    for r in members {
-        if !runners.contains(&r.runner.as_str()) {
-            runners.push(&r.runner);
-        }
-        if !apps.contains(&r.cell.app.as_str()) {
-            apps.push(&r.cell.app);
-        }
-    }
-    match benchmark {
-        Benchmark::Startup => format!(
-            "Start-up time of {} on {device} ({})",
-            apps.join(", "),
-            runners.join(", ")
-        ),
-        Benchmark::Throughput => {
-            format!("Aggregate throughput on {device} ({})", runners.join(", "))
-        }
-        Benchmark::Latency => format!("cyclictest latency ({})", runners.join(", ")),
-    }
-}
-
 /// Writes a run's outputs into `dir` (created if missing) and returns the paths
 /// written, in this order:
 ///
 /// - `results.csv` ([`results_csv`]), `results.json` ([`results_json`]),
 ///   `table.txt` ([`render_tables`]);
 /// - one S-style stat file per result ([`stat_file_paths`], [`stat_file_contents`]);
-/// - one SVG per device and benchmark: `<benchmark>-<device>.svg` (device sanitized),
-///   e.g. `startup-hdd-1.8in.svg`; start-up plots get the idle reference line
-///   ([`idle_reference`]).
+/// - S's tree, `S/<test dir>/repetition<i>/<S file name>`, for S's own scripts
+///   ([`s_tree`]);
+/// - one SVG and one PNG per device and benchmark: `<benchmark>-<device>.svg` and
+///   `.png` (device sanitized), e.g. `startup-hdd-1.8in.svg` ([`write_plots`]).
 ///
 /// Same inputs give byte-identical files. Two results that would share a stat file
 /// (same cell twice, or device names equal after sanitizing) are an `InvalidInput`
@@ -475,29 +497,9 @@ pub fn write_outputs(
             ));
         }
     }
-    // (benchmark, device) pairs in first-appearance order, with their plot file names.
-    let mut plots: Vec<(Benchmark, String, String)> = Vec::new();
-    for r in results {
-        let file = format!(
-            "{}-{}.svg",
-            r.cell.benchmark.as_str(),
-            sanitize_component(&r.cell.device)
-        );
-        if let Some((_, dev, _)) = plots.iter().find(|(_, _, f)| *f == file) {
-            if *dev != r.cell.device {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    format!(
-                        "devices \"{dev}\" and \"{}\" map to the same plot file {file}",
-                        r.cell.device
-                    ),
-                ));
-            }
-            continue;
-        }
-        plots.push((r.cell.benchmark, r.cell.device.clone(), file));
-    }
-
+    let invalid = |e: String| io::Error::new(io::ErrorKind::InvalidInput, e);
+    plot_files(results).map_err(invalid)?;
+    let s_files = s_tree(results).map_err(invalid)?;
     std::fs::create_dir_all(dir)
         .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", dir.display())))?;
     let mut written = Vec::new();
@@ -512,18 +514,14 @@ pub fn write_outputs(
     for (r, p) in results.iter().zip(&stat_paths) {
         write_file(dir, p, &stat_file_contents(r), &mut written)?;
     }
-    for (benchmark, device, file) in &plots {
-        let members: Vec<&CellResult> = results
-            .iter()
-            .filter(|r| r.cell.benchmark == *benchmark && r.cell.device == *device)
-            .collect();
-        let title = plot_title(*benchmark, device, &members);
-        let reference = match benchmark {
-            Benchmark::Startup => idle_reference(members.iter().copied()),
-            Benchmark::Throughput | Benchmark::Latency => None,
-        };
-        let svg = render_bar_chart(&build_chart(&title, members.iter().copied(), reference));
-        write_file(dir, file, &svg, &mut written)?;
+    for (rel, text) in &s_files {
+        write_file(
+            dir,
+            &format!("{S_TREE}/{}", rel.display()),
+            text,
+            &mut written,
+        )?;
     }
+    written.extend(write_plots(dir, results, None, "")?);
     Ok(written)
 }

@@ -29,13 +29,15 @@ use toml::{Spanned, Value};
 use crate::other_vms::NO_OTHER_VMS;
 use crate::result::{CellResult, Metric};
 use crate::scenario::describe;
+use crate::side_by_side::within;
 use crate::workload::WorkloadSpec;
 
 /// Top-level keys of a reference file.
 pub const REFERENCE_KEYS: &[&str] = &["device", "idle", "startup"];
 
-/// Ratios tandem/paper within `1 ± WITHIN` count as agreeing in the summary.
-pub const WITHIN: f64 = 0.25;
+/// Ratios tandem/paper within `WITHIN` either way count as agreeing in the summary
+/// (see [`within`]: the larger value over the smaller at most `1 + WITHIN`).
+pub const WITHIN: f64 = crate::side_by_side::DEFAULT_TOLERANCE;
 
 /// A published value: seconds, or `X` (the app did not start within the timeout).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -382,7 +384,7 @@ pub struct ComparisonSummary {
     pub missing: usize,
     /// Rows where both values are numbers.
     pub numeric: usize,
-    /// Rows with a ratio within `1 ± WITHIN`.
+    /// Rows with a ratio within `WITHIN` either way ([`within`]).
     pub within: usize,
     /// Compared rows where tandem and the paper agree on X.
     pub x_matches: usize,
@@ -419,6 +421,36 @@ fn matches(c: &ReferenceCell, r: &CellResult) -> bool {
     cell.guest_sched == c.guest_sched
         && cell.guest_workload.as_deref() == Some(c.guest_workload.as_str())
         && Some(&cell.host_sched) == c.host_sched.as_ref()
+}
+
+/// Refuses to set `results` against a reference of another kind: a reference of VM
+/// cells (guest and host schedulers) against a run of native cells only, or a
+/// reference for a device the run did not measure. The error says what each holds.
+pub fn check_comparable(reference: &Reference, results: &[CellResult]) -> Result<(), String> {
+    let reference_vm = reference.cells.iter().any(|c| c.guest_sched.is_some());
+    let run_vm = results.iter().any(|r| r.cell.guest_sched.is_some());
+    if reference_vm && !run_vm {
+        return Err(format!(
+            "the reference holds VM cells (a guest scheduler and a host scheduler each) and \
+             the run's {} cells are all native (no guest): nothing to compare; compare a VM \
+             run (e.g. tandem sim run cloud2014)",
+            results.len()
+        ));
+    }
+    if !results.iter().any(|r| r.cell.device == reference.device) {
+        let mut devices: Vec<&str> = results.iter().map(|r| r.cell.device.as_str()).collect();
+        devices.dedup();
+        return Err(format!(
+            "the reference is for device {} and the run measured {}: nothing to compare",
+            reference.device,
+            if devices.is_empty() {
+                "no cell".to_string()
+            } else {
+                devices.join(", ")
+            }
+        ));
+    }
+    Ok(())
 }
 
 /// Compares a reference with results: one row per reference cell, in the reference's
@@ -471,7 +503,7 @@ pub fn compare_with_reference(reference: &Reference, results: &[CellResult]) -> 
         }
         if let Some(q) = ratio {
             summary.numeric += 1;
-            if (1.0 - WITHIN..=1.0 + WITHIN).contains(&q) {
+            if within(q, WITHIN) {
                 summary.within += 1;
             }
             let off = q.ln().abs();
@@ -867,5 +899,19 @@ xterm: guest bfq 5r-seq, host bfq none   3.00  missing
             (Some("cfq"), "5r-rand", "5r-seq")
         );
         assert_eq!(last.value, PaperValue::Timeout);
+    }
+
+    #[test]
+    fn a_reference_of_another_kind_is_refused() {
+        let reference = parse_reference(SMALL).unwrap();
+        let native = result(cell(None, None, "bfq", "none"), &[&[2.0]], 0);
+        let e = check_comparable(&reference, std::slice::from_ref(&native)).unwrap_err();
+        assert!(e.contains("VM cells") && e.contains("all native"), "{e}");
+        let vm = result(cell(Some("bfq"), Some("none"), "bfq", "none"), &[&[2.0]], 0);
+        assert_eq!(check_comparable(&reference, &[native, vm.clone()]), Ok(()));
+        let mut other = vm;
+        other.cell.device = "emmc".into();
+        let e = check_comparable(&reference, &[other]).unwrap_err();
+        assert!(e.contains("device hdd and the run measured emmc"), "{e}");
     }
 }

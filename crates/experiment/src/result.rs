@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cell::Cell;
 use crate::scenario::Benchmark;
-use crate::stats::{summarize, Summary};
+use crate::stats::{percentiles, summarize, IntervalNote, Percentiles, Summary};
 
 /// The measured quantity.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -86,6 +86,8 @@ impl fmt::Display for Metric {
 
 /// One run (repetition) of a cell: the start-up times of its starts (a timed-out start
 /// counts as `timeout_s` and increments `timeouts`), or the throughput samples.
+/// Both runners stop a run at its first timed-out start, so the timed-out starts are
+/// the last `timeouts` values.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct RunResult {
     pub values: Vec<f64>,
@@ -107,6 +109,21 @@ impl RunResult {
             Some(self.values.iter().sum::<f64>() / self.values.len() as f64)
         }
     }
+
+    /// The values of the starts that finished (all of them for throughput samples).
+    pub fn finished(&self) -> &[f64] {
+        let done = self.values.len().saturating_sub(self.timeouts as usize);
+        &self.values[..done]
+    }
+}
+
+/// The starts of a cell that finished, apart from those that timed out.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Finished {
+    /// How many starts (or samples) finished.
+    pub n: usize,
+    /// Their mean (NaN when none finished).
+    pub mean: f64,
 }
 
 /// All the runs of one cell, by one runner.
@@ -144,6 +161,39 @@ impl CellResult {
     /// Total number of timed-out starts over all runs.
     pub fn timeouts(&self) -> u32 {
         self.runs.iter().map(|r| r.timeouts).sum()
+    }
+
+    /// The starts that finished, over all runs pooled: their count and mean, to be
+    /// read beside [`CellResult::timeouts`].
+    pub fn finished(&self) -> Finished {
+        let values: Vec<f64> = self
+            .runs
+            .iter()
+            .flat_map(|r| r.finished().iter().copied())
+            .collect();
+        let n = values.len();
+        let mean = if n == 0 {
+            f64::NAN
+        } else {
+            values.iter().sum::<f64>() / n as f64
+        };
+        Finished { n, mean }
+    }
+
+    /// Median, p90 and p99 of every value of every run pooled together (timed-out
+    /// starts count as `timeout_s`, so with timeouts they are lower bounds).
+    pub fn percentiles(&self) -> Percentiles {
+        let all: Vec<f64> = self
+            .runs
+            .iter()
+            .flat_map(|r| r.values.iter().copied())
+            .collect();
+        percentiles(&all)
+    }
+
+    /// What the 95% interval of [`CellResult::summary`] is worth.
+    pub fn interval_note(&self) -> IntervalNote {
+        IntervalNote::of(&self.summary(), self.timeouts())
     }
 
     /// Total number of values (starts or samples) over all runs.

@@ -119,6 +119,47 @@ fn default_other_vms() -> Vec<String> {
     vec![NO_OTHER_VMS.to_string()]
 }
 
+/// Longest scenario file accepted, in bytes: the largest shipped scenario is under
+/// 2 KiB, so 1 MiB leaves room for any hand-written matrix while a wrong path (a
+/// device, a log) is refused before it fills the memory.
+pub const MAX_SCENARIO_BYTES: u64 = 1 << 20;
+
+/// Most repetitions per cell: the S suite runs 10 to 20; 10,000 already makes
+/// Student's t indistinguishable from the normal, and a cell's runs stay in
+/// memory (`repetitions = 1000000000` would need 15 GB before the first run).
+pub const MAX_REPETITIONS: u32 = 10_000;
+
+/// Most starts per run (`iterations`): each is at least a cold start, seconds long.
+pub const MAX_ITERATIONS: u32 = 10_000;
+
+/// Most cells in a matrix: the largest shipped scenario has a few hundred; the
+/// expansion allocates every cell up front.
+pub const MAX_CELLS: usize = 100_000;
+
+/// Most runs (cells × repetitions) in a scenario; each keeps its values in memory.
+pub const MAX_RUNS: u64 = 1_000_000;
+
+/// Longest `timeout_s` and `duration_s`: a day of simulated or real time per run.
+pub const MAX_RUN_SECONDS: f64 = 86_400.0;
+
+/// Reads at most `limit` bytes of `path` as text; a longer file is an error that
+/// gives the limit.
+fn read_bounded(path: &Path, limit: u64) -> Result<String, String> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).map_err(|e| format!("cannot read scenario: {e}"))?;
+    let mut bytes = Vec::new();
+    file.take(limit + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("cannot read scenario: {e}"))?;
+    if bytes.len() as u64 > limit {
+        return Err(format!(
+            "not a scenario: longer than {} KiB (scenarios are small TOML files)",
+            limit / 1024
+        ));
+    }
+    String::from_utf8(bytes).map_err(|_| "cannot read scenario: not UTF-8 text".to_string())
+}
+
 /// Top-level scenario keys, in documentation order.
 pub const SCENARIO_KEYS: &[&str] = &[
     "name",
@@ -227,10 +268,11 @@ impl Scenario {
 
     /// Reads, parses and validates a scenario file. Errors start with the path.
     /// `name` defaults to the file stem.
+    /// A file longer than [`MAX_SCENARIO_BYTES`] is refused after reading at most one
+    /// byte more than that (so `/dev/zero` fails at once).
     pub fn load(path: &Path, accepted: &Accepted) -> Result<Scenario, ScenarioError> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            ScenarioError::new(None, format!("cannot read scenario: {e}")).with_path(path)
-        })?;
+        let text = read_bounded(path, MAX_SCENARIO_BYTES)
+            .map_err(|e| ScenarioError::new(None, e).with_path(path))?;
         let stem = path
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
@@ -252,7 +294,7 @@ impl Scenario {
 
     /// Number of cells [`Scenario::cells`] returns.
     pub fn cell_count(&self) -> usize {
-        self.cells().len()
+        cell_count(&self.matrix) as usize
     }
 
     /// The CPU settings of the cells, host part then guest part (guest part
@@ -416,6 +458,18 @@ fn get_positive_u32(key: &str, v: &Value) -> Result<u32, ScenarioError> {
     }
 }
 
+/// A positive integer of at most `max`.
+fn get_bounded_u32(key: &str, v: &Value, max: u32) -> Result<u32, ScenarioError> {
+    let n = get_positive_u32(key, v)?;
+    if n > max {
+        return Err(ScenarioError::key(
+            key,
+            format!("too large: {n}; at most {max}"),
+        ));
+    }
+    Ok(n)
+}
+
 fn get_positive_secs(key: &str, v: &Value) -> Result<f64, ScenarioError> {
     let x = match v {
         Value::Integer(i) => *i as f64,
@@ -429,6 +483,12 @@ fn get_positive_secs(key: &str, v: &Value) -> Result<f64, ScenarioError> {
                 "must be a positive, finite number of seconds, found {}",
                 describe(v)
             ),
+        ));
+    }
+    if x > MAX_RUN_SECONDS {
+        return Err(ScenarioError::key(
+            key,
+            format!("too long: {x} s; at most {MAX_RUN_SECONDS} s (a day)"),
         ));
     }
     Ok(x)
@@ -606,11 +666,11 @@ fn parse_scenario(
     }
 
     let iterations = match table.get("iterations") {
-        Some(v) => get_positive_u32("iterations", v)?,
+        Some(v) => get_bounded_u32("iterations", v, MAX_ITERATIONS)?,
         None => defaults::ITERATIONS,
     };
     let repetitions = match table.get("repetitions") {
-        Some(v) => get_positive_u32("repetitions", v)?,
+        Some(v) => get_bounded_u32("repetitions", v, MAX_REPETITIONS)?,
         None => defaults::REPETITIONS,
     };
     let timeout_s = match table.get("timeout_s") {
@@ -670,6 +730,7 @@ fn parse_scenario(
     let matrix = parse_matrix(matrix_table, accepted)?;
     let cpu = parse_cpu_settings(&table, benchmark)?;
     check_cpu_matrix(&matrix, benchmark, &cpu)?;
+    check_size(&matrix, repetitions)?;
 
     Ok(Scenario {
         name,
@@ -839,6 +900,54 @@ fn check_cpu_matrix(m: &Matrix, benchmark: Benchmark, cpu: &CpuCell) -> Result<(
         }
     }
     Ok(())
+}
+
+/// Refuses a matrix of more than [`MAX_CELLS`] cells or [`MAX_RUNS`] runs, counted
+/// before any cell is made.
+fn check_size(m: &Matrix, repetitions: u32) -> Result<(), ScenarioError> {
+    let cells = cell_count(m);
+    if cells > MAX_CELLS as u64 {
+        return Err(ScenarioError::key(
+            "matrix",
+            format!("{cells} cells; at most {MAX_CELLS} (split the scenario, or use --only)"),
+        ));
+    }
+    let runs = cells * u64::from(repetitions);
+    if runs > MAX_RUNS {
+        return Err(ScenarioError::key(
+            "repetitions",
+            format!("{cells} cells x {repetitions} repetitions = {runs} runs; at most {MAX_RUNS}"),
+        ));
+    }
+    Ok(())
+}
+
+/// The number of cells of a matrix, saturating rather than overflowing: native
+/// cells (no `guest_sched`, or each `""` in it) cross the host's CPU keys, VM cells
+/// the guest's too.
+fn cell_count(m: &Matrix) -> u64 {
+    let n = |l: usize| l.max(1) as u64;
+    let host_cpu = n(m.host_cpu_sched.len()).saturating_mul(n(m.host_cpu_load.len()));
+    let guest_cpu = n(m.guest_cpu_sched.len()).saturating_mul(n(m.guest_cpu_load.len()));
+    let native = m.guest_sched.iter().filter(|g| g.is_empty()).count() as u64;
+    let vm = (m.guest_sched.len() as u64 - native)
+        .saturating_mul(m.guest_workload.len() as u64)
+        .saturating_mul(guest_cpu);
+    let guest = if m.guest_sched.is_empty() {
+        1
+    } else {
+        native.saturating_add(vm)
+    };
+    let guest = guest.saturating_mul(host_cpu);
+    [
+        m.device.len(),
+        m.host_sched.len(),
+        m.host_workload.len(),
+        m.other_vms.len(),
+        m.coordination.len(),
+    ]
+    .iter()
+    .fold(guest, |acc, &n| acc.saturating_mul(n as u64))
 }
 
 fn parse_matrix(t: &toml::Table, accepted: &Accepted) -> Result<Matrix, ScenarioError> {

@@ -1,89 +1,165 @@
-//! Two runs side by side, cell by cell (the simulator against the real runner, or any
-//! two result sets): `tandem report A B` and `tandem bench compare A B`.
+//! A run against a baseline run, cell by cell (the simulator against the real runner,
+//! or two settings of one runner): `tandem report RUN --baseline BASELINE`.
+//!
+//! The ratio is always RUN / BASELINE. Whether a cell agrees within a tolerance does
+//! not depend on which side is the baseline: the larger value over the smaller must
+//! be at most `1 + tolerance` ([`within`]).
 
 use crate::result::CellResult;
 
-/// One compared cell.
+/// Ratios within this factor either way count as agreeing, by default (±25%).
+pub const DEFAULT_TOLERANCE: f64 = 0.25;
+
+/// Whether two positive values agree within `tolerance`: the larger over the
+/// smaller is at most `1 + tolerance`, so that `a` against `b` and `b` against `a`
+/// agree (a ratio `q` is within when `1 / (1 + tolerance) <= q <= 1 + tolerance`).
+pub fn within(ratio: f64, tolerance: f64) -> bool {
+    ratio > 0.0 && ratio.max(1.0 / ratio) <= 1.0 + tolerance * (1.0 + 1e-12)
+}
+
+/// One cell both runs measured.
 #[derive(Clone, Debug)]
 pub struct Row {
     /// The cell's key (its matrix values).
     pub key: String,
-    /// The first results' mean (None: any start timed out, X).
-    pub a: Option<f64>,
-    /// The second results' mean (None: X; missing cells are not rows).
-    pub b: Option<f64>,
+    /// The run's mean (None: a start timed out, X).
+    pub run: Option<f64>,
+    /// The baseline's mean (None: X).
+    pub baseline: Option<f64>,
 }
 
 impl Row {
-    /// `a / b` when both are numbers.
+    /// `run / baseline` when both are numbers.
     pub fn ratio(&self) -> Option<f64> {
-        match (self.a, self.b) {
+        match (self.run, self.baseline) {
             (Some(a), Some(b)) if b > 0.0 => Some(a / b),
             _ => None,
         }
     }
 }
 
+/// A run set against a baseline.
+#[derive(Clone, Debug)]
+pub struct SideBySide {
+    /// Cells both measured, in the run's order.
+    pub rows: Vec<Row>,
+    /// Keys of the run's cells the baseline lacks.
+    pub only_run: Vec<String>,
+    /// Keys of the baseline's cells the run lacks.
+    pub only_baseline: Vec<String>,
+}
+
 fn value(r: &CellResult) -> Option<f64> {
     (r.timeouts() == 0).then(|| r.summary().mean)
 }
 
-/// Match the cells of `a` with those of `b` by key (runner aside), in `a`'s
-/// order; cells of `a` that `b` lacks are returned apart.
-pub fn compare(a: &[CellResult], b: &[CellResult]) -> (Vec<Row>, Vec<String>) {
-    let mut rows = Vec::new();
-    let mut missing = Vec::new();
-    for ra in a {
-        let key = ra.cell.key();
-        match b
-            .iter()
-            .find(|rb| rb.cell.key() == key && rb.metric == ra.metric)
-        {
-            Some(rb) => rows.push(Row {
-                key,
-                a: value(ra),
-                b: value(rb),
-            }),
-            None => missing.push(key),
-        }
-    }
-    (rows, missing)
+fn find<'a>(results: &'a [CellResult], r: &CellResult) -> Option<&'a CellResult> {
+    let key = r.cell.key();
+    results
+        .iter()
+        .find(|o| o.metric == r.metric && o.cell.key() == key)
 }
 
-/// Text table: one line per cell, `X` for a cell with a timed-out start.
-pub fn render(a_name: &str, b_name: &str, rows: &[Row], missing: &[String]) -> String {
-    let show = |v: Option<f64>| v.map_or("X".to_string(), |v| format!("{v:.2}"));
-    let width = rows.iter().map(|r| r.key.len()).max().unwrap_or(4).max(4);
-    let mut s = format!(
-        "{:<width$}  {:>8}  {:>8}  {:>6}\n",
-        "cell", a_name, b_name, "ratio"
-    );
-    for r in rows {
-        s += &format!(
-            "{:<width$}  {:>8}  {:>8}  {:>6}\n",
-            r.key,
-            show(r.a),
-            show(r.b),
-            r.ratio().map_or("-".to_string(), |x| format!("{x:.2}"))
-        );
+/// Matches the cells of `run` with those of `baseline` by key and metric (runner
+/// aside).
+pub fn compare(run: &[CellResult], baseline: &[CellResult]) -> SideBySide {
+    let mut rows = Vec::new();
+    let mut only_run = Vec::new();
+    for r in run {
+        match find(baseline, r) {
+            Some(b) => rows.push(Row {
+                key: r.cell.key(),
+                run: value(r),
+                baseline: value(b),
+            }),
+            None => only_run.push(r.cell.key()),
+        }
     }
-    for m in missing {
-        s += &format!("{m:<width$}  only in {a_name}\n");
-    }
-    let ratios: Vec<f64> = rows.iter().filter_map(Row::ratio).collect();
-    let agree_x = rows
+    let only_baseline = baseline
         .iter()
-        .filter(|r| r.a.is_none() == r.b.is_none())
-        .count();
-    s += &format!(
-        "{} cells compared; {} with numbers on both sides, {} within ±25%; X agrees in {} of {}\n",
-        rows.len(),
-        ratios.len(),
-        ratios.iter().filter(|x| (0.75..=1.25).contains(*x)).count(),
-        agree_x,
-        rows.len()
-    );
-    s
+        .filter(|b| find(run, b).is_none())
+        .map(|b| b.cell.key())
+        .collect();
+    SideBySide {
+        rows,
+        only_run,
+        only_baseline,
+    }
+}
+
+impl SideBySide {
+    /// Keys of the cells with numbers on both sides that agree within `tolerance`.
+    pub fn agreeing(&self, tolerance: f64) -> Vec<&str> {
+        self.rows
+            .iter()
+            .filter(|r| r.ratio().is_some_and(|q| within(q, tolerance)))
+            .map(|r| r.key.as_str())
+            .collect()
+    }
+
+    /// Text table: one line per cell, `X` for a cell with a timed-out start, the
+    /// columns named after the runs; then the cells only one side has, and a
+    /// summary.
+    pub fn render(&self, run_name: &str, baseline_name: &str, tolerance: f64) -> String {
+        let show = |v: Option<f64>| v.map_or("X".to_string(), |v| format!("{v:.2}"));
+        let width = self
+            .rows
+            .iter()
+            .map(|r| r.key.len())
+            .max()
+            .unwrap_or(4)
+            .max(4);
+        let (wa, wb) = (run_name.len().max(8), baseline_name.len().max(8));
+        let mut s = format!(
+            "ratio = {run_name} / {baseline_name} (the baseline); within ±{}%: the larger \
+             over the smaller at most {:.2}\n",
+            (tolerance * 100.0).round(),
+            1.0 + tolerance
+        );
+        s += &format!(
+            "{:<width$}  {run_name:>wa$}  {baseline_name:>wb$}  {:>6}  within\n",
+            "cell", "ratio"
+        );
+        for r in &self.rows {
+            let agrees = match r.ratio() {
+                Some(q) if within(q, tolerance) => "yes",
+                Some(_) => "no",
+                None => "",
+            };
+            let line = format!(
+                "{:<width$}  {:>wa$}  {:>wb$}  {:>6}  {agrees}",
+                r.key,
+                show(r.run),
+                show(r.baseline),
+                r.ratio().map_or("-".to_string(), |x| format!("{x:.2}"))
+            );
+            s += line.trim_end();
+            s.push('\n');
+        }
+        for m in &self.only_run {
+            s += &format!("{m:<width$}  only in {run_name}\n");
+        }
+        for m in &self.only_baseline {
+            s += &format!("{m:<width$}  only in {baseline_name}\n");
+        }
+        let numeric = self.rows.iter().filter(|r| r.ratio().is_some()).count();
+        let agree_x = self
+            .rows
+            .iter()
+            .filter(|r| r.run.is_none() == r.baseline.is_none())
+            .count();
+        s += &format!(
+            "{} cells compared; {numeric} with numbers on both sides, {} within ±{}%; X agrees \
+             in {agree_x} of {}; {} only in {run_name}, {} only in {baseline_name}\n",
+            self.rows.len(),
+            self.agreeing(tolerance).len(),
+            (tolerance * 100.0).round(),
+            self.rows.len(),
+            self.only_run.len(),
+            self.only_baseline.len()
+        );
+        s
+    }
 }
 
 #[cfg(test)]
@@ -93,10 +169,10 @@ mod tests {
 
     fn results(runner: &str, values: &[(f64, u32)]) -> Vec<CellResult> {
         let s = Scenario::from_toml_str(
-            "name = \"t\"\nbenchmark = \"startup\"\napp = \"bash\"\n[matrix]\ndevice = [\"hdd-1.8in\"]\nhost_sched = [\"bfq\", \"noop\"]\nhost_workload = [\"5r-seq\"]\n",
+            "name = \"t\"\nbenchmark = \"startup\"\napp = \"bash\"\n[matrix]\ndevice = [\"hdd-1.8in\"]\nhost_sched = [\"bfq\", \"noop\", \"cfq\", \"deadline\"]\nhost_workload = [\"5r-seq\"]\n",
             &crate::Accepted {
                 devices: vec!["hdd-1.8in".into()],
-                host_scheds: vec!["bfq".into(), "noop".into()],
+                host_scheds: vec!["bfq".into(), "noop".into(), "cfq".into(), "deadline".into()],
                 guest_scheds: Vec::new(),
                 coordination: vec!["off".into()],
                 apps: vec!["bash".into()],
@@ -125,15 +201,40 @@ mod tests {
     fn cells_match_by_key_and_x_is_kept() {
         let real = results("real", &[(3.0, 0), (60.0, 1)]);
         let sim = results("sim", &[(4.0, 0), (40.0, 0)]);
-        let (rows, missing) = compare(&real, &sim);
-        assert!(missing.is_empty());
-        assert_eq!(rows.len(), 2);
-        assert_eq!(rows[0].ratio(), Some(0.75));
-        assert_eq!(rows[1].a, None);
-        let text = render("real", "sim", &rows, &missing);
+        let cmp = compare(&real, &sim);
+        assert!(cmp.only_run.is_empty() && cmp.only_baseline.is_empty());
+        assert_eq!(cmp.rows.len(), 2);
+        assert_eq!(cmp.rows[0].ratio(), Some(0.75));
+        assert_eq!(cmp.rows[1].run, None);
+        let text = cmp.render("real-run", "sim-run", 0.25);
         assert!(text.contains("X") && text.contains("0.75"), "{text}");
+        assert!(
+            text.starts_with("ratio = real-run / sim-run (the baseline)"),
+            "{text}"
+        );
         assert!(text.contains("X agrees in 1 of 2"), "{text}");
-        let (_, missing) = compare(&real, &sim[..1]);
-        assert_eq!(missing.len(), 1);
+        let cmp = compare(&real, &sim[..1]);
+        assert_eq!(cmp.only_run.len(), 1);
+        let cmp = compare(&real[..1], &sim);
+        assert_eq!(cmp.only_baseline.len(), 1);
+        assert!(cmp.render("a", "b", 0.25).contains("1 only in b"));
+    }
+
+    /// The case that made `report A B` and `report B A` disagree: 0.78 is within
+    /// ±25% one way (0.75..1.25) and 1.28 is not the other way.
+    #[test]
+    fn agreement_does_not_depend_on_the_baseline() {
+        let a = results("sim", &[(3.9, 0), (5.0, 0), (1.0, 0), (2.0, 1)]);
+        let b = results("sim", &[(5.0, 0), (4.0, 0), (1.3, 0), (2.0, 0)]);
+        let ab = compare(&a, &b);
+        let ba = compare(&b, &a);
+        for tol in [0.1, 0.25, 0.3] {
+            assert_eq!(ab.agreeing(tol), ba.agreeing(tol), "tolerance {tol}");
+        }
+        // 5.0 / 4.0 = 1.25 is within ±25% both ways; 3.9 / 5.0 = 0.78 (1.28) is not
+        let noop = ab.rows.iter().find(|r| r.run == Some(5.0)).unwrap();
+        assert_eq!(ab.agreeing(0.25), vec![noop.key.as_str()]);
+        assert!(within(1.25, 0.25) && within(0.8, 0.25));
+        assert!(!within(0.78, 0.25) && !within(1.28, 0.25));
     }
 }

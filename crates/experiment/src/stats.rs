@@ -1,6 +1,9 @@
-//! Descriptive statistics and Student's t confidence intervals.
+//! Descriptive statistics, percentiles and Student's t confidence intervals (the
+//! distributions and order statistics from `statrs`).
 
 use serde::{Deserialize, Serialize};
+use statrs::distribution::{ContinuousCDF, StudentsT};
+use statrs::statistics::{Data, Median, OrderStatistics};
 
 /// Summary statistics of a sample.
 ///
@@ -70,145 +73,82 @@ pub fn summarize(values: &[f64]) -> Summary {
 }
 
 /// The `p` quantile of Student's t distribution with `df` degrees of freedom
-/// (`0 < p < 1`, `df > 0`), e.g. `t_quantile(0.975, 9.0)` ≈ 2.2622.
-///
-/// Computed by bisection on the CDF, which is evaluated through the regularized
-/// incomplete beta function; accurate to about 1e-12.
+/// (`0 < p < 1`, `df > 0`), e.g. `t_quantile(0.975, 9.0)` ≈ 2.2622, from `statrs`.
 pub fn t_quantile(p: f64, df: f64) -> f64 {
     assert!(p > 0.0 && p < 1.0 && df > 0.0, "t_quantile({p}, {df})");
-    if p == 0.5 {
-        return 0.0;
+    StudentsT::new(0.0, 1.0, df)
+        .expect("df > 0 and a unit scale make a valid distribution")
+        .inverse_cdf(p)
+}
+
+/// Median and upper percentiles of a sample (R's type 8 quantiles, as `statrs`
+/// computes them: median-unbiased whatever the distribution). NaN when empty.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Percentiles {
+    pub median: f64,
+    pub p90: f64,
+    pub p99: f64,
+}
+
+/// The median, 90th and 99th percentiles of `values`.
+pub fn percentiles(values: &[f64]) -> Percentiles {
+    let mut data = Data::new(values.to_vec());
+    Percentiles {
+        median: data.median(),
+        p90: data.quantile(0.90),
+        p99: data.quantile(0.99),
     }
-    if p < 0.5 {
-        return -t_quantile(1.0 - p, df);
-    }
-    let mut lo = 0.0_f64;
-    let mut hi = 1.0_f64;
-    while student_t_cdf(hi, df) < p {
-        lo = hi;
-        hi *= 2.0;
-        if hi > 1e300 {
-            return f64::INFINITY;
-        }
-    }
-    for _ in 0..200 {
-        let mid = 0.5 * (lo + hi);
-        if mid <= lo || mid >= hi {
-            break;
-        }
-        if student_t_cdf(mid, df) < p {
-            lo = mid;
+}
+
+/// What a cell's 95% interval is worth, so that readers are not misled by an
+/// interval that is not one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum IntervalNote {
+    /// A t-interval over two or more differing run means.
+    Interval,
+    /// Two or more runs, all with the same mean (the simulator's repetitions can be
+    /// deterministic): a width of zero says nothing about precision.
+    ZeroWidth,
+    /// One run: no spread to estimate.
+    SingleRun,
+    /// A start timed out (X): the runs' means are lower bounds and get no interval.
+    Timeouts,
+    /// No value at all.
+    NoData,
+}
+
+impl IntervalNote {
+    /// Classifies a summary; `timeouts` is the cell's count of timed-out starts.
+    pub fn of(s: &Summary, timeouts: u32) -> IntervalNote {
+        if timeouts > 0 {
+            IntervalNote::Timeouts
+        } else if s.n == 0 || !s.mean.is_finite() {
+            IntervalNote::NoData
+        } else if s.n == 1 {
+            IntervalNote::SingleRun
+        } else if s.std == 0.0 {
+            IntervalNote::ZeroWidth
         } else {
-            hi = mid;
+            IntervalNote::Interval
         }
     }
-    0.5 * (lo + hi)
-}
 
-/// CDF of Student's t distribution with `df` degrees of freedom.
-pub fn student_t_cdf(t: f64, df: f64) -> f64 {
-    let x = df / (df + t * t);
-    let tail = 0.5 * reg_inc_beta(df / 2.0, 0.5, x);
-    if t >= 0.0 {
-        1.0 - tail
-    } else {
-        tail
+    /// The note in `results.csv` (`ci95_note`): empty for a real interval.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IntervalNote::Interval => "",
+            IntervalNote::ZeroWidth => "zero-width",
+            IntervalNote::SingleRun => "single-run",
+            IntervalNote::Timeouts => "timeouts",
+            IntervalNote::NoData => "no-data",
+        }
     }
-}
 
-/// ln Γ(x) for x > 0 (Lanczos approximation, g = 7, 9 coefficients).
-fn ln_gamma(x: f64) -> f64 {
-    const G: f64 = 7.0;
-    const C: [f64; 9] = [
-        0.999_999_999_999_809_9,
-        676.520_368_121_885_1,
-        -1_259.139_216_722_402_8,
-        771.323_428_777_653_1,
-        -176.615_029_162_140_6,
-        12.507_343_278_686_905,
-        -0.138_571_095_265_720_12,
-        9.984_369_578_019_572e-6,
-        1.505_632_735_149_311_6e-7,
-    ];
-    if x < 0.5 {
-        // reflection
-        let pi = std::f64::consts::PI;
-        return (pi / (pi * x).sin()).ln() - ln_gamma(1.0 - x);
+    /// Whether `ci95_low`/`ci95_high` should be shown at all.
+    pub fn has_interval(self) -> bool {
+        !matches!(self, IntervalNote::Timeouts | IntervalNote::NoData)
     }
-    let x = x - 1.0;
-    let mut a = C[0];
-    let t = x + G + 0.5;
-    for (i, c) in C.iter().enumerate().skip(1) {
-        a += c / (x + i as f64);
-    }
-    0.5 * (2.0 * std::f64::consts::PI).ln() + (x + 0.5) * t.ln() - t + a.ln()
-}
-
-/// Regularized incomplete beta function I_x(a, b).
-fn reg_inc_beta(a: f64, b: f64, x: f64) -> f64 {
-    if x <= 0.0 {
-        return 0.0;
-    }
-    if x >= 1.0 {
-        return 1.0;
-    }
-    let ln_front = ln_gamma(a + b) - ln_gamma(a) - ln_gamma(b) + a * x.ln() + b * (1.0 - x).ln();
-    let front = ln_front.exp();
-    // The continued fraction converges fast for x < (a+1)/(a+b+2); use symmetry otherwise.
-    if x < (a + 1.0) / (a + b + 2.0) {
-        front * beta_cf(a, b, x) / a
-    } else {
-        1.0 - front * beta_cf(b, a, 1.0 - x) / b
-    }
-}
-
-/// Continued fraction for the incomplete beta function (modified Lentz method).
-fn beta_cf(a: f64, b: f64, x: f64) -> f64 {
-    const TINY: f64 = 1e-300;
-    const EPS: f64 = 1e-15;
-    let qab = a + b;
-    let qap = a + 1.0;
-    let qam = a - 1.0;
-    let mut c = 1.0;
-    let mut d = 1.0 - qab * x / qap;
-    if d.abs() < TINY {
-        d = TINY;
-    }
-    d = 1.0 / d;
-    let mut h = d;
-    for m in 1..=1000 {
-        let m = m as f64;
-        let m2 = 2.0 * m;
-        // even step
-        let aa = m * (b - m) * x / ((qam + m2) * (a + m2));
-        d = 1.0 + aa * d;
-        if d.abs() < TINY {
-            d = TINY;
-        }
-        c = 1.0 + aa / c;
-        if c.abs() < TINY {
-            c = TINY;
-        }
-        d = 1.0 / d;
-        h *= d * c;
-        // odd step
-        let aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2));
-        d = 1.0 + aa * d;
-        if d.abs() < TINY {
-            d = TINY;
-        }
-        c = 1.0 + aa / c;
-        if c.abs() < TINY {
-            c = TINY;
-        }
-        d = 1.0 / d;
-        let del = d * c;
-        h *= del;
-        if (del - 1.0).abs() < EPS {
-            break;
-        }
-    }
-    h
 }
 
 #[cfg(test)]
@@ -243,20 +183,9 @@ mod tests {
         assert!(close(t_quantile(0.975, 1.0), 12.706_204_736_2, 1e-8));
         assert!(close(t_quantile(0.995, 9.0), 3.249_835_541_6, 1e-8));
         assert!(close(t_quantile(0.025, 9.0), -2.262_157_162_9, 1e-9));
-        assert!(close(t_quantile(0.975, 1e6), 1.959_966, 1e-5));
-    }
-
-    #[test]
-    fn cdf_symmetry() {
-        for df in [1.0, 3.0, 9.0, 50.0] {
-            assert!(close(student_t_cdf(0.0, df), 0.5, 1e-14));
-            for t in [0.3, 1.0, 2.5, 7.0] {
-                let s = student_t_cdf(t, df) + student_t_cdf(-t, df);
-                assert!(close(s, 1.0, 1e-13));
-            }
-        }
-        // df = 1 is Cauchy: F(1) = 0.75
-        assert!(close(student_t_cdf(1.0, 1.0), 0.75, 1e-13));
+        // statrs keeps 1e-6 up to df = 10^4 (the most repetitions a scenario may
+        // ask for, scenario::MAX_REPETITIONS); it drifts by 1e-4 at 10^6.
+        assert!(close(t_quantile(0.975, 1e4), 1.960_201_2, 1e-6));
     }
 
     #[test]
@@ -295,5 +224,37 @@ mod tests {
         let s = summarize(&[]);
         assert_eq!(s.n, 0);
         assert!(s.mean.is_nan() && s.ci95_low.is_nan());
+    }
+
+    #[test]
+    fn percentiles_follow_type_8() {
+        // 1..=10, R: quantile(1:10, c(.5, .9, .99), type = 8)
+        // = 5.5, 9.6333333, 10 (capped at the maximum)
+        let v: Vec<f64> = (1..=10).map(f64::from).collect();
+        let p = percentiles(&v);
+        assert!(close(p.median, 5.5, 1e-12));
+        assert!(close(p.p90, 9.633_333_333_3, 1e-9), "{}", p.p90);
+        assert_eq!(p.p99, 10.0);
+        // the order of the values does not matter
+        let mut r = v.clone();
+        r.reverse();
+        assert_eq!(percentiles(&r), p);
+        assert!(percentiles(&[]).median.is_nan());
+    }
+
+    #[test]
+    fn interval_notes() {
+        let s = summarize(&[2.0, 3.0]);
+        assert_eq!(IntervalNote::of(&s, 0), IntervalNote::Interval);
+        assert_eq!(IntervalNote::of(&s, 1), IntervalNote::Timeouts);
+        assert!(!IntervalNote::Timeouts.has_interval());
+        let s = summarize(&[2.0, 2.0, 2.0]);
+        assert_eq!(IntervalNote::of(&s, 0), IntervalNote::ZeroWidth);
+        assert_eq!(IntervalNote::ZeroWidth.as_str(), "zero-width");
+        assert_eq!(
+            IntervalNote::of(&summarize(&[2.0]), 0),
+            IntervalNote::SingleRun
+        );
+        assert_eq!(IntervalNote::of(&summarize(&[]), 0), IntervalNote::NoData);
     }
 }

@@ -4,7 +4,9 @@ use crate::naming::format_g;
 use crate::other_vms::NO_OTHER_VMS;
 use crate::result::{CellResult, Metric};
 
-/// Key of one table: results sharing it go into the same table.
+/// Key of one table: results sharing it go into the same table. VM cells are keyed by
+/// everything but the guest scheduler and both workloads (the paper's layout); native
+/// cells by everything but the host scheduler, workload and coordination (S's layout).
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct TableKey {
     runner: String,
@@ -12,21 +14,21 @@ struct TableKey {
     benchmark: String,
     app: String,
     metric: Metric,
-    guest_sched: Option<String>,
-    guest_workload: Option<String>,
     other_vms: String,
+    /// `Some((host scheduler, coordination))` for VM cells.
+    vm: Option<(String, String)>,
 }
 
 fn key_of(r: &CellResult) -> TableKey {
+    let c = &r.cell;
     TableKey {
         runner: r.runner.clone(),
-        device: r.cell.device.clone(),
-        benchmark: r.cell.benchmark.as_str().to_string(),
-        app: r.cell.app.clone(),
+        device: c.device.clone(),
+        benchmark: c.benchmark.as_str().to_string(),
+        app: c.app.clone(),
         metric: r.metric,
-        guest_sched: r.cell.guest_sched.clone(),
-        guest_workload: r.cell.guest_workload.clone(),
-        other_vms: r.cell.other_vms.clone(),
+        other_vms: c.other_vms.clone(),
+        vm: (!c.is_native()).then(|| (c.host_sched.clone(), c.coordination.clone())),
     }
 }
 
@@ -50,12 +52,146 @@ pub fn cell_text(r: &CellResult) -> String {
     }
 }
 
-/// Renders the tables: one per (runner, device, benchmark, app, guest scheduler, guest
-/// workload, other VMs), in order of first appearance; the title names the other VMs
-/// only when there are some. Rows are host workloads, columns host
-/// schedulers (`sched/coordination` when there is more than one coordination mode in
-/// the table), both in order of first appearance; cells per [`cell_text`]; a missing
-/// combination is blank.
+/// The title and note lines of a table.
+fn table_head(key: &TableKey, members: &[&CellResult], layout: &str) -> String {
+    let mut setup = match &key.vm {
+        Some((hs, coord)) => {
+            let mut s = format!("VM on host {hs}");
+            if coord != "off" {
+                s.push_str(&format!(", coordination {coord}"));
+            }
+            s
+        }
+        None => "native".to_string(),
+    };
+    if key.other_vms != NO_OTHER_VMS {
+        setup.push_str(&format!(", other VMs {}", key.other_vms));
+    }
+    let what = if key.benchmark == "startup" {
+        format!("startup of {}", key.app)
+    } else {
+        key.benchmark.clone()
+    };
+    let mut note = format!("{}, mean over repetitions; {layout}", key.metric.label());
+    if key.metric == Metric::StartupS {
+        let max_timeout = members
+            .iter()
+            .map(|r| r.cell.timeout_s)
+            .fold(0.0_f64, f64::max);
+        note.push_str(&format!(
+            "; X: a start hit the {} s timeout",
+            format_g(max_timeout)
+        ));
+    }
+    format!(
+        "== {} | {} | {} | {} ==\n{note}\n",
+        key.device, what, setup, key.runner
+    )
+}
+
+/// A VM table in the layout of Figure 1 of the CLOUD 2014 paper: rows are the host
+/// workloads, each with one line per guest scheduler (the paper's series); columns
+/// are the guest workloads (the paper's x axis).
+fn vm_table(members: &[&CellResult]) -> Vec<Vec<String>> {
+    let (mut host_wls, mut guest_scheds, mut guest_wls) = (Vec::new(), Vec::new(), Vec::new());
+    for r in members {
+        push_unique(&mut host_wls, &r.cell.host_workload);
+        push_unique(
+            &mut guest_scheds,
+            &r.cell.guest_sched.clone().unwrap_or_default(),
+        );
+        push_unique(
+            &mut guest_wls,
+            &r.cell.guest_workload.clone().unwrap_or_default(),
+        );
+    }
+    let mut header = vec!["host workload".to_string(), "guest sched".to_string()];
+    header.extend(guest_wls.iter().cloned());
+    let mut grid = vec![header];
+    for hw in &host_wls {
+        for (i, gs) in guest_scheds.iter().enumerate() {
+            let mut line = vec![if i == 0 { hw.clone() } else { String::new() }, gs.clone()];
+            for gw in &guest_wls {
+                let text = members
+                    .iter()
+                    .find(|r| {
+                        r.cell.host_workload == *hw
+                            && r.cell.guest_sched.as_deref() == Some(gs.as_str())
+                            && r.cell.guest_workload.as_deref() == Some(gw.as_str())
+                    })
+                    .map(|r| cell_text(r))
+                    .unwrap_or_default();
+                line.push(text);
+            }
+            grid.push(line);
+        }
+    }
+    grid
+}
+
+/// A native table, as S's tables: rows are the workloads, columns the schedulers
+/// (`sched/coordination` when the table holds several coordination modes).
+fn native_table(members: &[&CellResult]) -> (Vec<Vec<String>>, bool) {
+    let (mut rows, mut scheds, mut coords) = (Vec::new(), Vec::new(), Vec::new());
+    let mut cols: Vec<(String, String)> = Vec::new();
+    for r in members {
+        push_unique(&mut rows, &r.cell.host_workload);
+        push_unique(&mut scheds, &r.cell.host_sched);
+        push_unique(&mut coords, &r.cell.coordination);
+        push_unique(
+            &mut cols,
+            &(r.cell.host_sched.clone(), r.cell.coordination.clone()),
+        );
+    }
+    // Columns grouped by scheduler, then coordination, in first-appearance order.
+    cols.sort_by_key(|(s, c)| {
+        (
+            scheds.iter().position(|x| x == s),
+            coords.iter().position(|x| x == c),
+        )
+    });
+    let several = coords.len() > 1;
+    let mut header = vec!["host workload".to_string()];
+    header.extend(cols.iter().map(|(s, c)| {
+        if several {
+            format!("{s}/{c}")
+        } else {
+            s.clone()
+        }
+    }));
+    let mut grid = vec![header];
+    for row in &rows {
+        let mut line = vec![row.clone()];
+        for (s, c) in &cols {
+            let text = members
+                .iter()
+                .find(|r| {
+                    r.cell.host_workload == *row
+                        && r.cell.host_sched == *s
+                        && r.cell.coordination == *c
+                })
+                .map(|r| cell_text(r))
+                .unwrap_or_default();
+            line.push(text);
+        }
+        grid.push(line);
+    }
+    (grid, several)
+}
+
+/// Renders the tables, in order of first appearance of their keys:
+///
+/// - VM cells: one table per (runner, device, benchmark, app, host scheduler,
+///   coordination, other VMs) in the layout of the CLOUD 2014 paper's Figure 1 (guest
+///   workload x host workload, guest scheduler as series; see `vm_table`);
+/// - native cells: one table per (runner, device, benchmark, app, other VMs), rows host
+///   workloads and columns host schedulers, as S's tables.
+///
+/// Cells per [`cell_text`]; a missing combination is blank. When the results hold
+/// several coordination modes, [`render_coordination_tables`] follows.
+///
+/// The CPU model's cells (latency, hot start-up) get tables of their own
+/// ([`crate::cpu_table`]), after the others.
 pub fn render_tables(all: &[CellResult]) -> String {
     // The CPU model's cells get tables of their own (Figure 1 of the
     // coordinated task scheduling study), after the others.
@@ -83,103 +219,32 @@ fn render_io_tables(results: &[CellResult]) -> String {
     let mut out = String::new();
     for (ti, key) in keys.iter().enumerate() {
         let members: Vec<&CellResult> = results.iter().filter(|r| key_of(r) == *key).collect();
-        let mut rows: Vec<String> = Vec::new();
-        let mut scheds: Vec<String> = Vec::new();
-        let mut coords: Vec<String> = Vec::new();
-        for r in &members {
-            push_unique(&mut rows, &r.cell.host_workload);
-            push_unique(&mut scheds, &r.cell.host_sched);
-            push_unique(&mut coords, &r.cell.coordination);
-        }
-        let mut cols: Vec<(String, String)> = Vec::new();
-        for r in &members {
-            push_unique(
-                &mut cols,
-                &(r.cell.host_sched.clone(), r.cell.coordination.clone()),
-            );
-        }
-        // Columns grouped by scheduler, then coordination, in first-appearance order.
-        cols.sort_by_key(|(s, c)| {
-            (
-                scheds.iter().position(|x| x == s),
-                coords.iter().position(|x| x == c),
-            )
-        });
-        let col_label = |(s, c): &(String, String)| {
-            if coords.len() > 1 {
-                format!("{s}/{c}")
-            } else {
-                s.clone()
-            }
-        };
-
         if ti > 0 {
             out.push('\n');
         }
-        let mut guest = match (&key.guest_sched, &key.guest_workload) {
-            (Some(gs), Some(gw)) => format!("guest {gs}, guest workload {gw}"),
-            _ => "native".to_string(),
-        };
-        if key.other_vms != NO_OTHER_VMS {
-            guest.push_str(&format!(", other VMs {}", key.other_vms));
-        }
-        let what = if key.benchmark == "startup" {
-            format!("startup of {}", key.app)
+        let (grid, left) = if key.vm.is_some() {
+            let layout = "rows: host workload and guest scheduler; columns: guest workload";
+            out.push_str(&table_head(key, &members, layout));
+            (vm_table(&members), 2)
         } else {
-            key.benchmark.clone()
+            let (grid, several) = native_table(&members);
+            let layout = if several {
+                "rows: host workload; columns: host scheduler/coordination"
+            } else {
+                "rows: host workload; columns: host scheduler"
+            };
+            out.push_str(&table_head(key, &members, layout));
+            (grid, 1)
         };
-        out.push_str(&format!(
-            "== {} | {} | {} | {} ==\n",
-            key.device, what, guest, key.runner
-        ));
-        let max_timeout = members
-            .iter()
-            .map(|r| r.cell.timeout_s)
-            .fold(0.0_f64, f64::max);
-        let mut note = format!(
-            "{}, mean over repetitions; rows: host workload; columns: host scheduler",
-            key.metric.label()
-        );
-        if coords.len() > 1 {
-            note.push_str("/coordination");
-        }
-        if key.metric == Metric::StartupS {
-            note.push_str(&format!(
-                "; X: a start hit the {} s timeout",
-                format_g(max_timeout)
-            ));
-        }
-        out.push_str(&note);
-        out.push('\n');
-
-        let mut grid: Vec<Vec<String>> = Vec::new();
-        let mut header = vec!["host workload".to_string()];
-        header.extend(cols.iter().map(col_label));
-        grid.push(header);
-        for row in &rows {
-            let mut line = vec![row.clone()];
-            for (s, c) in &cols {
-                let text = members
-                    .iter()
-                    .find(|r| {
-                        r.cell.host_workload == *row
-                            && r.cell.host_sched == *s
-                            && r.cell.coordination == *c
-                    })
-                    .map(|r| cell_text(r))
-                    .unwrap_or_default();
-                line.push(text);
-            }
-            grid.push(line);
-        }
-        out.push_str(&render_grid(&grid));
+        out.push_str(&render_grid(&grid, left));
     }
     out.push_str(&render_coordination_tables(results));
     out
 }
 
-/// Aligned text of a grid: the first column left-aligned, the others right-aligned.
-pub(crate) fn render_grid(grid: &[Vec<String>]) -> String {
+/// Aligned text of a grid: the first `left` columns (labels) left-aligned, the others
+/// (numbers) right-aligned.
+pub(crate) fn render_grid(grid: &[Vec<String>], left: usize) -> String {
     let mut out = String::new();
     let ncols = grid.first().map_or(0, |l| l.len());
     let widths: Vec<usize> = (0..ncols)
@@ -190,6 +255,8 @@ pub(crate) fn render_grid(grid: &[Vec<String>]) -> String {
         for (i, field) in line.iter().enumerate() {
             if i == 0 {
                 text.push_str(&format!("{:<w$}", field, w = widths[0]));
+            } else if i < left {
+                text.push_str(&format!("  {:<w$}", field, w = widths[i]));
             } else {
                 text.push_str(&format!("  {:>w$}", field, w = widths[i]));
             }
@@ -274,7 +341,7 @@ pub fn render_coordination_tables(results: &[CellResult]) -> String {
             }
             grid.push(line);
         }
-        out.push_str(&render_grid(&grid));
+        out.push_str(&render_grid(&grid, 1));
     }
     out
 }

@@ -343,10 +343,11 @@ fn csv_json_and_tables_carry_other_vms() {
     let t = render_tables(&results);
     assert_eq!(t.matches("== ").count(), 2, "{t}");
     assert!(
-        t.contains("== hdd-1.8in | startup of xterm | guest bfq, guest workload 5r-seq | sim ==\n")
+        t.contains("== hdd-1.8in | startup of xterm | VM on host cfq | sim ==\n"),
+        "{t}"
     );
     assert!(t.contains(
-        "== hdd-1.8in | startup of xterm | guest bfq, guest workload 5r-seq, other VMs 1r-seq,2x5r-rand | sim ==\n"
+        "== hdd-1.8in | startup of xterm | VM on host cfq, other VMs 1r-seq,2x5r-rand | sim ==\n"
     ));
 }
 

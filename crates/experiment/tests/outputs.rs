@@ -143,23 +143,26 @@ fn stat_file_layout() {
     assert_eq!(lines[1], "Latency statistics:");
     assert_eq!(
         lines[2],
-        "         min         max         avg     std_dev     conf95%"
+        "         min         max         avg     std_dev     conf99%     conf95%"
     );
-    // run means 2.2 and 2.6: mean 2.4, std 0.282843, half width 12.7062 * 0.2 = 2.54124
+    // run means 2.2 and 2.6: mean 2.4, std 0.282843; conf99% 31.6615, what S's
+    // `calc_avg_and_co.sh 99` prints for 2.2 and 2.6; the 95% t half width:
+    // 12.7062 * 0.2 = 2.54124
     assert_eq!(
         lines[3],
-        "         2.2         2.6         2.4    0.282843     2.54124"
+        "         2.2         2.6         2.4    0.282843     31.6615     2.54124"
     );
     assert_eq!(lines[4], "Aggregated throughput:");
     assert_eq!(lines[7], "Read throughput:");
     assert_eq!(lines[10], "Write throughput:");
-    assert_eq!(lines[12], "");
+    // no read/write counters in these runs: X, which S's tables show as X
+    assert_eq!(lines[12].split_whitespace().collect::<Vec<_>>(), ["X"; 6]);
     // 1 + 4 * 3 lines: S's calc_overall_stats.sh record_lines for startup_lat
-    assert!(lines.len() >= 13);
     assert_eq!(
         lines[13],
         "2 repetitions, statistics over the per-repetition means"
     );
+    assert!(lines[14].starts_with("conf99%: as S's calc_avg_and_co.sh 99"));
 
     let vm = startup_result(
         vm_cell("bfq", "1r-seq", "cfq", "5r-seq", "vbfq", "startup"),
@@ -169,14 +172,18 @@ fn stat_file_layout() {
     let text = stat_file_contents(&vm);
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines[0], "Results for bfq, 5 xterm, 1 seq readers and 0 seq writers, in a VM on host scheduler cfq with 5 seq readers and 0 seq writers in the host, coordination vbfq");
-    assert_eq!(lines[3], "", "timeouts leave the latency values empty (X)");
+    assert_eq!(
+        lines[3].split_whitespace().collect::<Vec<_>>(),
+        ["X"; 6],
+        "a timeout makes the latency X"
+    );
     assert!(
-        lines[14].starts_with("X: 1 of 2 starts hit the 60 s timeout"),
+        lines[15].starts_with("X: 1 of 2 starts hit the 60 s timeout"),
         "{}",
-        lines[14]
+        lines[15]
     );
 
-    let t = CellResult {
+    let mut t = CellResult {
         cell: native_cell("bfq", "5r-seq", "throughput"),
         runner: "sim".into(),
         metric: Metric::ThroughputMbS,
@@ -190,12 +197,26 @@ fn stat_file_layout() {
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines[0], "Results for bfq, 5 seq readers and 0 seq writers");
     assert_eq!(lines[1], "Aggregated throughput:");
+    // one repetition says nothing about the spread: nan, not a zero-width interval
     assert_eq!(
         lines[3],
-        "          11          11          11           0           0"
+        "          11          11          11         nan         nan         nan"
     );
     assert_eq!(lines[4], "Read throughput:");
     assert_eq!(lines[7], "Write throughput:");
+    // with the runs' read and write counters, the sections are filled
+    for (i, (r, w)) in [(8.0, 2.0), (9.0, 3.0)].into_iter().enumerate() {
+        if i > 0 {
+            t.runs.push(t.runs[0].clone());
+        }
+        t.runs[i].counters.insert(s_suite::READ_MB_S.into(), r);
+        t.runs[i].counters.insert(s_suite::WRITE_MB_S.into(), w);
+    }
+    let text = stat_file_contents(&t);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[6].split_whitespace().next(), Some("8"), "{text}");
+    assert_eq!(lines[6].split_whitespace().nth(2), Some("8.5"));
+    assert_eq!(lines[9].split_whitespace().nth(2), Some("2.5"));
 }
 
 #[test]
@@ -385,7 +406,9 @@ fn write_outputs_is_deterministic_and_complete() {
     let w1 = write_outputs(&d1, &meta, &results).unwrap();
     let w2 = write_outputs(&d2, &meta, &results).unwrap();
     assert_eq!(w1.len(), w2.len());
-    assert_eq!(w1.len(), 3 + results.len() + 2);
+    // csv, json, table, a stat file per cell, an SVG and a PNG per device, and S's
+    // tree: one file per repetition of each cell
+    assert_eq!(w1.len(), 3 + results.len() + 4 + 3 * results.len());
     for (a, b) in w1.iter().zip(&w2) {
         assert_eq!(a.strip_prefix(&d1).unwrap(), b.strip_prefix(&d2).unwrap());
         assert_eq!(
@@ -401,6 +424,8 @@ fn write_outputs_is_deterministic_and_complete() {
         "table.txt",
         "startup-hdd-1.8in.svg",
         "startup-emmc.svg",
+        "startup-emmc.png",
+        "S/emmc-xterm_startup-host-bfq-0r0w-seq/repetition2/bfq-5r0w-seq-lat_thr_stat.txt",
         "hdd-1.8in/bfq-5r0w-seq-host-cfq-1r0w-seq-lat_thr_stat.txt",
         "emmc/bfq-0r0w-seq-host-bfq-0r0w-seq-lat_thr_stat.txt",
     ] {
@@ -442,25 +467,28 @@ fn single_device_stat_files_at_top_level_and_collisions() {
 fn table_text() {
     let (_, results) = sample_results();
     let t = render_tables(&results);
-    // 2 devices x 2 guest workloads
-    assert_eq!(t.matches("== ").count(), 4);
+    // 2 devices x 2 host schedulers
+    assert_eq!(t.matches("== ").count(), 4, "{t}");
     let first: Vec<&str> = t.split("\n\n").next().unwrap().lines().collect();
     assert_eq!(
         first[0],
-        "== hdd-1.8in | startup of xterm | guest bfq, guest workload none | sim =="
+        "== hdd-1.8in | startup of xterm | VM on host bfq | sim =="
     );
     assert!(first[1].contains("X: a start hit the 60 s timeout"));
-    assert_eq!(first[2], "host workload   bfq   cfq");
-    assert_eq!(first[3], "none           2.02  3.13");
-    assert_eq!(first[4], "1r-seq         2.39  3.50");
-    assert_eq!(first[5], "5r-seq         2.76     X");
+    assert_eq!(first[2], "host workload  guest sched  none  5r-seq");
+    assert_eq!(first[3], "none           bfq          2.02    4.24");
+    assert_eq!(first[4], "1r-seq         bfq          2.39    4.61");
+    assert_eq!(first[5], "5r-seq         bfq          2.76    4.98");
     assert_eq!(cell_text(&results[0]), "2.02");
+    let cfq = t.split("\n\n").nth(1).unwrap();
+    assert!(cfq.starts_with("== hdd-1.8in | startup of xterm | VM on host cfq | sim =="));
+    assert!(cfq.lines().nth(5).unwrap().ends_with("X"), "{cfq}");
 }
 
 #[test]
 fn table_with_coordination_columns() {
     let s = scenario(
-        "benchmark = \"startup\"\n[matrix]\ndevice = [\"ssd\"]\nhost_sched = [\"bfq\"]\nhost_workload = [\"none\"]\nguest_sched = [\"bfq\"]\nguest_workload = [\"none\"]\ncoordination = [\"off\", \"vbfq\"]\n",
+        "benchmark = \"startup\"\n[matrix]\ndevice = [\"ssd\"]\nhost_sched = [\"bfq\"]\nhost_workload = [\"none\"]\ncoordination = [\"off\", \"vbfq\"]\n",
     );
     let results: Vec<CellResult> = s
         .cells()
@@ -471,132 +499,63 @@ fn table_with_coordination_columns() {
     assert!(t.contains("host workload  bfq/off  bfq/vbfq"), "{t}");
 }
 
-fn count(s: &str, pat: &str) -> usize {
-    s.matches(pat).count()
-}
-
-/// Parse-free well-formedness: every element opened is closed (or self-closed), and
-/// the document is one <svg> element.
-fn assert_well_formed(svg: &str) {
-    assert!(svg.starts_with("<svg "), "starts with <svg");
-    assert!(svg.trim_end().ends_with("</svg>"));
-    for tag in ["svg", "text", "title"] {
-        assert_eq!(
-            count(svg, &format!("<{tag} ")) + count(svg, &format!("<{tag}>")),
-            count(svg, &format!("</{tag}>")),
-            "{tag}"
-        );
-    }
-    // elements written self-closing, and the bar rects closed by </rect>
-    let opens = count(svg, "<rect ");
-    let closes = count(svg, "</rect>");
-    let selfclosing = svg
-        .lines()
-        .filter(|l| l.starts_with("<rect ") && l.ends_with("/>"))
-        .count();
-    assert_eq!(opens, closes + selfclosing);
-    for tag in ["line", "path"] {
-        let n = count(svg, &format!("<{tag} "));
-        let sc = svg
-            .lines()
-            .filter(|l| l.starts_with(&format!("<{tag} ")) && l.ends_with("/>"))
-            .count();
-        assert_eq!(n, sc, "{tag}");
-    }
-    assert_eq!(count(svg, "<"), count(svg, ">"));
-    assert!(!svg.contains("NaN") && !svg.contains("inf"));
-}
-
-#[test]
-fn svg_plots() {
-    let (meta, results) = sample_results();
-    let hdd: Vec<&CellResult> = results
-        .iter()
-        .filter(|r| r.cell.device == "hdd-1.8in")
-        .collect();
-    let svg = plot_startup("Start-up <xterm> & co", hdd.iter().copied(), Some(1.9));
-    assert_well_formed(&svg);
-    assert!(svg.contains("Start-up &lt;xterm&gt; &amp; co"));
-    assert!(svg.contains(">X</text>"), "timeout X");
-    assert!(svg.contains("idle start-up: 1.90 s"));
-    assert!(svg.contains("stroke-dasharray"));
-    assert!(svg.contains(">Guest workload</text>"));
-    assert!(svg.contains(">Start-up time [s]</text>"));
-    assert!(svg.contains("bfq on cfq, host 5r-seq"));
-    // deterministic
-    assert_eq!(
-        svg,
-        plot_startup("Start-up <xterm> & co", hdd.iter().copied(), Some(1.9))
-    );
-    // no timeout, no reference -> no X, no dashes
-    let ok: Vec<&CellResult> = hdd.iter().copied().filter(|r| r.timeouts() == 0).collect();
-    let svg = plot_startup("t", ok.iter().copied(), None);
-    assert_well_formed(&svg);
-    assert!(!svg.contains(">X</text>"));
-    assert!(!svg.contains("stroke-dasharray"));
-
-    // files written by write_outputs carry the idle reference of the first idle cell
-    let d = tmpdir("svg");
-    write_outputs(&d, &meta, &results).unwrap();
-    let svg = std::fs::read_to_string(d.join("startup-hdd-1.8in.svg")).unwrap();
-    assert_well_formed(&svg);
-    assert!(svg.contains("idle start-up (bfq on bfq): 2.02 s"), "{svg}");
-    assert!(svg.contains("Start-up time of xterm on hdd-1.8in (sim)"));
-    std::fs::remove_dir_all(&d).unwrap();
-}
-
-#[test]
-fn svg_native_and_throughput() {
-    let s = scenario(
-        "benchmark = \"throughput\"\nduration_s = 10\n[matrix]\ndevice = [\"ssd\"]\nhost_sched = [\"bfq\", \"cfq\", \"noop\"]\nhost_workload = [\"1r-seq\", \"5r-rand\", \"2r2w-seq\"]\n",
-    );
-    let results: Vec<CellResult> = s
-        .cells()
-        .into_iter()
-        .enumerate()
-        .map(|(i, c)| CellResult {
-            cell: c,
-            runner: "sim".into(),
-            metric: Metric::ThroughputMbS,
-            runs: vec![
-                RunResult {
-                    values: vec![100.0 + i as f64, 110.0],
-                    timeouts: 0,
-                    ..Default::default()
-                },
-                RunResult {
-                    values: vec![90.0, 95.0 + i as f64],
-                    timeouts: 0,
-                    ..Default::default()
-                },
-            ],
-        })
-        .collect();
-    let svg = plot_throughput("tp", &results, Some(500.0));
-    assert_well_formed(&svg);
-    assert!(svg.contains(">Host workload</text>"));
-    assert!(svg.contains(">Aggregate throughput [MB/s]</text>"));
-    assert!(svg.contains("reference: 500.00 MB/s"));
-    assert!(svg.contains(">noop</text>"));
-    let d = tmpdir("tp");
-    let meta = RunMeta::default();
-    let written = write_outputs(&d, &meta, &results).unwrap();
-    assert!(written.contains(&d.join("throughput-ssd.svg")));
-    assert!(d.join("cfq-5r0w-rand-10sec-aggthr_stat.txt").is_file());
-    let t = std::fs::read_to_string(d.join("table.txt")).unwrap();
-    assert!(
-        t.starts_with("== ssd | throughput | native | sim ==\n"),
-        "{t}"
-    );
-    std::fs::remove_dir_all(&d).unwrap();
-    // empty input still gives a valid SVG
-    assert_well_formed(&plot_startup("empty", &Vec::<CellResult>::new(), None));
-}
-
 #[test]
 fn device_paths_are_sanitized() {
     assert_eq!(sanitize_component("/dev/sdb"), "dev_sdb");
     assert_eq!(sanitize_component("hdd-1.8in"), "hdd-1.8in");
     assert_eq!(sanitize_component(".."), "_");
     assert_eq!(sanitize_component("a b/c"), "a_b_c");
+}
+
+/// The columns after the contract's: the finished starts apart from the timeouts,
+/// percentiles of every start, and a note when the interval is not one.
+#[test]
+fn csv_statistics_columns() {
+    let col = |csv: &str, name: &str| -> String {
+        let mut rows = csv.lines();
+        let header: Vec<&str> = rows.next().unwrap().split(',').collect();
+        let row: Vec<&str> = rows.next().unwrap().split(',').collect();
+        let i = header.iter().position(|h| *h == name).unwrap();
+        row[i].to_string()
+    };
+    let header = results_csv(&[]);
+    assert!(
+        header.trim_end().ends_with(
+            ",timeouts,other_vms,scenario,iterations,repetitions,seed,stat_file,finished_n,finished_mean,median,p90,p99,ci95_note"
+        ),
+        "{header}"
+    );
+    // a timeout: X, no interval; the finished starts apart (2.0, 4.0 and 3.0)
+    let cell = native_cell("noop", "5r-seq", "startup");
+    let r = startup_result(cell.clone(), &[&[2.0, 4.0], &[3.0, 60.0]], &[0, 1]);
+    let json: serde_json::Value =
+        serde_json::from_str(&results_json(&RunMeta::default(), std::slice::from_ref(&r))).unwrap();
+    let c = &json["cells"][0];
+    assert!(c["summary"]["ci95_low"].is_null() && c["summary"]["ci95_high"].is_null());
+    assert_eq!(c["interval"], "timeouts");
+    assert_eq!(c["finished"]["n"], 3);
+    assert_eq!(c["finished"]["mean"], 3.0);
+    assert_eq!(c["percentiles"]["median"], 3.5);
+    let csv = results_csv(&[r]);
+    assert_eq!(col(&csv, "timeouts"), "1");
+    assert_eq!(col(&csv, "ci95_low"), "");
+    assert_eq!(col(&csv, "ci95_high"), "");
+    assert_eq!(col(&csv, "ci95_note"), "timeouts");
+    assert_eq!(col(&csv, "finished_n"), "3");
+    assert_eq!(col(&csv, "finished_mean"), "3.0000");
+    // median of 2, 3, 4, 60
+    assert_eq!(col(&csv, "median"), "3.5000");
+    assert_eq!(col(&csv, "p99"), "60.0000");
+    // deterministic repetitions: a zero-width interval, named
+    let r = startup_result(cell.clone(), &[&[2.5], &[2.5], &[2.5]], &[]);
+    let csv = results_csv(&[r]);
+    assert_eq!(col(&csv, "ci95_low"), "2.5000");
+    assert_eq!(col(&csv, "ci95_note"), "zero-width");
+    // a real interval has no note; percentiles over every start (type 8)
+    let r = startup_result(cell, &[&[1.0, 2.0], &[3.0, 4.0], &[5.0, 6.0]], &[]);
+    let csv = results_csv(&[r]);
+    assert_eq!(col(&csv, "ci95_note"), "");
+    assert_eq!(col(&csv, "median"), "3.5000");
+    assert_eq!(col(&csv, "p90"), "6.0000");
+    assert_eq!(col(&csv, "finished_n"), "6");
 }

@@ -478,3 +478,61 @@ fn load_names_the_path() {
     std::fs::remove_dir_all(&dir).unwrap();
     let _ = Path::new("");
 }
+
+/// Sizes that would exhaust the memory are refused before any cell is made, and
+/// the error names the key, the value and the limit.
+#[test]
+fn absurd_sizes_are_refused() {
+    let e = err(&with_matrix("repetitions = 1000000000", M));
+    assert!(
+        e.contains("repetitions") && e.contains("1000000000") && e.contains("at most 10000"),
+        "{e}"
+    );
+    let e = err(&with_matrix("iterations = 20000", M));
+    assert!(e.contains("iterations: too large: 20000"), "{e}");
+    let e = err(&with_matrix("timeout_s = 1e9", M));
+    assert!(e.contains("timeout_s: too long"), "{e}");
+    // 500 host x 500 guest workloads: 250,000 cells
+    let many = |suffix: &str| {
+        (1..=500)
+            .map(|n| format!("\"{n}r-{suffix}\""))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let matrix = format!(
+        "device = [\"hdd-1.8in\"]\nhost_sched = [\"bfq\"]\nhost_workload = [{}]\nguest_sched = [\"bfq\"]\nguest_workload = [{}]",
+        many("seq"),
+        many("rand")
+    );
+    let e = err(&with_matrix("", &matrix));
+    assert!(e.contains("matrix: 250000 cells; at most 100000"), "{e}");
+    // within the cell limit, but too many runs
+    let e = err(&with_matrix(
+        "repetitions = 10000",
+        &matrix.replace(&many("rand"), "\"1r-rand\", \"2r-rand\""),
+    ));
+    assert!(
+        e.contains("1000 cells x 10000 repetitions = 10000000 runs; at most 1000000"),
+        "{e}"
+    );
+}
+
+/// A file longer than the limit is refused after reading just past the limit:
+/// `/dev/zero` (endless) fails at once instead of filling the memory.
+#[test]
+fn oversized_scenario_files_are_refused() {
+    let e = Scenario::load(Path::new("/dev/zero"), &accepted())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with("/dev/zero: not a scenario: longer than 1024 KiB"),
+        "{e}"
+    );
+    let big = std::env::temp_dir().join(format!("tandem-big-{}.toml", std::process::id()));
+    let mut text = with_matrix("", M);
+    text.push_str(&"# padding\n".repeat(120_000));
+    std::fs::write(&big, &text).unwrap();
+    let e = Scenario::load(&big, &accepted()).unwrap_err().to_string();
+    std::fs::remove_file(&big).unwrap();
+    assert!(e.contains("not a scenario: longer than 1024 KiB"), "{e}");
+}

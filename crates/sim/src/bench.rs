@@ -298,6 +298,21 @@ fn coord_counters(m: &Machine, vms: usize, out: &mut RunResult) {
     }
 }
 
+/// The read and write throughput of disk `k`'s completions since `from` (sectors read,
+/// sectors written, time), in MB/s (10^6 bytes): the run counters that fill the
+/// throughput sections of S-style stat files, as S's iostat samples of the disk do.
+fn io_counters(m: &Machine, k: KernelId, from: (u64, u64, Nanos), out: &mut RunResult) {
+    let (r, w) = m.sectors_done(k);
+    let s = to_secs(m.now() - from.2);
+    if s > 0.0 {
+        let mb_s = |sectors: u64| sectors as f64 * 512.0 / 1e6 / s;
+        out.counters
+            .insert(experiment::s_suite::READ_MB_S.into(), mb_s(r - from.0));
+        out.counters
+            .insert(experiment::s_suite::WRITE_MB_S.into(), mb_s(w - from.1));
+    }
+}
+
 /// Where VM `n`'s image file lives on the host (VMs count from 1).
 pub fn image_path(n: usize) -> String {
     format!("/var/lib/tandem/images/vm{n}.img")
@@ -391,6 +406,8 @@ fn startup_run(cell: &Cell, opts: &SimOptions, rep: u32) -> Result<(RunResult, M
     let settle = transitory(&workloads);
     m.run_until(m.now() + settle, |_| false);
     let timeout = secs(cell.timeout_s);
+    let (r0, w0) = m.sectors_done(app_kernel);
+    let io_from = (r0, w0, m.now());
     let mut out = RunResult::default();
     for _ in 0..cell.iterations {
         let pause = secs(suite::PAUSE_BEFORE_START_S) + jitter.below(START_JITTER_NS);
@@ -435,6 +452,7 @@ fn startup_run(cell: &Cell, opts: &SimOptions, rep: u32) -> Result<(RunResult, M
             }
         }
     }
+    io_counters(&machine, app_kernel, io_from, &mut out);
     coord_counters(&machine, vms, &mut out);
     layout_counters(&machine, workload_file_bytes, &mut out);
     Ok((out, machine))
@@ -481,6 +499,7 @@ pub fn run_throughput(cell: &Cell, opts: &SimOptions, rep: u32) -> Result<RunRes
             (hr + hw - hr0 - hw0) as f64 * 512.0 / 1e6 / secs,
         );
     }
+    io_counters(m, app_kernel, (r0, w0, t0), &mut out);
     coord_counters(m, vms, &mut out);
     layout_counters(m, workload_file_bytes, &mut out);
     Ok(out)

@@ -1,0 +1,110 @@
+//! `tandem report`: a run's tables, or the run set against a named reference: a
+//! baseline run (`--baseline DIR`) or published numbers (`--paper FILE`).
+
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+use experiment::side_by_side::{self, DEFAULT_TOLERANCE};
+use experiment::{CellResult, RunMeta};
+
+use crate::Failure;
+
+#[derive(Args)]
+pub struct ReportArgs {
+    /// The run: its output directory (holding results.json), or a results.json file.
+    dir: PathBuf,
+    /// (No second run without --baseline: the reference is named.)
+    #[arg(hide = true)]
+    other: Option<PathBuf>,
+    /// Set the run against this baseline run (a directory or results.json), cell by
+    /// cell; ratio = RUN / BASELINE.
+    #[arg(long, value_name = "DIR")]
+    baseline: Option<PathBuf>,
+    /// Set the run against a file of published numbers (e.g.
+    /// reference/cloud2014-hdd.toml); ratio = RUN / PAPER. The file must hold the
+    /// run's kind of cells (VM or native) and its device. Also writes the run's plots
+    /// with the published values beside the bars (`<benchmark>-<device>-vs-paper.svg`
+    /// and `.png` in the run's directory).
+    #[arg(long, value_name = "FILE")]
+    paper: Option<PathBuf>,
+    /// Ratios within this share either way count as agreeing with --baseline
+    /// (0.25: the larger value over the smaller at most 1.25).
+    #[arg(long, value_name = "SHARE", default_value_t = DEFAULT_TOLERANCE)]
+    tolerance: f64,
+}
+
+/// A run's results.json path: the file itself, or DIR/results.json.
+fn results_path(p: &Path) -> PathBuf {
+    if p.is_file() {
+        p.to_path_buf()
+    } else {
+        p.join("results.json")
+    }
+}
+
+fn read(p: &Path) -> Result<(RunMeta, Vec<CellResult>), Failure> {
+    experiment::read_results_json(&results_path(p)).map_err(Failure::Usage)
+}
+
+/// A run's name for column headers: its directory's name (that of the directory
+/// holding it for a results.json file).
+fn run_name(p: &Path) -> String {
+    let f = results_path(p);
+    f.parent()
+        .and_then(|d| d.file_name())
+        .map(|n| n.to_string_lossy().into_owned())
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| p.display().to_string())
+}
+
+/// Unreadable or malformed inputs are usage errors (exit code 2).
+pub fn report(a: ReportArgs) -> Result<(), Failure> {
+    if let Some(other) = &a.other {
+        return Err(Failure::Usage(format!(
+            "a second run is compared by name: tandem report {} --baseline {}",
+            a.dir.display(),
+            other.display()
+        )));
+    }
+    if a.baseline.is_some() && a.paper.is_some() {
+        return Err(Failure::Usage(
+            "one reference at a time: --baseline DIR or --paper FILE".into(),
+        ));
+    }
+    if !(a.tolerance.is_finite() && a.tolerance > 0.0) {
+        return Err(Failure::Usage(format!(
+            "--tolerance {}: must be a positive share, e.g. 0.25",
+            a.tolerance
+        )));
+    }
+    let (_, results) = read(&a.dir)?;
+    if let Some(base) = &a.baseline {
+        let (_, base_results) = read(base)?;
+        let (mut run, mut baseline) = (run_name(&a.dir), run_name(base));
+        if run == baseline {
+            (run, baseline) = (a.dir.display().to_string(), base.display().to_string());
+        }
+        let cmp = side_by_side::compare(&results, &base_results);
+        print!("{}", cmp.render(&run, &baseline, a.tolerance));
+        return Ok(());
+    }
+    match &a.paper {
+        None => print!("{}", experiment::render_tables(&results)),
+        Some(path) => {
+            let reference = experiment::read_reference(path).map_err(Failure::Usage)?;
+            experiment::check_comparable(&reference, &results)
+                .map_err(|e| Failure::Usage(format!("--paper {}: {e}", path.display())))?;
+            let cmp = experiment::compare_with_reference(&reference, &results);
+            print!("{}", experiment::render_comparison(&cmp));
+            // The run's plots with the published values beside the bars, next to them.
+            let file = results_path(&a.dir);
+            let dir = file.parent().unwrap_or(Path::new("."));
+            let plots = experiment::write_plots(dir, &results, Some(&reference), "-vs-paper")
+                .map_err(|e| Failure::Run(e.to_string()))?;
+            for p in plots {
+                eprintln!("tandem: wrote {}", p.display());
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,559 @@
+//! `tandem sim run`: the scenario, its options, the guards (a dry run and an
+//! estimate, limits that ask for --yes, --out checked before any work) and the run
+//! itself, whose results are written cell by cell as they finish.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+use experiment::estimate::{default_memory_limit, estimate, Calibration, Estimate, Limits};
+use experiment::{Cell, CellResult, Filter, IncrementalWriter, Provenance, RunMeta, Scenario};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde::Serialize;
+
+use crate::sim_pool::{Pool, Signals};
+use crate::{Failure, EMBEDDED_SCENARIOS};
+
+/// Longest the calibration may take before the estimate is made from what it has
+/// (then a lower bound): long enough for a few runs of the shipped scenarios'
+/// slowest cells on one core, short enough for a dry run to answer at once.
+const CALIBRATION_WAIT: Duration = Duration::from_secs(10);
+
+/// Used when /proc/meminfo cannot be read: 4 GB.
+const FALLBACK_MEMORY_LIMIT: u64 = 4_000_000_000;
+
+#[derive(Args)]
+pub struct RunArgs {
+    /// Scenario file, or the name of an embedded scenario (default: native-hdd).
+    scenario: Option<String>,
+    /// Output directory.
+    #[arg(long, default_value = "out")]
+    out: PathBuf,
+    /// Only run cells with KEY=VALUE (repeatable; repeated keys OR, different keys AND).
+    #[arg(long = "only", value_name = "KEY=VALUE")]
+    only: Vec<String>,
+    /// Cells run in parallel (default: the number of cores).
+    #[arg(long)]
+    jobs: Option<usize>,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
+    /// Print the cells, the runs and the estimated time and memory (measured on a
+    /// few calibration runs), and write nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Run even when the estimate is over --time-limit-s or --memory-limit-mb,
+    /// without asking.
+    #[arg(long)]
+    yes: bool,
+    /// Longest estimated wall time a run may take without --yes, in seconds.
+    #[arg(long, value_name = "S", default_value_t = 3600.0)]
+    time_limit_s: f64,
+    /// Most estimated memory a run may take without --yes, in MB (default: half
+    /// of the memory available when the run starts).
+    #[arg(long, value_name = "MB")]
+    memory_limit_mb: Option<u64>,
+    #[command(flatten)]
+    knobs: SimKnobs,
+}
+
+/// Every option of `tandem sim run` that can change a result: recorded whole in
+/// `results.json` (`meta.extra.options`).
+#[derive(Args, Clone, Serialize)]
+pub struct SimKnobs {
+    /// Kernel tick rate of the simulated machine (CONFIG_HZ).
+    #[arg(long, default_value_t = 250)]
+    hz: u32,
+    /// Turn off the "+4 ticks" slack of BFQ's soft real-time test.
+    #[arg(long)]
+    no_softrt_slack: bool,
+    /// Turn off BFQ's low_latency heuristics.
+    #[arg(long)]
+    no_low_latency: bool,
+    /// Which BFQ the host runs: mainline (this machine's) or v7r2 (Linux
+    /// 3.12's, the published runs').
+    #[arg(long, default_value = "mainline")]
+    host_bfq: String,
+    /// The host's CFQ and BFQ count `slice_idle` in whole jiffies (HZ /
+    /// 125), as Linux before 4.10 and BFQ v7 did: 8 ms at HZ=250, none at
+    /// HZ=100.
+    #[arg(long)]
+    slice_idle_jiffies: bool,
+    /// Override the device's command queue depth (NCQ).
+    #[arg(long)]
+    queue_depth: Option<usize>,
+    /// Set one parameter of the HDD model (repeatable; flash devices are
+    /// left as they are), to calibrate it: rpm, media_mb_s,
+    /// track_to_track_ms, avg_seek_ms, full_stroke_ms, write_settle_ms,
+    /// miss_overhead_ms, hit_overhead_ms, host_mb_s, cache_segments,
+    /// segment_kib.
+    #[arg(long = "hdd-param", value_name = "NAME=VALUE")]
+    #[serde(rename = "hdd_param")]
+    hdd_params: Vec<String>,
+    /// Kernel tick rate of the guests (CONFIG_HZ; the published ARM guests ran at 100).
+    #[arg(long, default_value_t = sim::vm::DEFAULT_GUEST_HZ)]
+    guest_hz: u32,
+    /// Turn off the "+4 ticks" slack of the guests' BFQ soft real-time test.
+    #[arg(long)]
+    guest_no_softrt_slack: bool,
+    /// The guests' CFQ and BFQ count `slice_idle` in whole jiffies (HZ /
+    /// 125, so none at the default --guest-hz 100), as Linux 3.12 did.
+    #[arg(long)]
+    guest_slice_idle_jiffies: bool,
+    /// Which BFQ the guests run: v7r2 (Linux 3.12's, the published guests')
+    /// or mainline.
+    #[arg(long, default_value = "v7r2")]
+    guest_bfq: String,
+    /// `sync` in the guests as since Linux 4.15: its write-back is REQ_SYNC
+    /// (the published 3.12 guests wrote it back async).
+    #[arg(long)]
+    guest_sync_writes_sync: bool,
+    /// Guest jiffies that never lag (by default they catch up only after the
+    /// interrupt that wakes an idle guest has been handled).
+    #[arg(long)]
+    guest_exact_ticks: bool,
+    /// How QEMU issues guest I/O on the host: threads, native or io_uring.
+    #[arg(long, default_value = "native")]
+    aio: String,
+    /// virtio-blk queue size of the guests.
+    #[arg(long, default_value_t = sim::virtio::DEFAULT_VIRTQUEUE_DEPTH)]
+    virtqueue_depth: usize,
+    /// Coordination channel from guests to host: hypercall, virtio-serial or polling.
+    #[arg(long, default_value = "virtio-serial")]
+    channel: String,
+    /// Longest help lease, in ms: a HELP not renewed ends after it.
+    #[arg(long, value_name = "MS")]
+    lease_ms: Option<u64>,
+    /// Share of the budget window a VM may spend boosted (0 to 1].
+    #[arg(long, value_name = "FRACTION")]
+    budget: Option<f64>,
+    /// Budget window, in seconds.
+    #[arg(long, value_name = "S")]
+    budget_window_s: Option<f64>,
+    /// Arbitration quantum among VMs asking for help at once, in ms.
+    #[arg(long, value_name = "MS")]
+    quantum_ms: Option<u64>,
+    /// Boost slots: VMs the host boosts at once besides those raised as
+    /// newcomers (starting applications), which are all boosted.
+    #[arg(long, value_name = "N")]
+    max_boosted: Option<usize>,
+    /// How long into a BFQ raising a guest asks for help, in seconds.
+    #[arg(long, value_name = "S")]
+    help_per_raising_s: Option<f64>,
+    /// How long a guest waits, without a raised queue busy, before it says
+    /// NO-HELP, in ms.
+    #[arg(long, value_name = "MS")]
+    no_help_delay_ms: Option<u64>,
+    /// Weight factor of the help-weight mode.
+    #[arg(long, default_value_t = sim::coord::DEFAULT_WEIGHT_FACTOR)]
+    weight_factor: u32,
+    /// Replay this share (0 to 1) of the app trace's filesystem-metadata
+    /// reads, in place of the app preset's own (1 for a recorded trace, the
+    /// fitted share for a calibrated one such as xterm-2014): the knob the
+    /// app calibration sweeps.
+    #[arg(long, value_name = "SHARE")]
+    app_metadata_share: Option<f64>,
+}
+
+pub fn knobs_to_opts(k: &SimKnobs) -> Result<sim::bench::SimOptions, Failure> {
+    if !(10..=10_000).contains(&k.hz) {
+        return Err(Failure::Usage(format!(
+            "--hz {}: out of range; accepted: 10 to 10000",
+            k.hz
+        )));
+    }
+    if k.queue_depth == Some(0) {
+        return Err(Failure::Usage(
+            "--queue-depth 0: the device queue depth must be at least 1".into(),
+        ));
+    }
+    if !(10..=10_000).contains(&k.guest_hz) {
+        return Err(Failure::Usage(format!(
+            "--guest-hz {}: out of range; accepted: 10 to 10000",
+            k.guest_hz
+        )));
+    }
+    if k.virtqueue_depth == 0 {
+        return Err(Failure::Usage(
+            "--virtqueue-depth 0: the virtqueue must hold at least 1 request".into(),
+        ));
+    }
+    let aio = sim::vm::Aio::parse(&k.aio).map_err(|e| Failure::Usage(format!("--aio: {e}")))?;
+    let mut opts = sim::bench::SimOptions::default();
+    opts.sched_cfg.hz = k.hz;
+    opts.sched_cfg.bfq_softrt_tick_slack = !k.no_softrt_slack;
+    opts.sched_cfg.low_latency = !k.no_low_latency;
+    opts.sched_cfg.slice_idle_in_jiffies = k.slice_idle_jiffies;
+    opts.queue_depth = k.queue_depth;
+    opts.hdd_params = devmodel::parse_hdd_params(&k.hdd_params)
+        .map_err(|e| Failure::Usage(format!("--hdd-param {e}")))?;
+    opts.vm.sched_cfg.hz = k.guest_hz;
+    opts.vm.sched_cfg.bfq_softrt_tick_slack = !k.guest_no_softrt_slack;
+    opts.vm.sched_cfg.low_latency = !k.no_low_latency;
+    opts.vm.sched_cfg.slice_idle_in_jiffies = k.guest_slice_idle_jiffies;
+    opts.vm.lagging_ticks = !k.guest_exact_ticks;
+    opts.vm.aio = aio;
+    opts.vm.virtqueue_depth = k.virtqueue_depth;
+    opts.sched_cfg.bfq_version = sim::sched::BfqVersion::parse(&k.host_bfq)
+        .map_err(|e| Failure::Usage(format!("--host-bfq: {e}")))?;
+    opts.vm.sched_cfg.bfq_version = sim::sched::BfqVersion::parse(&k.guest_bfq)
+        .map_err(|e| Failure::Usage(format!("--guest-bfq: {e}")))?;
+    opts.vm.sync_writes_async = !k.guest_sync_writes_sync;
+    opts.coord.channel = sim::coord::Channel::parse(&k.channel)
+        .map_err(|e| Failure::Usage(format!("--channel: {e}")))?;
+    if let Some(ms) = k.lease_ms {
+        opts.coord.policy.max_lease_ns = ms * 1_000_000;
+    }
+    if let Some(f) = k.budget {
+        opts.coord.policy.budget_fraction = f;
+    }
+    if let Some(s) = k.budget_window_s {
+        if !(s.is_finite() && s > 0.0) {
+            return Err(Failure::Usage(format!(
+                "--budget-window-s {s}: must be a positive number of seconds"
+            )));
+        }
+        opts.coord.policy.budget_window_ns = (s * 1e9) as u64;
+    }
+    if let Some(s) = k.help_per_raising_s {
+        if !(s.is_finite() && s > 0.0) {
+            return Err(Failure::Usage(format!(
+                "--help-per-raising-s {s}: must be a positive number of seconds"
+            )));
+        }
+        opts.coord.help_per_raising_ns = (s * 1e9) as u64;
+    }
+    if let Some(ms) = k.no_help_delay_ms {
+        opts.coord.no_help_delay_ns = ms * 1_000_000;
+    }
+    if let Some(ms) = k.quantum_ms {
+        opts.coord.policy.quantum_ns = ms * 1_000_000;
+    }
+    if let Some(n) = k.max_boosted {
+        opts.coord.policy.max_boosted = n;
+    }
+    if k.weight_factor == 0 {
+        return Err(Failure::Usage(
+            "--weight-factor 0: the factor must be at least 1".into(),
+        ));
+    }
+    opts.coord.weight_factor = k.weight_factor;
+    if let Some(share) = k.app_metadata_share {
+        if !(0.0..=1.0).contains(&share) {
+            return Err(Failure::Usage(format!(
+                "--app-metadata-share {share}: out of range; accepted: 0 to 1"
+            )));
+        }
+        opts.app_metadata_share = Some(share);
+    }
+    opts.coord
+        .policy
+        .validate()
+        .map_err(|e| Failure::Usage(format!("coordination policy: {e}")))?;
+    Ok(opts)
+}
+
+pub fn load_scenario(arg: Option<&str>) -> Result<Scenario, Failure> {
+    let accepted = sim::bench::accepted();
+    let name = arg.unwrap_or("native-hdd");
+    let path = PathBuf::from(name);
+    if path.exists() {
+        let s = Scenario::load(&path, &accepted).map_err(|e| Failure::Usage(e.to_string()))?;
+        return sim::cpu_bench::check(&s)
+            .map(|()| s)
+            .map_err(|e| Failure::Usage(format!("{}: {e}", path.display())));
+    }
+    if let Some((_, text)) = EMBEDDED_SCENARIOS.iter().find(|(n, _)| *n == name) {
+        let s = Scenario::from_toml_str(text, &accepted)
+            .map_err(|e| Failure::Usage(format!("embedded scenario {name}: {e}")))?;
+        return sim::cpu_bench::check(&s)
+            .map(|()| s)
+            .map_err(|e| Failure::Usage(format!("embedded scenario {name}: {e}")));
+    }
+    Err(Failure::Usage(format!(
+        "scenario \"{name}\": no such file, and not an embedded scenario; embedded: {}",
+        EMBEDDED_SCENARIOS
+            .iter()
+            .map(|(n, _)| *n)
+            .collect::<Vec<_>>()
+            .join(", ")
+    )))
+}
+
+/// The progress bar, hidden until the calibration is over and the run goes on
+/// (then on stderr, unless `--quiet` or stderr is not a terminal).
+fn progress_bar(total: u64) -> ProgressBar {
+    let pb = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::hidden());
+    pb.set_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} runs  {elapsed_precise} (eta {eta})")
+            .expect("valid template"),
+    );
+    pb
+}
+
+/// The limits of `a`, checked.
+fn limits(a: &RunArgs) -> Result<Limits, Failure> {
+    if !(a.time_limit_s.is_finite() && a.time_limit_s > 0.0) {
+        return Err(Failure::Usage(format!(
+            "--time-limit-s {}: must be a positive number of seconds",
+            a.time_limit_s
+        )));
+    }
+    let memory_bytes = match a.memory_limit_mb {
+        Some(0) => {
+            return Err(Failure::Usage(
+                "--memory-limit-mb 0: must be at least 1".into(),
+            ))
+        }
+        Some(mb) => mb.saturating_mul(1_000_000),
+        None => default_memory_limit().unwrap_or(FALLBACK_MEMORY_LIMIT),
+    };
+    Ok(Limits {
+        wall_s: a.time_limit_s,
+        memory_bytes,
+    })
+}
+
+/// What a dry run prints, on stdout.
+fn print_plan(
+    scenario: &Scenario,
+    cells: &[Cell],
+    all: usize,
+    est: &Estimate,
+    cal: &Calibration,
+    limits: &Limits,
+) {
+    let runs: u64 = cells.iter().map(|c| u64::from(c.repetitions)).sum();
+    println!("scenario: {}", scenario.name);
+    println!("cells: {} (of {all} in the matrix)", cells.len());
+    println!("runs: {runs}");
+    println!("jobs: {}", est.jobs);
+    print!("{}", est.describe(cal));
+    let over = est.exceeds(limits);
+    if over.is_empty() {
+        println!(
+            "limits: within ({} s, {:.1} MB); the run needs no --yes",
+            limits.wall_s,
+            limits.memory_bytes as f64 / 1e6
+        );
+    } else {
+        println!("limits: over: {}; the run needs --yes", over.join("; "));
+    }
+}
+
+/// Asks on the terminal whether to run anyway; without a terminal the answer is no.
+fn confirm(over: &[String]) -> bool {
+    if !std::io::stdin().is_terminal() {
+        return false;
+    }
+    eprint!("tandem: estimate: {}; run anyway? [y/N] ", over.join("; "));
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).is_ok() && matches!(line.trim(), "y" | "Y" | "yes")
+}
+
+pub fn sim_run(a: RunArgs) -> Result<(), Failure> {
+    let opts = knobs_to_opts(&a.knobs)?;
+    let limits = limits(&a)?;
+    let scenario = load_scenario(a.scenario.as_deref())?;
+    let filter = Filter::parse(&a.only).map_err(Failure::Usage)?;
+    let all = scenario.cells();
+    filter.check(&all).map_err(Failure::Usage)?;
+    let cells: Vec<Cell> = filter.apply(&all);
+    if cells.is_empty() {
+        return Err(Failure::Usage("no cell matches the --only filters".into()));
+    }
+    if !a.dry_run {
+        experiment::prepare_out_dir(&a.out).map_err(|e| Failure::Usage(format!("--out: {e}")))?;
+    }
+    let runs: u64 = cells.iter().map(|c| u64::from(c.repetitions)).sum();
+    let jobs = a
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .max(1)
+        .min(runs as usize);
+    let signals = Signals::install().map_err(|e| Failure::Run(format!("signal handlers: {e}")))?;
+    let pb = progress_bar(runs);
+    let provenance = Provenance::start(
+        env!("CARGO_PKG_VERSION"),
+        env!("TANDEM_GIT_COMMIT"),
+        std::env::args_os()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect(),
+        cells.len(),
+    );
+    let meta = run_meta(&a, &opts, &scenario);
+    let started = std::time::Instant::now();
+    let pool = Pool::start(cells.clone(), opts, jobs, signals.stop.clone(), pb.clone());
+    let cal = pool.calibrate(CALIBRATION_WAIT);
+    let est = estimate(&cal, runs, jobs);
+    if a.dry_run {
+        pool.stop();
+        print_plan(&scenario, &cells, all.len(), &est, &cal, &limits);
+        return Ok(());
+    }
+    if let Some(e) = pool.error() {
+        pool.stop();
+        return Err(Failure::Run(e));
+    }
+    let over = est.exceeds(&limits);
+    if !over.is_empty() && !a.yes && signals.received().is_none() && !confirm(&over) {
+        pool.stop();
+        return Err(Failure::Usage(format!(
+            "estimate: {}; pass --yes to run it anyway (--dry-run shows the estimate; \
+             --time-limit-s and --memory-limit-mb set the limits)",
+            over.join("; ")
+        )));
+    }
+    if !a.quiet && std::io::stderr().is_terminal() {
+        pb.set_draw_target(ProgressDrawTarget::stderr());
+    }
+    let planned = crate::sim_pool::planned(&cells);
+    let writer = IncrementalWriter::create(&a.out, meta, provenance, &planned)
+        .map_err(|e| Failure::Run(format!("writing {}: {e}", a.out.display())))?;
+    pool.go(writer)
+        .map_err(|e| Failure::Run(format!("writing {}: {e}", a.out.display())))?;
+    let (writer, error, hists) = pool.join();
+    pb.finish_and_clear();
+    let signal = signals.received();
+    let writer = writer.expect("the writer stays with the pool until the end");
+    let (written, results) = writer
+        .finish(
+            signal
+                .map(|(name, _)| name)
+                .or(error.as_ref().map(|_| "error")),
+        )
+        .map_err(|e| Failure::Run(format!("writing {}: {e}", a.out.display())))?;
+    let mut written = written;
+    // cyclictest's histograms, one per latency cell, in its -h format.
+    for (i, h) in &hists {
+        let path = a.out.join(sim::cpu_bench::histogram_file_name(&cells[*i]));
+        std::fs::write(&path, h.to_cyclictest_text())
+            .map_err(|e| Failure::Run(format!("writing {}: {e}", path.display())))?;
+        written.push(path);
+    }
+    if let Some(e) = error {
+        return Err(Failure::Run(e));
+    }
+    if let Some((name, code)) = signal {
+        eprintln!(
+            "tandem: stopped by {name}: {} of {} cells measured and written to {} \
+             (results.json says the run is incomplete)",
+            results.len(),
+            cells.len(),
+            a.out.display()
+        );
+        return Err(Failure::Interrupted(code));
+    }
+    warn_overlapping(&results);
+    let table = std::fs::read_to_string(a.out.join("table.txt")).unwrap_or_default();
+    print!("{table}");
+    eprintln!(
+        "tandem: {} cells, {} runs in {:.1} s; {} files in {}",
+        cells.len(),
+        runs,
+        started.elapsed().as_secs_f64(),
+        written.len(),
+        a.out.display()
+    );
+    Ok(())
+}
+
+/// Cells whose files did not fit on their disk: say so, loudly, with the first
+/// few of them.
+fn warn_overlapping(results: &[CellResult]) {
+    let overlapping: Vec<(String, f64)> = results
+        .iter()
+        .filter_map(|r| {
+            let bytes = r
+                .runs
+                .iter()
+                .filter_map(|run| run.counters.get(sim::bench::OVERLAPPING_FILE_BYTES))
+                .fold(0.0_f64, |a, &b| a.max(b));
+            (bytes > 0.0).then(|| (r.cell.key(), bytes))
+        })
+        .collect();
+    if !overlapping.is_empty() {
+        eprintln!(
+            "tandem: warning: in {} of {} cells the files (VM images, workload files) do not \
+             fit on the simulated device and some were placed over others; their seeks and \
+             sharing are not physical (results.json: {}):",
+            overlapping.len(),
+            results.len(),
+            sim::bench::OVERLAPPING_FILE_BYTES
+        );
+        for (key, bytes) in overlapping.iter().take(3) {
+            eprintln!("  {key}: {:.1} GB over others", bytes / 1e9);
+        }
+    }
+}
+
+/// The run's metadata: the options that can change a result, resolved.
+fn run_meta(a: &RunArgs, opts: &sim::bench::SimOptions, scenario: &Scenario) -> RunMeta {
+    let k = &a.knobs;
+    let mut extra = serde_json::Map::new();
+    extra.insert("hz".into(), k.hz.into());
+    extra.insert("bfq_softrt_tick_slack".into(), (!k.no_softrt_slack).into());
+    extra.insert("low_latency".into(), (!k.no_low_latency).into());
+    extra.insert("bfq_version".into(), k.host_bfq.clone().into());
+    extra.insert("slice_idle_ns".into(), opts.sched_cfg.slice_idle().into());
+    if let Some(d) = k.queue_depth {
+        extra.insert("queue_depth".into(), d.into());
+    }
+    if !opts.hdd_params.is_empty() {
+        let params: serde_json::Map<String, serde_json::Value> = opts
+            .hdd_params
+            .iter()
+            .map(|(k, v)| (k.clone(), (*v).into()))
+            .collect();
+        extra.insert("hdd_params".into(), params.into());
+    }
+    if let Some(share) = k.app_metadata_share {
+        extra.insert("app_metadata_share".into(), share.into());
+    }
+    if scenario.is_vm() {
+        extra.insert("guest_hz".into(), k.guest_hz.into());
+        extra.insert(
+            "guest_bfq_softrt_tick_slack".into(),
+            (!k.guest_no_softrt_slack).into(),
+        );
+        extra.insert("guest_lagging_ticks".into(), (!k.guest_exact_ticks).into());
+        extra.insert("guest_bfq_version".into(), k.guest_bfq.clone().into());
+        extra.insert(
+            "guest_slice_idle_ns".into(),
+            opts.vm.sched_cfg.slice_idle().into(),
+        );
+        extra.insert(
+            "guest_sync_writes_async".into(),
+            (!k.guest_sync_writes_sync).into(),
+        );
+        extra.insert("aio".into(), k.aio.clone().into());
+        extra.insert("virtqueue_depth".into(), k.virtqueue_depth.into());
+    }
+    let mut options = match serde_json::to_value(k) {
+        Ok(serde_json::Value::Object(m)) => m,
+        _ => serde_json::Map::new(),
+    };
+    options.insert("only".into(), a.only.clone().into());
+    extra.insert(experiment::OPTIONS_KEY.into(), options.into());
+    let p = &opts.coord.policy;
+    let policy = serde_json::json!({
+        "channel": k.channel,
+        "max_lease_ns": p.max_lease_ns,
+        "budget_fraction": p.budget_fraction,
+        "budget_window_ns": p.budget_window_ns,
+        "quantum_ns": p.quantum_ns,
+        "max_boosted": p.max_boosted,
+        "weight_factor": opts.coord.weight_factor,
+        "help_per_raising_ns": opts.coord.help_per_raising_ns,
+        "no_help_delay_ns": opts.coord.no_help_delay_ns,
+    });
+    extra.insert("coordination_policy".into(), policy);
+    RunMeta {
+        runner: "sim".into(),
+        scenario: scenario.name.clone(),
+        tandem_version: env!("CARGO_PKG_VERSION").into(),
+        seed: scenario.seed,
+        extra,
+    }
+}
