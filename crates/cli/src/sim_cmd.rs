@@ -432,6 +432,11 @@ pub fn sim_run(a: RunArgs) -> Result<(), Failure> {
             .map_err(|e| Failure::Run(format!("writing {}: {e}", path.display())))?;
         written.push(path);
     }
+    let pairs: Vec<_> = hists.iter().map(|(i, h)| (&cells[*i], h)).collect();
+    written.extend(
+        sim::cpu_bench::write_histogram_plots(&a.out, &pairs)
+            .map_err(|e| Failure::Run(format!("writing {}: {e}", a.out.display())))?,
+    );
     if let Some(e) = error {
         return Err(Failure::Run(e));
     }

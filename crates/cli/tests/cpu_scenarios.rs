@@ -67,10 +67,10 @@ fn run(dir: &Scratch, text: &str) {
 #[test]
 fn latency_cells_write_both_metrics_and_a_histogram_each_deterministically() {
     let d = Scratch::new("cpu-latency");
-    run(&d, &latency(1500, "\"2\"", "\"off\""));
+    run(&d, &latency(1500, "\"0\", \"2\", \"3\"", "\"off\""));
     let r = rows(&d);
-    // 1 native + 2 VM cells, two rows each.
-    assert_eq!(r.len(), 6, "{:?}", r.keys());
+    // 3 x (1 native + 2 VM cells), two rows each.
+    assert_eq!(r.len(), 18, "{:?}", r.keys());
     let g1 = "cfq-0r0w-seq-host-cfq-0r0w-seq-cpu-chromebook-2014-cfs-h2-g1";
     let avg = &r[&format!("{g1}-cyclictest-avg_stat.txt")];
     let max = &r[&format!("{g1}-cyclictest-max_stat.txt")];
@@ -96,12 +96,28 @@ fn latency_cells_write_both_metrics_and_a_histogram_each_deterministically() {
         table.contains("total loops  no guest  0 guest  1 guest"),
         "{table}"
     );
+    // The study's figures: Figure 1 (average latency against the total loops, a
+    // curve per guest load and no guest), Figures 2 and 3 (histograms).
+    let fig1 = std::fs::read_to_string(d.p("out/latency-chromebook-2014-cfs-off.svg")).unwrap();
+    for label in ["no guest", "0 guest loops", "1 guest loop"] {
+        assert!(fig1.contains(label), "{label} missing in Figure 1");
+    }
+    for png in [
+        "latency-chromebook-2014-cfs-off.png",
+        "latency-hist-fig2.png",
+        "latency-hist-fig3-cfs.png",
+    ] {
+        let bytes = std::fs::read(d.p(&format!("out/{png}"))).unwrap();
+        assert!(bytes.starts_with(b"\x89PNG"), "{png}");
+    }
+    let fig3 = std::fs::read_to_string(d.p("out/latency-hist-fig3-cfs.svg")).unwrap();
+    assert!(fig3.contains("3 loops in the host") && fig3.contains("2 in the host, 1 in the guest"));
 
     // Determinism: a second run gives the same bytes.
     let first = std::fs::read(d.p("out/results.csv")).unwrap();
     let first_hist = hist;
     std::fs::remove_dir_all(d.p("out")).unwrap();
-    run(&d, &latency(1500, "\"2\"", "\"off\""));
+    run(&d, &latency(1500, "\"0\", \"2\", \"3\"", "\"off\""));
     assert_eq!(first, std::fs::read(d.p("out/results.csv")).unwrap());
     let again = std::fs::read_to_string(d.p(&format!("out/{g1}-cyclictest-hist.txt"))).unwrap();
     assert_eq!(first_hist, again);

@@ -9,17 +9,17 @@ use crate::table::{cell_text, render_grid};
 
 /// Key of one table.
 #[derive(Clone, Debug, PartialEq, Eq)]
-struct Key {
-    runner: String,
-    benchmark: String,
-    app: String,
-    metric: String,
-    platform: String,
-    scheds: String,
-    coordination: String,
+pub(crate) struct Key {
+    pub(crate) runner: String,
+    pub(crate) benchmark: String,
+    pub(crate) app: String,
+    pub(crate) metric: String,
+    pub(crate) platform: String,
+    pub(crate) scheds: String,
+    pub(crate) coordination: String,
 }
 
-fn key_of(r: &CellResult) -> Key {
+pub(crate) fn key_of(r: &CellResult) -> Key {
     let c = &r.cell.cpu;
     let scheds = if c.guest_cpu_sched.is_some_and(|g| g != c.host_sched()) {
         format!("host {}, guest {}", c.host_sched(), c.guest_sched())
@@ -38,11 +38,11 @@ fn key_of(r: &CellResult) -> Key {
 }
 
 /// The column of a result: `None` for "no guest", else the guest's loops.
-fn column(r: &CellResult) -> Option<u8> {
+pub(crate) fn column(r: &CellResult) -> Option<u8> {
     (!r.cell.is_native()).then_some(r.cell.cpu.guest_cpu_load)
 }
 
-fn total(r: &CellResult) -> u32 {
+pub(crate) fn total(r: &CellResult) -> u32 {
     u32::from(r.cell.cpu.host_cpu_load) + column(r).map_or(0, u32::from)
 }
 

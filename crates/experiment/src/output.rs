@@ -523,5 +523,6 @@ pub fn write_outputs(
         )?;
     }
     written.extend(write_plots(dir, results, None, "")?);
+    written.extend(crate::plot::study::write_cpu_plots(dir, results)?);
     Ok(written)
 }

@@ -257,3 +257,76 @@ pub fn histogram_file_name(cell: &Cell) -> String {
         .unwrap_or(&name);
     format!("{stem}-cyclictest-hist.txt")
 }
+
+/// Histogram charts of a run's latency cells, as the study's figures (`.svg` and
+/// `.png` in `dir`): Figure 2, an idle 1-vCPU guest (no loops anywhere) under each
+/// CPU scheduler (`latency-hist-fig2`); Figure 3, per CPU scheduler, 3 loops in the
+/// host against 2 in the host and 1 in the guest (`latency-hist-fig3-<sched>`).
+/// Only `off` cells; a figure whose cells did not run is left out.
+pub fn write_histogram_plots(
+    dir: &std::path::Path,
+    hists: &[(&Cell, &Histogram)],
+) -> std::io::Result<Vec<std::path::PathBuf>> {
+    use experiment::plot::lines::{histogram_line, write_line_chart, LineChart};
+    let vm = |h: u8, g: u8| {
+        move |c: &Cell| {
+            !c.is_native()
+                && c.coordination == "off"
+                && c.cpu.host_cpu_load == h
+                && c.cpu.guest_cpu_load == g
+        }
+    };
+    let chart = |title: String, lines| LineChart {
+        title,
+        x_label: "latency [us] (1 us buckets)".into(),
+        y_label: "samples".into(),
+        log_y: true,
+        // cyclictest's -h 5000: the buckets' range.
+        x_range: Some((0.0, cpusched::cyclictest::HIST_BUCKETS as f64)),
+        y_min: Some(1.0),
+        lines,
+    };
+    // The label says how many samples lie beyond the last bucket.
+    let line = |label: &str, h: &Histogram| {
+        let over = 100.0 * h.overflow as f64 / h.count.max(1) as f64;
+        histogram_line(&format!("{label} ({over:.1}% over 5000 us)"), &h.buckets)
+    };
+    let mut written = Vec::new();
+    let idle: Vec<_> = hists
+        .iter()
+        .filter(|(c, _)| vm(0, 0)(c))
+        .map(|(c, h)| line(&format!("{} in host and guest", c.cpu.guest_sched()), h))
+        .collect();
+    if !idle.is_empty() {
+        let title = "cyclictest in an idle guest (Figure 2)".to_string();
+        written.extend(write_line_chart(
+            dir,
+            "latency-hist-fig2",
+            &chart(title, idle),
+        )?);
+    }
+    let mut scheds: Vec<CpuSched> = hists.iter().map(|(c, _)| c.cpu.host_sched()).collect();
+    scheds.sort();
+    scheds.dedup();
+    for s in scheds {
+        let find = |h: u8, g: u8, label: &str| {
+            hists
+                .iter()
+                .find(|(c, _)| vm(h, g)(c) && c.cpu.host_sched() == s)
+                .map(|(_, hist)| line(label, hist))
+        };
+        let lines: Vec<_> = [
+            find(3, 0, "3 loops in the host"),
+            find(2, 1, "2 in the host, 1 in the guest"),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        if lines.len() == 2 {
+            let title = format!("cyclictest in the guest, {s}, 3 loops (Figure 3)");
+            let stem = format!("latency-hist-fig3-{s}");
+            written.extend(write_line_chart(dir, &stem, &chart(title, lines))?);
+        }
+    }
+    Ok(written)
+}

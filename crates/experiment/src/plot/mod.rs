@@ -6,6 +6,8 @@
 
 pub mod chart;
 pub mod draw;
+pub mod lines;
+pub mod study;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
