@@ -135,3 +135,23 @@ fn cpu_cells_are_deterministic() {
         run_repetition(c, &o, 0).unwrap()
     );
 }
+
+#[test]
+fn the_study_scenarios_expand_to_their_matrix() {
+    for text in [
+        include_str!("../../../scenarios/fanguede2014.toml"),
+        include_str!("../../../scenarios/fanguede2014-startup.toml"),
+    ] {
+        let s = Scenario::from_toml_str(text, &accepted()).unwrap();
+        sim::cpu_bench::check(&s).unwrap();
+        let cells = s.cells();
+        // CFS and BFS x 9 host loads x (no guest + 3 guest loads) x 3 modes.
+        assert_eq!(cells.len(), 2 * 9 * 4 * 3);
+        assert_eq!(s.cell_count(), cells.len());
+        assert_eq!(cells.iter().filter(|c| c.is_native()).count(), 2 * 9 * 3);
+        let mut seeds: Vec<u64> = cells.iter().map(|c| c.seed).collect();
+        seeds.sort_unstable();
+        seeds.dedup();
+        assert_eq!(seeds.len(), cells.len(), "every cell its own seed");
+    }
+}
