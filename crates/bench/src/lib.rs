@@ -1053,6 +1053,11 @@ impl Measured for OnHost<'_> {
 fn measure(o: &Options, c: &Cell, m: &mut impl Measured) -> Result<RunResult> {
     let mut out = RunResult::default();
     match c.benchmark {
+        Benchmark::Latency => {
+            return Err(run_err(
+                "the latency benchmark runs on the simulator's CPU model only (tandem sim run)",
+            ))
+        }
         Benchmark::Startup => {
             let pause = o.pause_s.unwrap_or(PAUSE_BEFORE_START_S);
             for _ in 0..c.iterations {

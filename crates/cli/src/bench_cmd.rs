@@ -171,6 +171,14 @@ fn load(arg: &str, app_cmd: Option<&str>) -> Result<Scenario, Failure> {
     };
     let mut s =
         Scenario::from_toml_str(&text, &accepted).map_err(|e| Failure::Usage(e.to_string()))?;
+    if s.runs_on_cpu_model() {
+        return Err(Failure::Usage(format!(
+            "benchmark = \"{}\" with caches = \"{}\": the real runner runs cold start-up and \
+             throughput; latency and hot start-up run on the simulator (tandem sim run)",
+            s.benchmark,
+            s.cpu.caches.as_str()
+        )));
+    }
     if let Some(c) = app_cmd {
         if c.trim().is_empty() {
             return Err(Failure::Usage("--app-cmd: empty command".into()));

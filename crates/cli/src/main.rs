@@ -43,6 +43,14 @@ const EMBEDDED_SCENARIOS: &[(&str, &str)] = &[
         include_str!("../../../scenarios/vbfq-throughput.toml"),
     ),
     ("multi-vm", include_str!("../../../scenarios/multi-vm.toml")),
+    (
+        "fanguede2014",
+        include_str!("../../../scenarios/fanguede2014.toml"),
+    ),
+    (
+        "fanguede2014-startup",
+        include_str!("../../../scenarios/fanguede2014-startup.toml"),
+    ),
 ];
 
 #[derive(Parser)]
@@ -91,7 +99,8 @@ enum Command {
 enum SimCommand {
     /// Run a scenario's cells and write results, tables and plots.
     Run(sim_cmd::RunArgs),
-    /// Measure simulated events per second on the 5-reader BFQ hdd-1.8in cell.
+    /// Measure simulated events per second on the 5-reader BFQ hdd-1.8in cell and on
+    /// the CPU-contended cyclictest cell (8 host loops, 1 guest loop).
     Bench(BenchArgs),
     /// List devices, schedulers, apps and embedded scenarios.
     List,
@@ -180,6 +189,40 @@ fn sim_bench(a: BenchArgs) -> Result<(), Failure> {
         "cell: {} (startup, {} repetitions)\nevents: {events}\nsimulated time: {:.1} s\nwall time: {wall:.3} s (one core)\nevents per second: {:.2} million",
         cell.key(),
         cell.repetitions,
+        simulated as f64 / 1e9,
+        events as f64 / wall / 1e6
+    );
+    sim_bench_cpu()
+}
+
+/// The CPU-contended cell: cyclictest in a 1-vCPU guest with 1 busy loop,
+/// 8 busy loops in the host (fanguede2014, CFS, no coordination).
+fn sim_bench_cpu() -> Result<(), Failure> {
+    let scenario = sim_cmd::load_scenario(Some("fanguede2014"))?;
+    let cell = scenario
+        .cells()
+        .into_iter()
+        .find(|c| {
+            !c.is_native()
+                && c.cpu.host_cpu_load == 8
+                && c.cpu.guest_cpu_load == 1
+                && c.get("host_cpu_sched").as_deref() == Some("cfs")
+                && c.coordination == "off"
+        })
+        .ok_or_else(|| Failure::Run("fanguede2014 has no 8+1 loop CFS cell".into()))?;
+    let started = std::time::Instant::now();
+    let (mut events, mut simulated) = (0u64, 0u64);
+    for rep in 0..cell.repetitions {
+        let (e, t) = sim::cpu_bench::count_events(&cell, rep).map_err(Failure::Run)?;
+        events += e;
+        simulated += t;
+    }
+    let wall = started.elapsed().as_secs_f64();
+    println!(
+        "\ncell: {} (latency, {} x {} loops)\nevents: {events}\nsimulated time: {:.1} s\nwall time: {wall:.3} s (one core)\nevents per second: {:.2} million",
+        cell.key(),
+        cell.repetitions,
+        cell.cpu.loops,
         simulated as f64 / 1e9,
         events as f64 / wall / 1e6
     );

@@ -270,10 +270,16 @@ pub fn load_scenario(arg: Option<&str>) -> Result<Scenario, Failure> {
     let name = arg.unwrap_or("native-hdd");
     let path = PathBuf::from(name);
     if path.exists() {
-        return Scenario::load(&path, &accepted).map_err(|e| Failure::Usage(e.to_string()));
+        let s = Scenario::load(&path, &accepted).map_err(|e| Failure::Usage(e.to_string()))?;
+        return sim::cpu_bench::check(&s)
+            .map(|()| s)
+            .map_err(|e| Failure::Usage(format!("{}: {e}", path.display())));
     }
     if let Some((_, text)) = EMBEDDED_SCENARIOS.iter().find(|(n, _)| *n == name) {
-        return Scenario::from_toml_str(text, &accepted)
+        let s = Scenario::from_toml_str(text, &accepted)
+            .map_err(|e| Failure::Usage(format!("embedded scenario {name}: {e}")))?;
+        return sim::cpu_bench::check(&s)
+            .map(|()| s)
             .map_err(|e| Failure::Usage(format!("embedded scenario {name}: {e}")));
     }
     Err(Failure::Usage(format!(
@@ -413,11 +419,12 @@ pub fn sim_run(a: RunArgs) -> Result<(), Failure> {
     if !a.quiet && std::io::stderr().is_terminal() {
         pb.set_draw_target(ProgressDrawTarget::stderr());
     }
-    let writer = IncrementalWriter::create(&a.out, meta, provenance, &cells)
+    let planned = crate::sim_pool::planned(&cells);
+    let writer = IncrementalWriter::create(&a.out, meta, provenance, &planned)
         .map_err(|e| Failure::Run(format!("writing {}: {e}", a.out.display())))?;
     pool.go(writer)
         .map_err(|e| Failure::Run(format!("writing {}: {e}", a.out.display())))?;
-    let (writer, error) = pool.join();
+    let (writer, error, hists) = pool.join();
     pb.finish_and_clear();
     let signal = signals.received();
     let writer = writer.expect("the writer stays with the pool until the end");
@@ -428,6 +435,19 @@ pub fn sim_run(a: RunArgs) -> Result<(), Failure> {
                 .or(error.as_ref().map(|_| "error")),
         )
         .map_err(|e| Failure::Run(format!("writing {}: {e}", a.out.display())))?;
+    let mut written = written;
+    // cyclictest's histograms, one per latency cell, in its -h format.
+    for (i, h) in &hists {
+        let path = a.out.join(sim::cpu_bench::histogram_file_name(&cells[*i]));
+        std::fs::write(&path, h.to_cyclictest_text())
+            .map_err(|e| Failure::Run(format!("writing {}: {e}", path.display())))?;
+        written.push(path);
+    }
+    let pairs: Vec<_> = hists.iter().map(|(i, h)| (&cells[*i], h)).collect();
+    written.extend(
+        sim::cpu_bench::write_histogram_plots(&a.out, &pairs)
+            .map_err(|e| Failure::Run(format!("writing {}: {e}", a.out.display())))?,
+    );
     if let Some(e) = error {
         return Err(Failure::Run(e));
     }
@@ -446,7 +466,7 @@ pub fn sim_run(a: RunArgs) -> Result<(), Failure> {
     print!("{table}");
     eprintln!(
         "tandem: {} cells, {} runs in {:.1} s; {} files in {}",
-        results.len(),
+        cells.len(),
         runs,
         started.elapsed().as_secs_f64(),
         written.len(),

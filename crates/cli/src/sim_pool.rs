@@ -9,6 +9,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use cpusched::cyclictest::Histogram;
 use experiment::estimate::{process_memory, Calibration};
 use experiment::{Cell, CellResult, IncrementalWriter, RunResult};
 use indicatif::ProgressBar;
@@ -73,6 +74,11 @@ struct CalState {
 
 struct Shared {
     cells: Vec<Cell>,
+    /// The writer's slot of each cell's first result (latency cells have two:
+    /// [`planned`]).
+    first_slot: Vec<usize>,
+    /// cyclictest's histogram of each latency cell, its runs summed.
+    hists: Mutex<Vec<Option<Histogram>>>,
     opts: sim::bench::SimOptions,
     /// (cell, repetition), the calibration runs first.
     work: Vec<(usize, u32)>,
@@ -95,6 +101,23 @@ pub struct Pool {
     resident_before: u64,
     jobs: usize,
     cells_sampled: usize,
+}
+
+/// The results a run writes, in order: one per cell, two for a latency cell
+/// (`latency_avg_us`, `latency_max_us`: [`sim::cpu_bench::cell_results`]).
+pub fn planned(cells: &[Cell]) -> Vec<Cell> {
+    cells
+        .iter()
+        .flat_map(|c| std::iter::repeat_n(c.clone(), results_of(c)))
+        .collect()
+}
+
+fn results_of(c: &Cell) -> usize {
+    if c.benchmark == experiment::Benchmark::Latency {
+        2
+    } else {
+        1
+    }
 }
 
 /// The cells the calibration runs: `k` of them drawn at random (a fixed seed, so
@@ -163,7 +186,17 @@ impl Pool {
     ) -> Pool {
         let sample = calibration_cells(cells.len(), calibration_size(cells.len(), jobs));
         let work = plan(&cells, &sample);
+        let first_slot = cells
+            .iter()
+            .scan(0, |next, c| {
+                let first = *next;
+                *next += results_of(c);
+                Some(first)
+            })
+            .collect();
         let shared = Arc::new(Shared {
+            first_slot,
+            hists: Mutex::new(vec![None; cells.len()]),
             slots: Mutex::new(
                 cells
                     .iter()
@@ -257,7 +290,14 @@ impl Pool {
 
     /// Waits for every thread (they stop early after a signal or an error) and
     /// returns the writer and the first error.
-    pub fn join(self) -> (Option<IncrementalWriter>, Option<String>) {
+    /// Also returns the latency cells' histograms, by cell index.
+    pub fn join(
+        self,
+    ) -> (
+        Option<IncrementalWriter>,
+        Option<String>,
+        Vec<(usize, Histogram)>,
+    ) {
         for t in self.threads {
             let _ = t.join();
         }
@@ -275,7 +315,12 @@ impl Pool {
             .expect("no poisoned lock")
             .first()
             .cloned();
-        (writer, error)
+        let hists = std::mem::take(&mut *self.shared.hists.lock().expect("no poisoned lock"))
+            .into_iter()
+            .enumerate()
+            .filter_map(|(i, h)| Some((i, h?)))
+            .collect();
+        (writer, error, hists)
     }
 
     /// Stops the threads after the runs under way; none of their results is written.
@@ -327,7 +372,7 @@ fn worker(s: &Shared) {
                 .running
                 .push((w, started));
         }
-        let r = sim::bench::run_repetition(&s.cells[cell], &s.opts, rep);
+        let r = run_one(s, cell, rep);
         if calibrating {
             let mut st = s.cal.0.lock().expect("no poisoned lock");
             st.running.retain(|(i, _)| *i != w);
@@ -343,6 +388,19 @@ fn worker(s: &Shared) {
             Err(e) => fail(s, format!("{}: {e}", s.cells[cell].key())),
         }
     }
+}
+
+/// One repetition; a latency run's histogram joins its cell's.
+fn run_one(s: &Shared, cell: usize, rep: u32) -> Result<RunResult, String> {
+    let c = &s.cells[cell];
+    if c.benchmark != experiment::Benchmark::Latency {
+        return sim::bench::run_repetition(c, &s.opts, rep);
+    }
+    let (run, h) = sim::cpu_bench::run_latency_rep(c, rep)?;
+    s.hists.lock().expect("no poisoned lock")[cell]
+        .get_or_insert_with(Histogram::default)
+        .merge(&h);
+    Ok(run)
 }
 
 fn wait_for_go(s: &Shared) -> bool {
@@ -371,16 +429,20 @@ fn record(s: &Shared, cell: usize, rep: u32, run: RunResult) {
         std::mem::take(&mut slots[cell])
     };
     let runs: Vec<RunResult> = runs.into_iter().flatten().collect();
-    let result = sim::bench::cell_result(&s.cells[cell], runs);
+    let results = sim::cpu_bench::cell_results(&s.cells[cell], runs);
     let mut out = s.out.lock().expect("no poisoned lock");
-    match out.writer.as_mut() {
-        Some(w) => {
-            if let Err(e) = w.push(cell, result) {
-                drop(out);
-                fail(s, format!("writing results: {e}"));
+    for (k, result) in results.into_iter().enumerate() {
+        let slot = s.first_slot[cell] + k;
+        match out.writer.as_mut() {
+            Some(w) => {
+                if let Err(e) = w.push(slot, result) {
+                    drop(out);
+                    fail(s, format!("writing results: {e}"));
+                    return;
+                }
             }
+            None => out.held.push((slot, result)),
         }
-        None => out.held.push((cell, result)),
     }
 }
 

@@ -57,6 +57,19 @@ impl Histogram {
         self.max_ns = self.max_ns.max(lat);
     }
 
+    /// Adds `other`'s samples (the runs of one cell in one histogram, as
+    /// their `-h` outputs summed).
+    pub fn merge(&mut self, other: &Histogram) {
+        for (x, y) in self.buckets.iter_mut().zip(&other.buckets) {
+            *x += y;
+        }
+        self.overflow += other.overflow;
+        self.count += other.count;
+        self.sum_ns += other.sum_ns;
+        self.min_ns = self.min_ns.min(other.min_ns);
+        self.max_ns = self.max_ns.max(other.max_ns);
+    }
+
     pub fn avg_us(&self) -> f64 {
         if self.count == 0 {
             return 0.0;
@@ -112,6 +125,12 @@ pub struct LatencySetup {
     pub loops: u64,
     /// Coordination of the vCPU threads.
     pub coordination: CpuCoordination,
+    /// vCPUs of the guest (the study's: 1).
+    pub vcpus: usize,
+    /// How long the loops run before the benchmark starts ([`WARMUP`]; a
+    /// runner varies it a little so that repetitions start at different
+    /// phases of the tick, as real runs do).
+    pub warmup: Nanos,
 }
 
 /// How the host treats the VM's vCPU threads.
@@ -201,23 +220,35 @@ impl LatencySetup {
             policy: Policy::NORMAL,
             loops: 20_000,
             coordination: CpuCoordination::Off,
+            vcpus: 1,
+            warmup: WARMUP,
         }
     }
 }
 
-/// A built cell: the model, cyclictest's kernel and task, the host
-/// loops, and the vCPU thread if there is a guest.
+/// A loaded machine: the model after the warm-up, with the host loops and
+/// the VM's loops running (`static-cpu` applied); the kernel a benchmark
+/// runs in (the guest's, or the host's with no guest); the vCPU threads.
+pub struct Loaded {
+    pub m: CpuModel,
+    pub k: KernelId,
+    pub host_loops: Vec<crate::TaskId>,
+    pub vcpus: Vec<crate::TaskId>,
+}
+
+/// A built cell: the loaded machine and cyclictest's task.
 struct Cell {
     m: CpuModel,
     k: KernelId,
     t: crate::TaskId,
     host_loops: Vec<crate::TaskId>,
-    vcpu: Option<crate::TaskId>,
+    vcpus: Vec<crate::TaskId>,
 }
 
-/// Builds the model of a cell: host loops, the VM and its loops, and the
-/// cyclictest thread.
-fn build(s: &LatencySetup) -> Result<Cell, String> {
+/// Builds the machine a benchmark runs on (cyclictest here, the hot
+/// start-up in the simulator): host loops, the VM and its loops, and the
+/// warm-up.
+pub fn build_loaded(s: &LatencySetup) -> Result<Loaded, String> {
     let mut m = CpuModel::new(s.platform.clone(), s.host_sched);
     let cores = s.platform.cores;
     let mut host_loops = Vec::new();
@@ -229,29 +260,44 @@ fn build(s: &LatencySetup) -> Result<Cell, String> {
         host_loops.push(m.spawn(KernelId::HOST, spec));
     }
     let mut k = KernelId::HOST;
-    let mut vcpu = None;
+    let mut vcpus = Vec::new();
     if let Some(gl) = s.guest_loops {
-        let (vm, gk) = m.add_vm(1, s.guest_sched, 1024)?;
-        vcpu = Some(m.vcpu_task(vm, 0));
+        let (vm, gk) = m.add_vm(s.vcpus, s.guest_sched, 1024)?;
+        vcpus = (0..s.vcpus).map(|i| m.vcpu_task(vm, i)).collect();
         if s.coordination == CpuCoordination::StaticCpu {
-            let t = m.vcpu_task(vm, 0);
-            m.set_policy(
-                KernelId::HOST,
-                t,
-                Policy::Rr {
+            for &t in &vcpus {
+                let boost = Policy::Rr {
                     prio: PVSCHED_RR_PRIO,
-                },
-            );
+                };
+                m.set_policy(KernelId::HOST, t, boost);
+            }
         }
         for i in 0..gl {
             m.spawn(gk, TaskSpec::busy_loop(&format!("guest-loop{i}")));
         }
         k = gk;
     }
-    while m.now() < WARMUP {
-        let next = m.next_event_time().unwrap_or(WARMUP).min(WARMUP);
+    while m.now() < s.warmup {
+        let next = m.next_event_time().unwrap_or(s.warmup).min(s.warmup);
         m.advance_to(next);
     }
+    Ok(Loaded {
+        m,
+        k,
+        host_loops,
+        vcpus,
+    })
+}
+
+/// Builds the model of a cell: the loaded machine and the cyclictest
+/// thread.
+fn build(s: &LatencySetup) -> Result<Cell, String> {
+    let Loaded {
+        mut m,
+        k,
+        host_loops,
+        vcpus,
+    } = build_loaded(s)?;
     let spec = TaskSpec {
         name: "cyclictest".into(),
         policy: s.policy,
@@ -266,7 +312,7 @@ fn build(s: &LatencySetup) -> Result<Cell, String> {
         k,
         t,
         host_loops,
-        vcpu,
+        vcpus,
     })
 }
 
@@ -277,9 +323,9 @@ pub fn run_latency(s: &LatencySetup) -> Result<LatencyResult, String> {
         k,
         t,
         host_loops,
-        vcpu,
+        vcpus,
     } = build(s)?;
-    let help = s.coordination == CpuCoordination::HelpCpu && vcpu.is_some();
+    let help = s.coordination == CpuCoordination::HelpCpu && !vcpus.is_empty();
     let mut coord = HelpCpu::new(PolicyConfig::default());
     let boost = Policy::Rr {
         prio: PVSCHED_RR_PRIO,
@@ -304,7 +350,7 @@ pub fn run_latency(s: &LatencySetup) -> Result<LatencyResult, String> {
         done.clear();
         done.extend_from_slice(m.advance_to(at));
         if help && coord.settle(m.now()) == BoostChange::Unboost {
-            m.set_policy(KernelId::HOST, vcpu.unwrap(), Policy::NORMAL);
+            set_vcpus(&mut m, &vcpus, Policy::NORMAL);
         }
         for c in done.iter().filter(|c| c.kernel == k && c.task == t) {
             match c.kind {
@@ -313,7 +359,7 @@ pub fn run_latency(s: &LatencySetup) -> Result<LatencyResult, String> {
                         hist.record(c.at.saturating_sub(d));
                     }
                     if help && coord.help(m.now(), 2 * INTERVAL) == BoostChange::Boost {
-                        m.set_policy(KernelId::HOST, vcpu.unwrap(), boost);
+                        set_vcpus(&mut m, &vcpus, boost);
                     }
                 }
                 CompletionKind::BurstDone => {
@@ -344,6 +390,14 @@ pub fn run_latency(s: &LatencySetup) -> Result<LatencyResult, String> {
         measured_ns,
         events: m.events_processed(),
     })
+}
+
+/// Sets the host policy of every vCPU thread (the boost of `help-cpu`
+/// and its end).
+pub fn set_vcpus(m: &mut CpuModel, vcpus: &[crate::TaskId], p: Policy) {
+    for &t in vcpus {
+        m.set_policy(KernelId::HOST, t, p);
+    }
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::cpu::CpuCell;
 use crate::other_vms::{OtherVms, NO_OTHER_VMS};
 use crate::scenario::{Benchmark, MATRIX_KEYS};
 use crate::workload::WorkloadSpec;
@@ -29,6 +30,11 @@ pub struct Cell {
     #[serde(default = "default_other_vms")]
     pub other_vms: String,
     pub coordination: String,
+    /// The CPU model's settings (platform, CPU schedulers, busy loops, loops,
+    /// caches); the default for scenarios without CPU keys, and then left out of
+    /// `results.json`.
+    #[serde(default, skip_serializing_if = "CpuCell::is_default")]
+    pub cpu: CpuCell,
     pub benchmark: Benchmark,
     pub app: String,
     pub iterations: u32,
@@ -44,6 +50,12 @@ impl Cell {
     /// True when the cell has no VM (no guest scheduler).
     pub fn is_native(&self) -> bool {
         self.guest_sched.is_none()
+    }
+
+    /// True when the cell runs on the CPU model: latency, and start-up with
+    /// hot caches.
+    pub fn on_cpu_model(&self) -> bool {
+        self.benchmark == Benchmark::Latency || self.cpu.caches == crate::cpu::Caches::Hot
     }
 
     /// True when VMs other than VM 1 run.
@@ -70,6 +82,14 @@ impl Cell {
         if self.has_other_vms() {
             parts.push(format!("other_vms={}", self.other_vms));
         }
+        if !self.cpu.is_default() {
+            for k in CPU_KEYS {
+                let v = self.get(k).unwrap_or_default();
+                if !v.is_empty() {
+                    parts.push(format!("{k}={v}"));
+                }
+            }
+        }
         parts.push(format!("coordination={}", self.coordination));
         parts.join(" ")
     }
@@ -85,6 +105,12 @@ impl Cell {
             "guest_workload" => self.guest_workload.clone().unwrap_or_default(),
             "other_vms" => self.other_vms.clone(),
             "coordination" => self.coordination.clone(),
+            "host_cpu_sched" => self.cpu.host_sched().as_str().to_string(),
+            "host_cpu_load" => self.cpu.host_cpu_load.to_string(),
+            "guest_cpu_sched" if self.is_native() => String::new(),
+            "guest_cpu_sched" => self.cpu.guest_sched().as_str().to_string(),
+            "guest_cpu_load" if self.is_native() => String::new(),
+            "guest_cpu_load" => self.cpu.guest_cpu_load.to_string(),
             _ => return None,
         })
     }
@@ -118,6 +144,14 @@ impl Cell {
         self.guest_sched.as_deref().unwrap_or(&self.host_sched)
     }
 }
+
+/// The CPU matrix keys, in the order cell ids list them.
+const CPU_KEYS: [&str; 4] = [
+    "host_cpu_sched",
+    "guest_cpu_sched",
+    "host_cpu_load",
+    "guest_cpu_load",
+];
 
 /// FNV-1a, 64 bit (offset basis 0xcbf29ce484222325, prime 0x100000001b3).
 pub fn fnv1a64(bytes: &[u8]) -> u64 {
@@ -171,6 +205,11 @@ pub fn cell_seed(scenario_seed: u64, cell: &Cell) -> u64 {
     if cell.has_other_vms() {
         bytes.push(0x1f);
         bytes.extend_from_slice(cell.other_vms.as_bytes());
+    }
+    // CPU settings likewise only when they are not the default.
+    if !cell.cpu.is_default() {
+        bytes.push(0x1f);
+        bytes.extend_from_slice(cell.cpu.file_part(!cell.is_native()).as_bytes());
     }
     splitmix64(scenario_seed ^ splitmix64(fnv1a64(&bytes)))
 }

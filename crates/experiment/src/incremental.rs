@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::cell::Cell;
+use crate::naming::{result_stat_file_name, stat_file_name};
 use crate::output::{
     csv_header, csv_record, csv_writer, stat_file_paths_of, write_outputs, write_results_json,
 };
@@ -82,8 +83,13 @@ impl IncrementalWriter {
     /// Records the result of planned cell `index`: its row goes to `results.csv` at
     /// once, `results.json` follows within [`JSON_EVERY`].
     pub fn push(&mut self, index: usize, result: CellResult) -> io::Result<()> {
-        self.csv
-            .write_record(csv_record(&result, &self.stat_paths[index]))?;
+        // A planned cell's path names its first metric; the latency benchmark's
+        // second (`latency_max_us`) has a file of its own.
+        let path = self.stat_paths[index].replace(
+            &stat_file_name(&result.cell),
+            &result_stat_file_name(&result.cell, result.metric),
+        );
+        self.csv.write_record(csv_record(&result, &path))?;
         self.csv.flush()?;
         self.done[index] = Some(result);
         if self.last_json.elapsed() >= JSON_EVERY {

@@ -9,6 +9,8 @@
 
 pub mod apptrace;
 pub mod cell;
+pub mod cpu;
+pub mod cpu_table;
 pub mod estimate;
 pub mod incremental;
 pub mod naming;
@@ -27,6 +29,7 @@ pub mod table;
 pub mod workload;
 
 pub use cell::{cell_seed, fnv1a64, splitmix64, Cell, Filter};
+pub use cpu::{Caches, CpuCell, CpuSched};
 pub use incremental::{prepare_out_dir, IncrementalWriter};
 pub use naming::{
     format_g, sanitize_component, stat_file_contents, stat_file_header, stat_file_name,

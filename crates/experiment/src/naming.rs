@@ -8,7 +8,7 @@
 //! before the suffix); see [`stat_file_name`].
 
 use crate::cell::Cell;
-use crate::result::{CellResult, RunResult};
+use crate::result::{CellResult, Metric, RunResult};
 use crate::s_suite::{sections, COLUMNS_NOTE};
 use crate::scenario::Benchmark;
 use crate::workload::WorkloadSpec;
@@ -92,12 +92,19 @@ pub fn stat_file_name(cell: &Cell) -> String {
         name.push_str("-vms-");
         name.push_str(&sanitize_component(&cell.other_vms.replace(',', "+")));
     }
+    // CPU model cells (latency, hot start-up): platform, CPU schedulers and
+    // busy loops; nothing for other cells.
+    let cpu = cell.cpu.file_part(!cell.is_native());
+    if !cpu.is_empty() {
+        name.push_str(&sanitize_component(&cpu));
+    }
     if cell.coordination != "off" {
         name.push_str("-coord-");
         name.push_str(&sanitize_component(&cell.coordination));
     }
     match cell.benchmark {
         Benchmark::Startup => name.push_str("-lat_thr_stat.txt"),
+        Benchmark::Latency => name.push_str("-cyclictest-avg_stat.txt"),
         Benchmark::Throughput => {
             name.push('-');
             name.push_str(&secs(cell.duration_s));
@@ -105,6 +112,19 @@ pub fn stat_file_name(cell: &Cell) -> String {
         }
     }
     name
+}
+
+/// The stat file name of one result: [`stat_file_name`], with the latency
+/// benchmark's second metric (`latency_max_us`) in a file of its own
+/// (`-cyclictest-max_stat.txt`).
+pub fn result_stat_file_name(cell: &Cell, metric: Metric) -> String {
+    let name = stat_file_name(cell);
+    match metric {
+        Metric::LatencyMaxUs => {
+            name.replace("-cyclictest-avg_stat.txt", "-cyclictest-max_stat.txt")
+        }
+        _ => name,
+    }
 }
 
 /// C's `printf("%g", x)` (6 significant digits, trailing zeros removed), which the S

@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::cell::Cell;
-use crate::naming::{sanitize_component, stat_file_contents, stat_file_name};
+use crate::naming::{
+    result_stat_file_name, sanitize_component, stat_file_contents, stat_file_name,
+};
 use crate::other_vms::{OtherVms, NO_OTHER_VMS};
 use crate::plot::{plot_files, write_plots};
 use crate::result::{CellResult, Finished, Metric, RunMeta, RunResult};
@@ -75,7 +77,13 @@ fn num_or_empty(x: f64) -> String {
 /// `<stat_file_name>`, or `<device>/<stat_file_name>` when the results span several
 /// devices (device sanitized by [`sanitize_component`]).
 pub fn stat_file_paths(results: &[CellResult]) -> Vec<String> {
+    let name = |r: &CellResult| result_stat_file_name(&r.cell, r.metric);
     stat_file_paths_of(results.iter().map(|r| &r.cell))
+        .into_iter()
+        .zip(results)
+        // The latency benchmark's second metric has a file of its own.
+        .map(|(p, r)| p.replace(&stat_file_name(&r.cell), &name(r)))
+        .collect()
 }
 
 /// [`stat_file_paths`] of cells (e.g. those a run plans, before their results).
@@ -515,5 +523,6 @@ pub fn write_outputs(
         )?;
     }
     written.extend(write_plots(dir, results, None, "")?);
+    written.extend(crate::plot::study::write_cpu_plots(dir, results)?);
     Ok(written)
 }

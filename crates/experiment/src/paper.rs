@@ -622,6 +622,7 @@ guest_workloads = ["1r-seq", "5r0w-seq"]
             guest_workload: gw.map(str::to_string),
             other_vms: "none".into(),
             coordination: "off".into(),
+            cpu: Default::default(),
             benchmark: Benchmark::Startup,
             app: "xterm".into(),
             iterations: 2,

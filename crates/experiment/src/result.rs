@@ -18,6 +18,12 @@ pub enum Metric {
     /// Aggregate throughput in MB/s (`throughput_mb_s`).
     #[serde(rename = "throughput_mb_s")]
     ThroughputMbS,
+    /// cyclictest's average latency in microseconds (`latency_avg_us`).
+    #[serde(rename = "latency_avg_us")]
+    LatencyAvgUs,
+    /// cyclictest's maximum latency in microseconds (`latency_max_us`).
+    #[serde(rename = "latency_max_us")]
+    LatencyMaxUs,
 }
 
 impl Metric {
@@ -26,6 +32,8 @@ impl Metric {
         match self {
             Metric::StartupS => "startup_s",
             Metric::ThroughputMbS => "throughput_mb_s",
+            Metric::LatencyAvgUs => "latency_avg_us",
+            Metric::LatencyMaxUs => "latency_max_us",
         }
     }
 
@@ -34,15 +42,19 @@ impl Metric {
         match s {
             "startup_s" => Some(Metric::StartupS),
             "throughput_mb_s" => Some(Metric::ThroughputMbS),
+            "latency_avg_us" => Some(Metric::LatencyAvgUs),
+            "latency_max_us" => Some(Metric::LatencyMaxUs),
             _ => None,
         }
     }
 
-    /// The metric a benchmark measures.
+    /// The metric a benchmark measures (latency also measures
+    /// [`Metric::LatencyMaxUs`]).
     pub fn for_benchmark(b: Benchmark) -> Metric {
         match b {
             Benchmark::Startup => Metric::StartupS,
             Benchmark::Throughput => Metric::ThroughputMbS,
+            Benchmark::Latency => Metric::LatencyAvgUs,
         }
     }
 
@@ -51,6 +63,7 @@ impl Metric {
         match self {
             Metric::StartupS => "s",
             Metric::ThroughputMbS => "MB/s",
+            Metric::LatencyAvgUs | Metric::LatencyMaxUs => "us",
         }
     }
 
@@ -59,6 +72,8 @@ impl Metric {
         match self {
             Metric::StartupS => "Start-up time [s]",
             Metric::ThroughputMbS => "Aggregate throughput [MB/s]",
+            Metric::LatencyAvgUs => "Average latency [us]",
+            Metric::LatencyMaxUs => "Maximum latency [us]",
         }
     }
 }

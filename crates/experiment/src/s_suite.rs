@@ -156,6 +156,12 @@ pub fn sections(
 ) -> String {
     let io = io_values(runs);
     let mut out = String::new();
+    if matches!(metric, Metric::LatencyAvgUs | Metric::LatencyMaxUs) {
+        // cyclictest, which S does not run: one section, the runs' values.
+        out.push_str(&format!("cyclictest {metric} (us):\n"));
+        out.push_str(&stat_lines(line_of(aggregated)));
+        return out;
+    }
     if metric == Metric::StartupS {
         out.push_str("Latency statistics:\n");
         out.push_str(&stat_lines(latency.map_or(Line::X, line_of)));
@@ -194,6 +200,7 @@ pub fn test_dir(result: &CellResult) -> String {
             d.push_str(&format!("-{}_startup", sanitize_component(app)));
         }
         Benchmark::Throughput => d.push_str("-throughput"),
+        Benchmark::Latency => d.push_str("-latency"),
     }
     if !c.is_native() {
         d.push_str(&format!(
@@ -226,6 +233,7 @@ pub fn s_file_name(result: &CellResult) -> String {
     match c.benchmark {
         Benchmark::Startup => format!("{base}-lat_thr_stat.txt"),
         Benchmark::Throughput => format!("{base}-{}sec-aggthr_stat.txt", secs(c.duration_s)),
+        Benchmark::Latency => format!("{base}-cyclictest_stat.txt"),
     }
 }
 
@@ -248,7 +256,13 @@ pub fn repetition_file(result: &CellResult, run: &RunResult) -> String {
 pub fn s_tree(results: &[CellResult]) -> Result<Vec<(PathBuf, String)>, String> {
     let mut files: Vec<(PathBuf, String)> = Vec::new();
     let mut owners: Vec<(PathBuf, usize)> = Vec::new();
-    for (i, r) in results.iter().enumerate() {
+    // The CPU model's cells (cyclictest, hot start-up) are no S benchmark: their
+    // stat files are in the output directory only.
+    for (i, r) in results
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| !r.cell.on_cpu_model())
+    {
         let dir = PathBuf::from(test_dir(r));
         let name = s_file_name(r);
         let probe = dir.join(&name);

@@ -7,6 +7,9 @@ use serde::{Deserialize, Serialize};
 use toml::Value;
 
 use crate::cell::{cell_seed, Cell};
+use crate::cpu::{
+    Caches, CpuCell, CpuSched, ACCEPTED_CPU_SCHEDS, DEFAULT_LOOPS, MAX_CPU_LOAD, MAX_LOOPS,
+};
 use crate::other_vms::{OtherVms, ACCEPTED_OTHER_VMS, NO_OTHER_VMS};
 use crate::workload::WorkloadSpec;
 
@@ -18,7 +21,12 @@ pub enum Benchmark {
     Startup,
     /// Aggregate throughput of the workload (S: `throughput-sync`).
     Throughput,
+    /// cyclictest's wake-up latency (the coordinated task scheduling study).
+    Latency,
 }
+
+/// The benchmarks [`Benchmark::parse`] accepts.
+pub const ACCEPTED_BENCHMARKS: &str = "startup, throughput, latency";
 
 impl Benchmark {
     /// `startup` or `throughput`.
@@ -26,6 +34,7 @@ impl Benchmark {
         match self {
             Benchmark::Startup => "startup",
             Benchmark::Throughput => "throughput",
+            Benchmark::Latency => "latency",
         }
     }
 
@@ -34,6 +43,7 @@ impl Benchmark {
         match s {
             "startup" => Some(Benchmark::Startup),
             "throughput" => Some(Benchmark::Throughput),
+            "latency" => Some(Benchmark::Latency),
             _ => None,
         }
     }
@@ -72,6 +82,10 @@ pub struct Scenario {
     pub duration_s: f64,
     pub sample_s: f64,
     pub seed: u64,
+    /// Platform, vCPUs per VM, cyclictest's loops and the caches (the CPU model's
+    /// part of the cells; its matrix values are left at their defaults here).
+    #[serde(default)]
+    pub cpu: CpuCell,
     pub matrix: Matrix,
 }
 
@@ -89,6 +103,16 @@ pub struct Matrix {
     #[serde(default = "default_other_vms")]
     pub other_vms: Vec<String>,
     pub coordination: Vec<String>,
+    /// CPU schedulers of the host (empty: CFS) and of the guests (empty: the
+    /// host's), busy loops in the host and in each guest (empty: none).
+    #[serde(default)]
+    pub host_cpu_sched: Vec<CpuSched>,
+    #[serde(default)]
+    pub guest_cpu_sched: Vec<CpuSched>,
+    #[serde(default)]
+    pub host_cpu_load: Vec<u8>,
+    #[serde(default)]
+    pub guest_cpu_load: Vec<u8>,
 }
 
 fn default_other_vms() -> Vec<String> {
@@ -147,6 +171,10 @@ pub const SCENARIO_KEYS: &[&str] = &[
     "duration_s",
     "sample_s",
     "seed",
+    "loops",
+    "caches",
+    "platform",
+    "vcpus",
     "matrix",
 ];
 
@@ -159,7 +187,15 @@ pub const MATRIX_KEYS: &[&str] = &[
     "guest_workload",
     "coordination",
     "other_vms",
+    "host_cpu_sched",
+    "guest_cpu_sched",
+    "host_cpu_load",
+    "guest_cpu_load",
 ];
+
+/// The coordination modes of the CPU model; the only ones (with `off`) that
+/// latency and hot start-up cells accept, and accepted nowhere else.
+pub const CPU_COORDINATION: &[&str] = &["static-cpu", "help-cpu"];
 
 /// Default values.
 pub mod defaults {
@@ -247,7 +283,13 @@ impl Scenario {
 
     /// True when the matrix has guest schedulers (VM cells).
     pub fn is_vm(&self) -> bool {
-        !self.matrix.guest_sched.is_empty()
+        self.matrix.guest_sched.iter().any(|g| !g.is_empty())
+    }
+
+    /// True when the cells run on the CPU model: latency, and start-up with hot
+    /// caches.
+    pub fn runs_on_cpu_model(&self) -> bool {
+        self.benchmark == Benchmark::Latency || self.cpu.caches == Caches::Hot
     }
 
     /// Number of cells [`Scenario::cells`] returns.
@@ -255,31 +297,85 @@ impl Scenario {
         cell_count(&self.matrix) as usize
     }
 
+    /// The CPU settings of the cells, host part then guest part (guest part
+    /// only for VM cells), in matrix order.
+    fn cpu_combos(&self, vm: bool) -> Vec<CpuCell> {
+        fn or_one<T: Copy>(v: &[T]) -> Vec<Option<T>> {
+            if v.is_empty() {
+                vec![None]
+            } else {
+                v.iter().copied().map(Some).collect()
+            }
+        }
+        let m = &self.matrix;
+        let none: Vec<Option<CpuSched>> = vec![None];
+        let guest_scheds = if vm { or_one(&m.guest_cpu_sched) } else { none };
+        let guest_loads = if vm {
+            or_one(&m.guest_cpu_load)
+        } else {
+            vec![None]
+        };
+        let mut out = Vec::new();
+        for hs in or_one(&m.host_cpu_sched) {
+            for gs in &guest_scheds {
+                for hl in or_one(&m.host_cpu_load) {
+                    for gl in &guest_loads {
+                        out.push(CpuCell {
+                            host_cpu_sched: hs,
+                            guest_cpu_sched: *gs,
+                            host_cpu_load: hl.unwrap_or(0),
+                            guest_cpu_load: gl.unwrap_or(0),
+                            ..self.cpu.clone()
+                        });
+                    }
+                }
+            }
+        }
+        out
+    }
+
     /// Full cartesian expansion of the matrix, in a stable order: `device` (outermost),
     /// `guest_sched`, `guest_workload`, `host_sched`, `host_workload`, `other_vms`,
-    /// `coordination` (innermost), each in the order of its list. Each cell gets its own seed
+    /// `host_cpu_sched`, `guest_cpu_sched`, `host_cpu_load`, `guest_cpu_load`,
+    /// `coordination` (innermost), each in the order of its list. A `""` in
+    /// `guest_sched` stands for native cells (no guest keys crossed in). Each cell gets its own seed
     /// ([`cell_seed`]), which depends only on the scenario seed and the cell's matrix
     /// values, so running a subset (`--only`) gives the same per-cell results.
     pub fn cells(&self) -> Vec<Cell> {
         let m = &self.matrix;
-        let guests: Vec<(Option<String>, Option<String>)> = if self.is_vm() {
+        let guests: Vec<(Option<String>, Option<String>)> = if m.guest_sched.is_empty() {
+            vec![(None, None)]
+        } else {
             m.guest_sched
                 .iter()
-                .flat_map(|gs| {
+                .flat_map(|gs| -> Vec<(Option<String>, Option<String>)> {
+                    if gs.is_empty() {
+                        return vec![(None, None)];
+                    }
                     m.guest_workload
                         .iter()
-                        .map(move |gw| (Some(gs.clone()), Some(gw.clone())))
+                        .map(|gw| (Some(gs.clone()), Some(gw.clone())))
+                        .collect()
                 })
                 .collect()
-        } else {
-            vec![(None, None)]
         };
-        let mut cells = Vec::with_capacity(self.cell_count());
+        let cpu_native = self.cpu_combos(false);
+        let cpu_vm = self.cpu_combos(true);
+        let mut cells = Vec::new();
         for device in &m.device {
             for (guest_sched, guest_workload) in &guests {
                 for host_sched in &m.host_sched {
                     for host_workload in &m.host_workload {
-                        for other_vms in &m.other_vms {
+                        let cpus = if guest_sched.is_some() {
+                            &cpu_vm
+                        } else {
+                            &cpu_native
+                        };
+                        for (other_vms, cpu) in m
+                            .other_vms
+                            .iter()
+                            .flat_map(|o| cpus.iter().map(move |c| (o, c)))
+                        {
                             for coordination in &m.coordination {
                                 let mut cell = Cell {
                                     scenario: self.name.clone(),
@@ -290,6 +386,7 @@ impl Scenario {
                                     guest_workload: guest_workload.clone(),
                                     other_vms: other_vms.clone(),
                                     coordination: coordination.clone(),
+                                    cpu: cpu.clone(),
                                     benchmark: self.benchmark,
                                     app: self.app.clone(),
                                     iterations: self.iterations,
@@ -547,14 +644,14 @@ fn parse_scenario(
             Benchmark::parse(&s).ok_or_else(|| {
                 ScenarioError::key(
                     "benchmark",
-                    format!("unknown benchmark \"{s}\"; accepted: startup, throughput"),
+                    format!("unknown benchmark \"{s}\"; accepted: {ACCEPTED_BENCHMARKS}"),
                 )
             })?
         }
         None => {
             return Err(ScenarioError::key(
                 "benchmark",
-                "missing required key; accepted: startup, throughput",
+                format!("missing required key; accepted: {ACCEPTED_BENCHMARKS}"),
             ))
         }
     };
@@ -631,6 +728,8 @@ fn parse_scenario(
         }
     };
     let matrix = parse_matrix(matrix_table, accepted)?;
+    let cpu = parse_cpu_settings(&table, benchmark)?;
+    check_cpu_matrix(&matrix, benchmark, &cpu)?;
     check_size(&matrix, repetitions)?;
 
     Ok(Scenario {
@@ -643,8 +742,164 @@ fn parse_scenario(
         duration_s,
         sample_s,
         seed,
+        cpu,
         matrix,
     })
+}
+
+/// `loops`, `caches`, `platform` and `vcpus`.
+fn parse_cpu_settings(table: &toml::Table, benchmark: Benchmark) -> Result<CpuCell, ScenarioError> {
+    let mut cpu = CpuCell::default();
+    if let Some(v) = table.get("caches") {
+        let s = get_string("caches", v)?;
+        cpu.caches = Caches::parse(&s).ok_or_else(|| {
+            ScenarioError::key(
+                "caches",
+                format!("unknown value \"{s}\"; accepted: cold, hot"),
+            )
+        })?;
+        if cpu.caches == Caches::Hot && benchmark != Benchmark::Startup {
+            return Err(ScenarioError::key(
+                "caches",
+                format!(
+                    "\"hot\" is for the start-up benchmark only, but benchmark = \"{benchmark}\"; \
+                     accepted with {benchmark}: cold (or leave caches out)"
+                ),
+            ));
+        }
+    }
+    if let Some(v) = table.get("loops") {
+        if benchmark != Benchmark::Latency {
+            return Err(ScenarioError::key(
+                "loops",
+                format!("cyclictest's loops are for benchmark = \"latency\" only, but benchmark = \"{benchmark}\""),
+            ));
+        }
+        let n = get_positive_u32("loops", v)? as u64;
+        if n > MAX_LOOPS {
+            return Err(ScenarioError::key(
+                "loops",
+                format!("too large: {n}; accepted: 1 to {MAX_LOOPS} (default {DEFAULT_LOOPS})"),
+            ));
+        }
+        cpu.loops = n;
+    }
+    if let Some(v) = table.get("platform") {
+        let s = get_string("platform", v)?;
+        if s.trim().is_empty() {
+            return Err(ScenarioError::key("platform", "empty platform name"));
+        }
+        cpu.platform = s;
+    }
+    if let Some(v) = table.get("vcpus") {
+        cpu.vcpus = get_positive_u32("vcpus", v)?;
+    }
+    Ok(cpu)
+}
+
+/// One CPU matrix list: `*_cpu_sched` names or `*_cpu_load` counts as strings.
+fn parse_cpu_list<T>(
+    t: &toml::Table,
+    k: &str,
+    accepted: &str,
+    parse: impl Fn(&str) -> Option<T>,
+) -> Result<Vec<T>, ScenarioError> {
+    let key = format!("matrix.{k}");
+    let Some(v) = t.get(k) else {
+        return Ok(Vec::new());
+    };
+    let l = get_string_list(&key, v)?;
+    check_duplicates(&key, &l)?;
+    if l.is_empty() {
+        return Err(ScenarioError::key(
+            &key,
+            format!("empty list; give at least one value (or leave it out); accepted: {accepted}"),
+        ));
+    }
+    l.iter()
+        .map(|s| {
+            parse(s).ok_or_else(|| {
+                ScenarioError::key(&key, format!("unknown value \"{s}\"; accepted: {accepted}"))
+            })
+        })
+        .collect()
+}
+
+fn parse_load(s: &str) -> Option<u8> {
+    // Counts as strings, as the other matrix values: "0" ... "8", no signs or
+    // leading zeros.
+    let n: u8 = s.parse().ok()?;
+    (n <= MAX_CPU_LOAD && n.to_string() == s).then_some(n)
+}
+
+/// The CPU matrix keys, and which cells may use the CPU model's keys and
+/// coordination modes: only latency and hot start-up cells run on it.
+fn check_cpu_matrix(m: &Matrix, benchmark: Benchmark, cpu: &CpuCell) -> Result<(), ScenarioError> {
+    let on_cpu = benchmark == Benchmark::Latency || cpu.caches == Caches::Hot;
+    let why = "only latency and hot start-up (caches = \"hot\") cells run on the CPU model";
+    if !on_cpu {
+        let set = [
+            ("matrix.host_cpu_sched", !m.host_cpu_sched.is_empty()),
+            ("matrix.guest_cpu_sched", !m.guest_cpu_sched.is_empty()),
+            ("matrix.host_cpu_load", !m.host_cpu_load.is_empty()),
+            ("matrix.guest_cpu_load", !m.guest_cpu_load.is_empty()),
+            ("platform", cpu.platform != crate::cpu::DEFAULT_PLATFORM),
+            ("vcpus", cpu.vcpus != 1),
+        ];
+        if let Some((k, _)) = set.iter().find(|(_, s)| *s) {
+            return Err(ScenarioError::key(
+                k,
+                format!(
+                    "set, but {why}; this scenario's benchmark is {benchmark} with cold caches"
+                ),
+            ));
+        }
+        if let Some(c) = m
+            .coordination
+            .iter()
+            .find(|c| CPU_COORDINATION.contains(&c.as_str()))
+        {
+            return Err(ScenarioError::key(
+                "matrix.coordination",
+                format!("\"{c}\" boosts vCPUs, but {why}"),
+            ));
+        }
+        if m.guest_sched.iter().any(String::is_empty) {
+            return Err(ScenarioError::key(
+                "matrix.guest_sched",
+                format!("\"\" (native cells beside VM cells, the \"no guest\" reference) is accepted only where {why}"),
+            ));
+        }
+        return Ok(());
+    }
+    if let Some(c) = m
+        .coordination
+        .iter()
+        .find(|c| c.as_str() != "off" && !CPU_COORDINATION.contains(&c.as_str()))
+    {
+        return Err(ScenarioError::key(
+            "matrix.coordination",
+            format!(
+                "\"{c}\" coordinates I/O, which latency and hot start-up cells do not do; \
+                 accepted: off, {}",
+                CPU_COORDINATION.join(", ")
+            ),
+        ));
+    }
+    if !m.guest_sched.iter().any(|g| !g.is_empty()) {
+        for (k, set) in [
+            ("matrix.guest_cpu_sched", !m.guest_cpu_sched.is_empty()),
+            ("matrix.guest_cpu_load", !m.guest_cpu_load.is_empty()),
+        ] {
+            if set {
+                return Err(ScenarioError::key(
+                    k,
+                    "set, but the matrix has no VM cells (matrix.guest_sched)",
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Refuses a matrix of more than [`MAX_CELLS`] cells or [`MAX_RUNS`] runs, counted
@@ -667,13 +922,23 @@ fn check_size(m: &Matrix, repetitions: u32) -> Result<(), ScenarioError> {
     Ok(())
 }
 
-/// The number of cells of a matrix, saturating rather than overflowing.
+/// The number of cells of a matrix, saturating rather than overflowing: native
+/// cells (no `guest_sched`, or each `""` in it) cross the host's CPU keys, VM cells
+/// the guest's too.
 fn cell_count(m: &Matrix) -> u64 {
+    let n = |l: usize| l.max(1) as u64;
+    let host_cpu = n(m.host_cpu_sched.len()).saturating_mul(n(m.host_cpu_load.len()));
+    let guest_cpu = n(m.guest_cpu_sched.len()).saturating_mul(n(m.guest_cpu_load.len()));
+    let native = m.guest_sched.iter().filter(|g| g.is_empty()).count() as u64;
+    let vm = (m.guest_sched.len() as u64 - native)
+        .saturating_mul(m.guest_workload.len() as u64)
+        .saturating_mul(guest_cpu);
     let guest = if m.guest_sched.is_empty() {
         1
     } else {
-        (m.guest_sched.len() as u64).saturating_mul(m.guest_workload.len() as u64)
+        native.saturating_add(vm)
     };
+    let guest = guest.saturating_mul(host_cpu);
     [
         m.device.len(),
         m.host_sched.len(),
@@ -764,13 +1029,18 @@ fn parse_matrix(t: &toml::Table, accepted: &Accepted) -> Result<Matrix, Scenario
                 ),
             ));
         }
+        let vm_scheds: Vec<String> = guest_sched
+            .iter()
+            .filter(|g| !g.is_empty())
+            .cloned()
+            .collect();
         check_member(
             "matrix.guest_sched",
             "scheduler",
-            &guest_sched,
+            &vm_scheds,
             &accepted.guest_scheds,
         )?;
-        if guest_workload.is_empty() {
+        if guest_workload.is_empty() && !vm_scheds.is_empty() {
             return Err(ScenarioError::key(
                 "matrix.guest_workload",
                 format!(
@@ -799,7 +1069,7 @@ fn parse_matrix(t: &toml::Table, accepted: &Accepted) -> Result<Matrix, Scenario
     let guest_workload = canonical_workloads("matrix.guest_workload", &guest_workload)?;
     check_duplicates("matrix.guest_workload", &guest_workload)?;
 
-    let other_vms = parse_other_vms(get("other_vms")?, !guest_sched.is_empty())?;
+    let other_vms = parse_other_vms(get("other_vms")?, guest_sched.iter().any(|g| !g.is_empty()))?;
 
     let coordination = match get("coordination")? {
         None => {
@@ -835,7 +1105,20 @@ fn parse_matrix(t: &toml::Table, accepted: &Accepted) -> Result<Matrix, Scenario
         &accepted.coordination,
     )?;
 
-    Ok(Matrix {
+    let scheds = |k: &str| parse_cpu_list(t, k, ACCEPTED_CPU_SCHEDS, CpuSched::parse);
+    let loads = |k: &str| {
+        parse_cpu_list(
+            t,
+            k,
+            "\"0\" to \"8\" (busy loops, counts as strings)",
+            parse_load,
+        )
+    };
+    let matrix = Matrix {
+        host_cpu_sched: scheds("host_cpu_sched")?,
+        guest_cpu_sched: scheds("guest_cpu_sched")?,
+        host_cpu_load: loads("host_cpu_load")?,
+        guest_cpu_load: loads("guest_cpu_load")?,
         device,
         host_sched,
         host_workload,
@@ -843,7 +1126,16 @@ fn parse_matrix(t: &toml::Table, accepted: &Accepted) -> Result<Matrix, Scenario
         guest_workload,
         other_vms,
         coordination,
-    })
+    };
+    if matrix.guest_sched.iter().any(String::is_empty)
+        && matrix.other_vms.iter().any(|o| o != NO_OTHER_VMS)
+    {
+        return Err(ScenarioError::key(
+            "matrix.guest_sched",
+            "\"\" (native cells) cannot be combined with other_vms: other VMs run beside VM 1",
+        ));
+    }
+    Ok(matrix)
 }
 
 /// `matrix.other_vms`: canonical values, `["none"]` when absent. Other VMs run beside

@@ -189,7 +189,29 @@ fn native_table(members: &[&CellResult]) -> (Vec<Vec<String>>, bool) {
 ///
 /// Cells per [`cell_text`]; a missing combination is blank. When the results hold
 /// several coordination modes, [`render_coordination_tables`] follows.
-pub fn render_tables(results: &[CellResult]) -> String {
+///
+/// The CPU model's cells (latency, hot start-up) get tables of their own
+/// ([`crate::cpu_table`]), after the others.
+pub fn render_tables(all: &[CellResult]) -> String {
+    // The CPU model's cells get tables of their own (Figure 1 of the
+    // coordinated task scheduling study), after the others.
+    let (cpu, io): (Vec<&CellResult>, Vec<&CellResult>) =
+        all.iter().partition(|r| r.cell.on_cpu_model());
+    let mut out = if cpu.is_empty() {
+        render_io_tables(all)
+    } else {
+        render_io_tables(&io.into_iter().cloned().collect::<Vec<_>>())
+    };
+    if !cpu.is_empty() {
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        out.push_str(&crate::cpu_table::render_cpu_tables(&cpu));
+    }
+    out
+}
+
+fn render_io_tables(results: &[CellResult]) -> String {
     let mut keys: Vec<TableKey> = Vec::new();
     for r in results {
         push_unique(&mut keys, &key_of(r));
@@ -222,7 +244,7 @@ pub fn render_tables(results: &[CellResult]) -> String {
 
 /// Aligned text of a grid: the first `left` columns (labels) left-aligned, the others
 /// (numbers) right-aligned.
-fn render_grid(grid: &[Vec<String>], left: usize) -> String {
+pub(crate) fn render_grid(grid: &[Vec<String>], left: usize) -> String {
     let mut out = String::new();
     let ncols = grid.first().map_or(0, |l| l.len());
     let widths: Vec<usize> = (0..ncols)

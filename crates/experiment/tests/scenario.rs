@@ -194,10 +194,10 @@ fn unknown_values_name_key_value_and_accepted() {
         e.starts_with("matrix.host_workload: unknown workload \"5rseq\"; accepted: none, Nr-seq"),
         "{e}"
     );
-    let e = err("benchmark = \"latency\"\n[matrix]\n");
+    let e = err("benchmark = \"jitter\"\n[matrix]\n");
     assert_eq!(
         e,
-        "benchmark: unknown benchmark \"latency\"; accepted: startup, throughput"
+        "benchmark: unknown benchmark \"jitter\"; accepted: startup, throughput, latency"
     );
     let e = err(&with_matrix("app = \"firefox\"", M));
     assert_eq!(

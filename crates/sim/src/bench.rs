@@ -89,7 +89,11 @@ pub fn accepted() -> experiment::Accepted {
         devices: devices(),
         host_scheds: schedulers(),
         guest_scheds: schedulers(),
-        coordination: Coordination::NAMES.iter().map(|s| s.to_string()).collect(),
+        coordination: Coordination::NAMES
+            .iter()
+            .chain(experiment::scenario::CPU_COORDINATION)
+            .map(|s| s.to_string())
+            .collect(),
         apps: workload::preset_names(),
         allow_cmd_apps: false,
         allow_vm: true,
@@ -504,6 +508,8 @@ pub fn run_throughput(cell: &Cell, opts: &SimOptions, rep: u32) -> Result<RunRes
 /// Runs one repetition of a cell.
 pub fn run_repetition(cell: &Cell, opts: &SimOptions, rep: u32) -> Result<RunResult, String> {
     match cell.benchmark {
+        Benchmark::Latency => crate::cpu_bench::run_latency_rep(cell, rep).map(|(r, _)| r),
+        Benchmark::Startup if cell.on_cpu_model() => crate::cpu_bench::run_hot_startup(cell, rep),
         Benchmark::Startup => run_startup(cell, opts, rep),
         Benchmark::Throughput => run_throughput(cell, opts, rep),
     }

@@ -9,6 +9,7 @@
 pub mod bench;
 pub mod block;
 pub mod coord;
+pub mod cpu_bench;
 pub mod engine;
 pub mod fs;
 pub mod request;

@@ -16,6 +16,7 @@ fn cells(seed: u64) -> Vec<Cell> {
                 guest_workload: None,
                 other_vms: "none".into(),
                 coordination: "off".into(),
+                cpu: Default::default(),
                 benchmark: b,
                 app: "xterm".into(),
                 iterations: 2,

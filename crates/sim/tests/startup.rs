@@ -14,6 +14,7 @@ fn cell(sched: &str, workload: &str) -> Cell {
         guest_workload: None,
         other_vms: "none".into(),
         coordination: "off".into(),
+        cpu: Default::default(),
         benchmark: Benchmark::Startup,
         // The shipped native scenario's app: the recorded xterm calibrated
         // against the CLOUD 2014 idle start-up.

@@ -57,6 +57,7 @@ fn s_throughput(sched: &str, workload: &str) -> f64 {
         guest_workload: None,
         other_vms: "none".into(),
         coordination: "off".into(),
+        cpu: Default::default(),
         benchmark: Benchmark::Throughput,
         app: "xterm".into(),
         iterations: 1,

@@ -20,7 +20,7 @@ use crate::naming::format_g;
 use crate::paper::PaperValue;
 
 /// The font family every text of a chart uses (registered by [`register_fonts`]).
-const FONT: &str = "sans-serif";
+pub(crate) const FONT: &str = "sans-serif";
 
 /// The Okabe-Ito palette (Okabe and Ito, "Color Universal Design", 2008), without its
 /// black, which the intervals and markers use: distinguishable with the common forms
@@ -46,7 +46,7 @@ const LEGEND_ROW_H: u32 = 22;
 const TEXT: u32 = 13;
 
 /// Registers DejaVu Sans (regular and bold) as [`FONT`], once per process.
-fn register_fonts() -> Result<(), String> {
+pub(crate) fn register_fonts() -> Result<(), String> {
     static DONE: OnceLock<Result<(), String>> = OnceLock::new();
     DONE.get_or_init(|| {
         let bad = |_| "the embedded DejaVu Sans font is invalid".to_string();
@@ -57,7 +57,7 @@ fn register_fonts() -> Result<(), String> {
     .clone()
 }
 
-fn err<E: std::fmt::Display>(e: E) -> String {
+pub(crate) fn err<E: std::fmt::Display>(e: E) -> String {
     format!("drawing a chart: {e}")
 }
 

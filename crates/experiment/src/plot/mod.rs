@@ -6,6 +6,8 @@
 
 pub mod chart;
 pub mod draw;
+pub mod lines;
+pub mod study;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -58,7 +60,9 @@ pub struct PlotFile {
 /// are equal after sanitizing would share a file: an error naming both.
 pub fn plot_files(results: &[CellResult]) -> Result<Vec<PlotFile>, String> {
     let mut files: Vec<PlotFile> = Vec::new();
-    for r in results {
+    // The CPU model's cells (latency, hot start-up) have charts of their own
+    // (the study's figures), not bars by device.
+    for r in results.iter().filter(|r| !r.cell.on_cpu_model()) {
         let stem = format!(
             "{}-{}",
             r.cell.benchmark.as_str(),
@@ -103,6 +107,7 @@ fn chart_title(benchmark: Benchmark, device: &str, members: &[&CellResult]) -> S
         Benchmark::Throughput => {
             format!("Aggregate throughput on {device} ({})", runners.join(", "))
         }
+        Benchmark::Latency => format!("cyclictest latency on {device} ({})", runners.join(", ")),
     }
 }
 
@@ -119,7 +124,7 @@ pub fn chart_for(
         .collect();
     let idle = match file.benchmark {
         Benchmark::Startup => idle_reference(members.iter().copied()),
-        Benchmark::Throughput => None,
+        Benchmark::Throughput | Benchmark::Latency => None,
     };
     let title = chart_title(file.benchmark, &file.device, &members);
     build_chart(&title, members, paper, idle)

@@ -1,0 +1,332 @@
+//! The benchmarks that run on the CPU model (crate `cpusched`) rather than on
+//! the I/O machine: cyclictest (`benchmark = "latency"`) and the start-up with
+//! hot caches (`caches = "hot"`), as the coordinated task scheduling study ran
+//! them (Fanguède, Spyridakis, Raho 2014). A cell's platform, CPU schedulers,
+//! busy loops and coordination become a [`LatencySetup`]; "no guest" cells
+//! (native) run the benchmark on the host.
+
+use cpusched::coord::{BoostChange, HelpCpu};
+use cpusched::cyclictest::{
+    build_loaded, hypercall_ns, run_latency, set_vcpus, CpuCoordination, Histogram, LatencySetup,
+    Loaded, PVSCHED_RR_PRIO, WARMUP,
+};
+use cpusched::model::CompletionKind;
+use cpusched::{FairKind, Nanos, Platform, Policy, TaskSpec, MS};
+use experiment::{Cell, CellResult, CpuSched, Metric, RunResult, Scenario, ScenarioError};
+use policy::PolicyConfig;
+
+use crate::bench::repetition_seed;
+use crate::engine::Rng;
+use crate::workload;
+
+/// The counter that carries a run's maximum latency, next to its average in
+/// `values`; [`cell_results`] makes it the `latency_max_us` row.
+pub const LATENCY_MAX_US: &str = "latency_max_us";
+
+/// The pause before each hot start. The S suite pauses 4 s
+/// (`suite::PAUSE_BEFORE_START_S`) to let a cold start's disk settle; a hot
+/// start leaves nothing to settle but the schedulers' state, which the loops
+/// renew within a few ticks, so 0.5 s keeps 100 starts short.
+const HOT_PAUSE: Nanos = 500 * MS;
+/// Up to this much more, drawn per start, so that starts fall at different
+/// phases of the tick (HZ=100: 10 ms) and of the loops' slices.
+const HOT_JITTER: Nanos = 50 * MS;
+/// `help-cpu` at an app's start: the guest sees a task that starts and asks
+/// for 500 ms (ChromeOS's cap on boosting one task, issue 25).
+const START_HELP: Nanos = 500 * MS;
+
+fn fair(s: CpuSched) -> FairKind {
+    match s {
+        CpuSched::Cfs => FairKind::Cfs,
+        CpuSched::Eevdf => FairKind::Eevdf,
+        CpuSched::Bfs => FairKind::Bfs,
+    }
+}
+
+/// Checks what only the CPU model knows: the platform exists and has room for
+/// the VM's vCPUs. The errors name the key, the value and what is accepted.
+pub fn check(s: &Scenario) -> Result<(), ScenarioError> {
+    let err = |key: &str, message: String| ScenarioError {
+        path: None,
+        key: Some(key.into()),
+        message,
+    };
+    let p = Platform::preset(&s.cpu.platform).map_err(|e| err("platform", e))?;
+    if s.is_vm() && s.cpu.vcpus as usize > p.max_vcpus {
+        return Err(err(
+            "vcpus",
+            format!(
+                "{} vCPUs, but platform \"{}\" allows at most {}; accepted: 1 to {}",
+                s.cpu.vcpus, p.name, p.max_vcpus, p.max_vcpus
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The CPU model's setup of one repetition of a cell.
+pub fn setup(cell: &Cell, rep: u32) -> Result<LatencySetup, String> {
+    let c = &cell.cpu;
+    let platform = Platform::preset(&c.platform)?;
+    let guest_loops = (!cell.is_native()).then_some(c.guest_cpu_load as usize);
+    let mut s = LatencySetup::new(
+        platform,
+        fair(c.host_sched()),
+        c.host_cpu_load as usize,
+        guest_loops,
+    );
+    s.guest_sched = fair(c.guest_sched());
+    s.loops = c.loops;
+    s.vcpus = c.vcpus as usize;
+    s.coordination = CpuCoordination::parse(&cell.coordination)?;
+    // Each repetition starts at its own phase of the tick: up to one host
+    // tick later than the warm-up.
+    let tick = 1_000_000_000 / s.platform.hz.max(1) as Nanos;
+    let mut r = Rng::new(repetition_seed(cell.seed, rep));
+    s.warmup = WARMUP + r.below(tick);
+    Ok(s)
+}
+
+/// One run of cyclictest: its average latency in `values` (us), its maximum
+/// in the [`LATENCY_MAX_US`] counter, and the histogram.
+pub fn run_latency_rep(cell: &Cell, rep: u32) -> Result<(RunResult, Histogram), String> {
+    let s = setup(cell, rep)?;
+    let r = run_latency(&s)?;
+    let mut run = RunResult {
+        values: vec![r.hist.avg_us()],
+        ..RunResult::default()
+    };
+    run.counters.insert(LATENCY_MAX_US.into(), r.hist.max_us());
+    run.counters
+        .insert("host_loops_share".into(), r.host_loops_share);
+    run.counters
+        .insert("vcpu_boosted_s".into(), r.boosted_ns as f64 / 1e9);
+    Ok((run, r.hist))
+}
+
+/// Runs one repetition of a latency cell and returns the events the CPU
+/// model handled and the simulated time, for `tandem sim bench`.
+pub fn count_events(cell: &Cell, rep: u32) -> Result<(u64, Nanos), String> {
+    let r = run_latency(&setup(cell, rep)?)?;
+    Ok((r.events, r.measured_ns))
+}
+
+/// One run of the hot start-up: `iterations` starts of the app, each its
+/// recorded CPU bursts (scaled by the platform's speed) run back to back on
+/// the CPU model under the cell's loads, with no disk I/O (hot caches). A
+/// start that does not finish within `timeout_s` counts as `timeout_s`.
+pub fn run_hot_startup(cell: &Cell, rep: u32) -> Result<RunResult, String> {
+    let trace =
+        workload::preset(&cell.app).ok_or_else(|| format!("unknown app \"{}\"", cell.app))?;
+    let s = setup(cell, rep)?;
+    let bursts: Vec<Nanos> = trace
+        .reads
+        .iter()
+        .map(|r| r.think_ns)
+        .chain([trace.tail_ns])
+        .filter(|&t| t > 0)
+        .map(|t| s.platform.scale_cpu(t).max(1))
+        .collect();
+    let Loaded {
+        mut m, k, vcpus, ..
+    } = build_loaded(&s)?;
+    let help = s.coordination == CpuCoordination::HelpCpu && !vcpus.is_empty();
+    let mut coord = HelpCpu::new(PolicyConfig::default());
+    let boost = Policy::Rr {
+        prio: PVSCHED_RR_PRIO,
+    };
+    let hypercall = if help { hypercall_ns(&s.platform) } else { 0 };
+    let mut jitter = Rng::new(repetition_seed(cell.seed, rep) ^ 0x484f_545f_5354_4152);
+    let timeout = (cell.timeout_s * 1e9) as Nanos;
+    let mut out = RunResult::default();
+    for i in 0..cell.iterations {
+        let until = m.now() + HOT_PAUSE + jitter.below(HOT_JITTER);
+        advance(&mut m, &mut coord, help, &vcpus, until, |_, _| false);
+        let start = m.now();
+        let spec = TaskSpec {
+            burst: Some(bursts[0] + hypercall),
+            ..TaskSpec::busy_loop(&format!("{}-{i}", trace.name))
+        };
+        let t = m.spawn(k, spec);
+        if help && coord.help(start, START_HELP) == BoostChange::Boost {
+            set_vcpus(&mut m, &vcpus, boost);
+        }
+        let mut left = bursts[1..].iter();
+        let mut done: Option<Nanos> = None;
+        advance(&mut m, &mut coord, help, &vcpus, start + timeout, |m, c| {
+            if c.kernel != k || c.task != t || c.kind != CompletionKind::BurstDone {
+                return false;
+            }
+            match left.next() {
+                Some(&b) => {
+                    m.set_burst(k, t, b);
+                    false
+                }
+                None => {
+                    // The app is up: it exits.
+                    m.block(k, t);
+                    done = Some(c.at);
+                    true
+                }
+            }
+        });
+        match done {
+            Some(at) => out.values.push((at - start) as f64 / 1e9),
+            None => {
+                out.values.push(cell.timeout_s);
+                out.timeouts += 1;
+                break;
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Advances the model to `until`, or until `on` (handed each completion)
+/// returns true, ending `help-cpu` boosts whose lease ran out.
+fn advance(
+    m: &mut cpusched::CpuModel,
+    coord: &mut HelpCpu,
+    help: bool,
+    vcpus: &[cpusched::TaskId],
+    until: Nanos,
+    mut on: impl FnMut(&mut cpusched::CpuModel, cpusched::Completion) -> bool,
+) {
+    let mut done = Vec::new();
+    while m.now() < until {
+        let mut at = m.next_event_time().unwrap_or(until).min(until);
+        if let Some(c) = coord.next_check(m.now()) {
+            at = at.min(c.max(m.now()));
+        }
+        done.clear();
+        done.extend_from_slice(m.advance_to(at));
+        if help && coord.settle(m.now()) == BoostChange::Unboost {
+            set_vcpus(m, vcpus, Policy::NORMAL);
+        }
+        let mut stop = false;
+        for &c in &done {
+            stop |= on(m, c);
+        }
+        if stop {
+            return;
+        }
+    }
+}
+
+/// A cell's results from its runs: the latency benchmark gives two rows,
+/// `latency_avg_us` (the runs' averages) and `latency_max_us` (their
+/// maxima); every other benchmark one ([`crate::bench::cell_result`]).
+pub fn cell_results(cell: &Cell, runs: Vec<RunResult>) -> Vec<CellResult> {
+    if cell.benchmark != experiment::Benchmark::Latency {
+        return vec![crate::bench::cell_result(cell, runs)];
+    }
+    let max_runs = runs
+        .iter()
+        .map(|r| RunResult {
+            values: r
+                .counters
+                .get(LATENCY_MAX_US)
+                .copied()
+                .into_iter()
+                .collect(),
+            ..RunResult::default()
+        })
+        .collect();
+    vec![
+        CellResult {
+            cell: cell.clone(),
+            runner: "sim".into(),
+            metric: Metric::LatencyAvgUs,
+            runs,
+        },
+        CellResult {
+            cell: cell.clone(),
+            runner: "sim".into(),
+            metric: Metric::LatencyMaxUs,
+            runs: max_runs,
+        },
+    ]
+}
+
+/// The histogram file of a latency cell, next to its stat files:
+/// `<stat file name without its suffix>-hist.txt`.
+pub fn histogram_file_name(cell: &Cell) -> String {
+    let name = experiment::naming::stat_file_name(cell);
+    let stem = name
+        .strip_suffix("-cyclictest-avg_stat.txt")
+        .unwrap_or(&name);
+    format!("{stem}-cyclictest-hist.txt")
+}
+
+/// Histogram charts of a run's latency cells, as the study's figures (`.svg` and
+/// `.png` in `dir`): Figure 2, an idle 1-vCPU guest (no loops anywhere) under each
+/// CPU scheduler (`latency-hist-fig2`); Figure 3, per CPU scheduler, 3 loops in the
+/// host against 2 in the host and 1 in the guest (`latency-hist-fig3-<sched>`).
+/// Only `off` cells; a figure whose cells did not run is left out.
+pub fn write_histogram_plots(
+    dir: &std::path::Path,
+    hists: &[(&Cell, &Histogram)],
+) -> std::io::Result<Vec<std::path::PathBuf>> {
+    use experiment::plot::lines::{histogram_line, write_line_chart, LineChart};
+    let vm = |h: u8, g: u8| {
+        move |c: &Cell| {
+            !c.is_native()
+                && c.coordination == "off"
+                && c.cpu.host_cpu_load == h
+                && c.cpu.guest_cpu_load == g
+        }
+    };
+    let chart = |title: String, lines| LineChart {
+        title,
+        x_label: "latency [us] (1 us buckets)".into(),
+        y_label: "samples".into(),
+        log_y: true,
+        // cyclictest's -h 5000: the buckets' range.
+        x_range: Some((0.0, cpusched::cyclictest::HIST_BUCKETS as f64)),
+        y_min: Some(1.0),
+        lines,
+    };
+    // The label says how many samples lie beyond the last bucket.
+    let line = |label: &str, h: &Histogram| {
+        let over = 100.0 * h.overflow as f64 / h.count.max(1) as f64;
+        histogram_line(&format!("{label} ({over:.1}% over 5000 us)"), &h.buckets)
+    };
+    let mut written = Vec::new();
+    let idle: Vec<_> = hists
+        .iter()
+        .filter(|(c, _)| vm(0, 0)(c))
+        .map(|(c, h)| line(&format!("{} in host and guest", c.cpu.guest_sched()), h))
+        .collect();
+    if !idle.is_empty() {
+        let title = "cyclictest in an idle guest (Figure 2)".to_string();
+        written.extend(write_line_chart(
+            dir,
+            "latency-hist-fig2",
+            &chart(title, idle),
+        )?);
+    }
+    let mut scheds: Vec<CpuSched> = hists.iter().map(|(c, _)| c.cpu.host_sched()).collect();
+    scheds.sort();
+    scheds.dedup();
+    for s in scheds {
+        let find = |h: u8, g: u8, label: &str| {
+            hists
+                .iter()
+                .find(|(c, _)| vm(h, g)(c) && c.cpu.host_sched() == s)
+                .map(|(_, hist)| line(label, hist))
+        };
+        let lines: Vec<_> = [
+            find(3, 0, "3 loops in the host"),
+            find(2, 1, "2 in the host, 1 in the guest"),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        if lines.len() == 2 {
+            let title = format!("cyclictest in the guest, {s}, 3 loops (Figure 3)");
+            let stem = format!("latency-hist-fig3-{s}");
+            written.extend(write_line_chart(dir, &stem, &chart(title, lines))?);
+        }
+    }
+    Ok(written)
+}
