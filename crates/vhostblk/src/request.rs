@@ -313,7 +313,9 @@ fn zero_ranges(
     }
     let len: u64 = data.iter().map(|(s, _)| u64::from(s.len)).sum();
     let count = len / u64::from(SEGMENT_LEN);
-    if len == 0 || !len.is_multiple_of(u64::from(SEGMENT_LEN)) || count > u64::from(limits.max_zero_segments)
+    if len == 0
+        || !len.is_multiple_of(u64::from(SEGMENT_LEN))
+        || count > u64::from(limits.max_zero_segments)
     {
         return Err(Refusal::Malformed);
     }

@@ -366,9 +366,10 @@ fn aligned(op: &IoOp, align: u64) -> bool {
     match op {
         IoOp::Read { offset, iov } | IoOp::Write { offset, iov } => {
             offset % align == 0
-                && iov
-                    .iter()
-                    .all(|v| (v.iov_base as u64).is_multiple_of(align) && (v.iov_len as u64).is_multiple_of(align))
+                && iov.iter().all(|v| {
+                    (v.iov_base as u64).is_multiple_of(align)
+                        && (v.iov_len as u64).is_multiple_of(align)
+                })
         }
         IoOp::Flush | IoOp::Allocate(_) => true,
     }
