@@ -164,6 +164,8 @@ pub fn die_with_parent(cmd: &mut std::process::Command, sig: nix::sys::signal::S
     let parent = nix::unistd::getpid();
     // SAFETY: prctl and getppid are async-signal-safe, and the closure
     // allocates nothing (an Errno converts to io::Error without allocating).
+    // Why unsafe: std's `pre_exec` is the only hook between fork and exec,
+    // and std has no parent-death signal of its own.
     unsafe {
         cmd.pre_exec(move || {
             nix::sys::prctl::set_pdeathsig(sig)?;
