@@ -179,7 +179,7 @@ fn install_signal_handlers() {
         use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
         for sig in [SIGINT, SIGTERM, SIGHUP] {
             if let Err(e) = signal_hook::flag::register(sig, Arc::clone(&INTERRUPTED)) {
-                eprintln!("tandem bench: warning: no handler for signal {sig}: {e}");
+                tracing::warn!("no handler for signal {sig}: {e}");
             }
         }
     });
@@ -331,14 +331,14 @@ fn recover_first() {
     match recover_interrupted() {
         Ok(done) => {
             for (pid, what) in done {
-                eprintln!(
-                    "tandem bench: undid what an interrupted run (pid {pid}) left: {}",
+                tracing::info!(
+                    "undid what an interrupted run (pid {pid}) left: {}",
                     what.join("; ")
                 );
             }
         }
-        Err(e) => eprintln!(
-            "tandem bench: warning: could not undo all that an interrupted run left ({e}); see tandem bench cleanup"
+        Err(e) => tracing::warn!(
+            "could not undo all that an interrupted run left ({e}); see tandem bench cleanup"
         ),
     }
 }
@@ -437,8 +437,8 @@ fn run_devices(
     if let Some(share) = steal.share() {
         extra.insert("cpu_steal_share".into(), share.into());
         if share > devemu::probe::STEAL_WARN_SHARE {
-            eprintln!(
-                "tandem bench: the hypervisor stole {:.1}% of the CPU time during the run; the timings include its delays",
+            tracing::warn!(
+                "the hypervisor stole {:.1}% of the CPU time during the run; the timings include its delays",
                 share * 100.0
             );
         }

@@ -489,8 +489,8 @@ fn make_backing(o: &UpOptions, inst: &mut Instance) -> Result<()> {
     // Free space for the backing file (sparse, but it fills as it is written).
     if let Some(avail) = free_bytes(&dir) {
         if avail < o.size {
-            eprintln!(
-                "tandem: warning: {} has {} free, less than the device's {}; writes past that will fail",
+            tracing::warn!(
+                "{} has {} free, less than the device's {}; writes past that will fail",
                 dir.display(),
                 show_size(avail),
                 show_size(o.size)
@@ -863,7 +863,7 @@ pub fn serve(o: &ServeOptions) -> Result<()> {
     // threads (all created below inherit it) run at a modest real-time
     // priority. They only ever sleep or do short work per request.
     if realtime_priority().is_err() {
-        eprintln!("tandem devemu: warning: no real-time priority; timing may suffer under load");
+        tracing::warn!("no real-time priority; timing may suffer under load");
     }
     // SIGUSR1 (from `up`) delivers the calibration; block it in every thread
     // (threads inherit the mask of the thread that creates them) and take it
