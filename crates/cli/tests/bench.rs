@@ -1264,3 +1264,17 @@ fn refuses_a_raid_member() {
     let disk = ScratchDisk::new("guard-raid", 128, md_raid_member);
     assert_refused(&disk, &[], "a linux_raid_member RAID member");
 }
+
+/// The KVM probe's child says how far a real-mode guest got by its exit
+/// code, 0 (halted) to 4, and never dies of a signal or a panic (101); with
+/// no /dev/kvm it is 1.
+#[test]
+#[ignore = "needs root: opens /dev/kvm read-write"]
+fn the_kvm_probe_child_reports_by_its_exit_code() {
+    let o = tandem(&["bench", "kvm-probe"]);
+    let code = o.status.code();
+    assert!(matches!(code, Some(0..=4)), "{:?}", o.status);
+    if !Path::new("/dev/kvm").exists() {
+        assert_eq!(code, Some(1));
+    }
+}
