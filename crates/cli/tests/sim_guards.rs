@@ -310,6 +310,7 @@ fn results_json_records_every_option_and_the_provenance() {
         "yes",
         "time-limit-s",
         "memory-limit-mb",
+        "log-format",
         "help",
     ];
     let help = stdout(&tandem(&["sim", "run", "--help"]));
