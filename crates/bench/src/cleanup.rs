@@ -440,7 +440,7 @@ pub fn recover_interrupted() -> Result<Vec<(u32, Vec<String>)>> {
             Ok(None) => continue,
             // Not ours to undo (another version's journal): said, not failed.
             Err(e) => {
-                eprintln!("tandem bench: warning: {e}");
+                tracing::warn!("{e}");
                 continue;
             }
         };
@@ -462,7 +462,7 @@ pub fn recover_interrupted() -> Result<Vec<(u32, Vec<String>)>> {
     match first {
         Some(e) if done.is_empty() => Err(e),
         Some(e) => {
-            eprintln!("tandem bench: warning: {e}");
+            tracing::warn!("{e}");
             Ok(done)
         }
         None => Ok(done),

@@ -359,7 +359,7 @@ pub fn consent(
     }
     match force {
         Some(f) if same_device(f, dev) => {
-            eprintln!("tandem bench: --force {f}: going ahead on {dev}, which holds:\n{list}");
+            tracing::warn!("--force {f}: going ahead on {dev}, which holds:\n{list}");
             return Ok(usage);
         }
         Some(f) => {

@@ -25,6 +25,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use experiment::{
@@ -167,23 +168,21 @@ pub struct Options {
     pub host_tunables: Vec<(String, String)>,
 }
 
-/// Set by the signal handler; every wait checks it.
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+/// Set on SIGINT, SIGTERM or SIGHUP; every wait checks it.
+static INTERRUPTED: LazyLock<Arc<AtomicBool>> = LazyLock::new(Default::default);
 
-extern "C" fn on_signal(_: libc::c_int) {
-    INTERRUPTED.store(true, Ordering::SeqCst);
-}
-
+/// Route the stop signals to [`INTERRUPTED`] (once per process: a second
+/// run in the same process keeps the first registration).
 fn install_signal_handlers() {
-    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-        // SAFETY: the handler only stores to an atomic.
-        unsafe {
-            libc::signal(
-                sig,
-                on_signal as extern "C" fn(libc::c_int) as *const () as libc::sighandler_t,
-            );
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+        for sig in [SIGINT, SIGTERM, SIGHUP] {
+            if let Err(e) = signal_hook::flag::register(sig, Arc::clone(&INTERRUPTED)) {
+                tracing::warn!("no handler for signal {sig}: {e}");
+            }
         }
-    }
+    });
 }
 
 fn check_interrupted() -> Result<()> {
@@ -332,14 +331,14 @@ fn recover_first() {
     match recover_interrupted() {
         Ok(done) => {
             for (pid, what) in done {
-                eprintln!(
-                    "tandem bench: undid what an interrupted run (pid {pid}) left: {}",
+                tracing::info!(
+                    "undid what an interrupted run (pid {pid}) left: {}",
                     what.join("; ")
                 );
             }
         }
-        Err(e) => eprintln!(
-            "tandem bench: warning: could not undo all that an interrupted run left ({e}); see tandem bench cleanup"
+        Err(e) => tracing::warn!(
+            "could not undo all that an interrupted run left ({e}); see tandem bench cleanup"
         ),
     }
 }
@@ -438,8 +437,8 @@ fn run_devices(
     if let Some(share) = steal.share() {
         extra.insert("cpu_steal_share".into(), share.into());
         if share > devemu::probe::STEAL_WARN_SHARE {
-            eprintln!(
-                "tandem bench: the hypervisor stole {:.1}% of the CPU time during the run; the timings include its delays",
+            tracing::warn!(
+                "the hypervisor stole {:.1}% of the CPU time during the run; the timings include its delays",
                 share * 100.0
             );
         }
@@ -1183,7 +1182,7 @@ fn prepare_vm(
         Some(_) => vm::Accel::Kvm,
         None => {
             progress(o, "probing KVM");
-            vm::probe_accel(&image.kernel, run_dir)
+            vm::probe_accel(&o.exe, &image.kernel, run_dir)
         }
     };
     if let vm::Accel::Tcg(why) = &accel {

@@ -68,8 +68,8 @@ impl Accel {
 /// (and panic) within [`KVM_BOOT_PROBE_TIMEOUT`]. The second step catches
 /// hosts where KVM runs real-mode code but a kernel hangs once it leaves
 /// real mode (seen with nested virtualization that lacks features).
-pub fn probe_accel(kernel: &Path, dir: &Path) -> Accel {
-    if let Err(why) = kvm_runs_a_guest() {
+pub fn probe_accel(exe: &Path, kernel: &Path, dir: &Path) -> Accel {
+    if let Err(why) = kvm_runs_a_guest(exe) {
         return Accel::Tcg(why);
     }
     match kvm_boots_kernel(kernel, dir) {
@@ -133,69 +133,49 @@ fn kvm_boots_kernel(kernel: &Path, dir: &Path) -> std::result::Result<(), String
     }
 }
 
-// The KVM ioctls the probe needs (include/uapi/linux/kvm.h): _IO(0xAE, n),
-// _IOW/_IOR with the size of the structure passed.
-const KVM_GET_API_VERSION: libc::c_ulong = 0xAE00;
-const KVM_CREATE_VM: libc::c_ulong = 0xAE01;
-const KVM_GET_VCPU_MMAP_SIZE: libc::c_ulong = 0xAE04;
-const KVM_CREATE_VCPU: libc::c_ulong = 0xAE41;
-/// _IOW(0xAE, 0x46, struct kvm_userspace_memory_region), 32 bytes.
-const KVM_SET_USER_MEMORY_REGION: libc::c_ulong = 0x4020_AE46;
-const KVM_RUN: libc::c_ulong = 0xAE80;
-/// _IOW(0xAE, 0x82, struct kvm_regs), 18 u64.
-const KVM_SET_REGS: libc::c_ulong = 0x4090_AE82;
-/// _IOR/_IOW(0xAE, 0x83/0x84, struct kvm_sregs), 312 bytes.
-const KVM_GET_SREGS: libc::c_ulong = 0x8138_AE83;
-const KVM_SET_SREGS: libc::c_ulong = 0x4138_AE84;
-const KVM_SREGS_BYTES: usize = 312;
-const KVM_EXIT_HLT: u32 = 5;
-/// The stable API version (KVM_API_VERSION).
-const KVM_API: libc::c_int = 12;
+/// The stable KVM API version (KVM_API_VERSION in include/uapi/linux/kvm.h).
+const KVM_API: i32 = 12;
+/// Where the probe guest's one page of memory sits in guest-physical space.
+const PROBE_GUEST_ADDR: u64 = 0x1000;
 
-/// Run `hlt` in real mode at guest address 0x1000 through the KVM API, in a
-/// child process (a broken KVM can hang in `KVM_RUN`), with a timeout.
-fn kvm_runs_a_guest() -> std::result::Result<(), String> {
-    let node = c"/dev/kvm";
-    // SAFETY: access on a NUL-terminated path.
-    if unsafe { libc::access(node.as_ptr(), libc::R_OK | libc::W_OK) } != 0 {
+/// Run `hlt` in real mode through the KVM API, in a child process
+/// (`tandem bench kvm-probe`, see [`kvm_probe_main`]): a broken KVM can hang
+/// in `KVM_RUN`, and a child can be killed after a timeout where a thread
+/// could not.
+fn kvm_runs_a_guest(exe: &Path) -> std::result::Result<(), String> {
+    use nix::unistd::{access, AccessFlags};
+    if access("/dev/kvm", AccessFlags::R_OK | AccessFlags::W_OK).is_err() {
         return Err("/dev/kvm is missing or not accessible".into());
     }
-    // SAFETY: the child only makes system calls on memory it owns and
-    // leaves with _exit; it allocates nothing.
-    let pid = unsafe { libc::fork() };
-    if pid < 0 {
-        return Err(format!("fork: {}", std::io::Error::last_os_error()));
-    }
-    if pid == 0 {
-        // SAFETY: see kvm_child.
-        let code = unsafe { kvm_child(node.as_ptr()) };
-        // SAFETY: leaving the forked child without running destructors.
-        unsafe { libc::_exit(code) };
-    }
+    let mut cmd = Command::new(exe);
+    cmd.args(["bench", "kvm-probe"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    devemu::die_with_parent(&mut cmd, nix::sys::signal::Signal::SIGKILL);
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("starting the KVM probe ({}): {e}", exe.display()))?;
     let t0 = Instant::now();
     loop {
-        let mut status = 0;
-        // SAFETY: waitpid on our own child.
-        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
-        if r == pid {
-            if libc::WIFEXITED(status) {
-                return match libc::WEXITSTATUS(status) {
-                    0 => Ok(()),
-                    1 => Err("/dev/kvm: KVM_GET_API_VERSION or KVM_CREATE_VM failed".into()),
-                    2 => Err("/dev/kvm: setting up a vCPU failed".into()),
-                    3 => Err("/dev/kvm: KVM_RUN failed".into()),
-                    4 => Err("/dev/kvm: the probe guest did not halt".into()),
-                    c => Err(format!("/dev/kvm probe exited with {c}")),
+        match child.try_wait() {
+            Ok(Some(st)) => {
+                return match st.code() {
+                    Some(0) => Ok(()),
+                    Some(1) => Err("/dev/kvm: KVM_GET_API_VERSION or KVM_CREATE_VM failed".into()),
+                    Some(2) => Err("/dev/kvm: setting up a vCPU failed".into()),
+                    Some(3) => Err("/dev/kvm: KVM_RUN failed".into()),
+                    Some(4) => Err("/dev/kvm: the probe guest did not halt".into()),
+                    Some(c) => Err(format!("/dev/kvm probe exited with {c}")),
+                    None => Err("/dev/kvm probe was killed".into()),
                 };
             }
-            return Err("/dev/kvm probe was killed".into());
+            Ok(None) => {}
+            Err(e) => return Err(format!("waiting for the KVM probe: {e}")),
         }
         if t0.elapsed() > KVM_PROBE_TIMEOUT {
-            // SAFETY: killing and reaping our own child.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-                libc::waitpid(pid, &mut status, 0);
-            }
+            let _ = child.kill();
+            let _ = child.wait();
             return Err(format!(
                 "/dev/kvm exists but a guest does not run on it (KVM_RUN did not return in {} s: no hardware virtualization)",
                 KVM_PROBE_TIMEOUT.as_secs()
@@ -205,80 +185,64 @@ fn kvm_runs_a_guest() -> std::result::Result<(), String> {
     }
 }
 
-/// The probe proper, in the forked child. Exit codes: see kvm_runs_a_guest.
-unsafe fn kvm_child(node: *const libc::c_char) -> libc::c_int {
-    let kvm = libc::open(node, libc::O_RDWR | libc::O_CLOEXEC);
-    if kvm < 0 || libc::ioctl(kvm, KVM_GET_API_VERSION, 0) != KVM_API {
+/// One page of guest memory: KVM maps host memory into the guest by whole
+/// pages, so its host address must be page-aligned.
+#[repr(C, align(4096))]
+struct GuestPage([u8; 4096]);
+
+/// The probe proper (`tandem bench kvm-probe`): one vCPU in real mode runs
+/// `hlt` at [`PROBE_GUEST_ADDR`]. Returns the exit code
+/// [`kvm_runs_a_guest`] reads: 0 halted, 1 no VM, 2 no vCPU, 3 `KVM_RUN`
+/// failed, 4 the guest did something else.
+pub fn kvm_probe_main() -> i32 {
+    use kvm_ioctls::{Kvm, VcpuExit};
+    // Declared before the VM, so dropped after it on every return.
+    let mut page = Box::new(GuestPage([0; 4096]));
+    page.0[0] = 0xf4; // hlt
+    let Ok(kvm) = Kvm::new() else { return 1 };
+    if kvm.get_api_version() != KVM_API {
         return 1;
     }
-    let vm = libc::ioctl(kvm, KVM_CREATE_VM, 0);
-    if vm < 0 {
-        return 1;
-    }
-    let mem = libc::mmap(
-        std::ptr::null_mut(),
-        4096,
-        libc::PROT_READ | libc::PROT_WRITE,
-        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-        -1,
-        0,
-    );
-    if mem == libc::MAP_FAILED {
+    let Ok(vm) = kvm.create_vm() else { return 1 };
+    let region = kvm_bindings::kvm_userspace_memory_region {
+        slot: 0,
+        flags: 0,
+        guest_phys_addr: PROBE_GUEST_ADDR,
+        memory_size: page.0.len() as u64,
+        userspace_addr: page.0.as_mut_ptr() as u64,
+    };
+    // SAFETY: the region is `page`, a live, page-aligned allocation of
+    // exactly `memory_size` bytes that outlives `vm` (declared before it).
+    // kvm-ioctls marks this call unsafe because the guest may write that
+    // memory behind Rust's back; nothing here touches `page` afterwards.
+    if unsafe { vm.set_user_memory_region(region) }.is_err() {
         return 2;
     }
-    // hlt
-    *(mem as *mut u8) = 0xf4;
-    // struct kvm_userspace_memory_region { slot, flags, guest_phys_addr,
-    // memory_size, userspace_addr }
-    let region: [u64; 4] = [0, 0x1000, 4096, mem as u64];
-    if libc::ioctl(vm, KVM_SET_USER_MEMORY_REGION, region.as_ptr()) < 0 {
+    let Ok(mut vcpu) = vm.create_vcpu(0) else {
+        return 2;
+    };
+    // Real mode with CS base 0 and selector 0, so CS:IP = PROBE_GUEST_ADDR.
+    let Ok(mut sregs) = vcpu.get_sregs() else {
+        return 2;
+    };
+    sregs.cs.base = 0;
+    sregs.cs.selector = 0;
+    if vcpu.set_sregs(&sregs).is_err() {
         return 2;
     }
-    let vcpu = libc::ioctl(vm, KVM_CREATE_VCPU, 0);
-    let size = libc::ioctl(kvm, KVM_GET_VCPU_MMAP_SIZE, 0);
-    if vcpu < 0 || size <= 0 {
+    // Bit 1 of RFLAGS is reserved and always set.
+    let regs = kvm_bindings::kvm_regs {
+        rip: PROBE_GUEST_ADDR,
+        rflags: 0x2,
+        ..Default::default()
+    };
+    if vcpu.set_regs(&regs).is_err() {
         return 2;
     }
-    let run = libc::mmap(
-        std::ptr::null_mut(),
-        size as usize,
-        libc::PROT_READ | libc::PROT_WRITE,
-        libc::MAP_SHARED,
-        vcpu,
-        0,
-    );
-    if run == libc::MAP_FAILED {
-        return 2;
-    }
-    // Real mode with CS base 0 and selector 0: the first segment of
-    // struct kvm_sregs is CS (base u64 at 0, selector u16 at 12).
-    let mut sregs = [0u8; KVM_SREGS_BYTES];
-    if libc::ioctl(vcpu, KVM_GET_SREGS, sregs.as_mut_ptr()) < 0 {
-        return 2;
-    }
-    sregs[0..8].copy_from_slice(&0u64.to_ne_bytes());
-    sregs[12..14].copy_from_slice(&0u16.to_ne_bytes());
-    if libc::ioctl(vcpu, KVM_SET_SREGS, sregs.as_ptr()) < 0 {
-        return 2;
-    }
-    // struct kvm_regs: rax..r15 (16), rip (16th), rflags (17th); bit 1 of
-    // rflags is reserved and set.
-    let mut regs = [0u64; 18];
-    regs[16] = 0x1000;
-    regs[17] = 0x2;
-    if libc::ioctl(vcpu, KVM_SET_REGS, regs.as_ptr()) < 0 {
-        return 2;
-    }
-    if libc::ioctl(vcpu, KVM_RUN, 0) < 0 {
-        return 3;
-    }
-    // struct kvm_run: request_interrupt_window u8, immediate_exit u8,
-    // padding[6], exit_reason u32 at offset 8.
-    let reason = *((run as *const u8).add(8) as *const u32);
-    if reason == KVM_EXIT_HLT {
-        0
-    } else {
-        4
+    match vcpu.run() {
+        Ok(VcpuExit::Hlt) => 0,
+        Ok(_) => 4,
+        Err(_) => 3,
     }
 }
 

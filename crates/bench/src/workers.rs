@@ -13,6 +13,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use nix::fcntl::{posix_fadvise, PosixFadviseAdvice};
+use nix::sys::signal::{self, killpg, Signal};
+use nix::unistd::Pid;
+
 use crate::{run_err, Result};
 
 /// What a worker does.
@@ -69,16 +73,10 @@ const DROP_EVERY_BYTES: u64 = 8 << 20;
 /// S syncs every 2 s while writers run.
 pub const SYNC_PERIOD: Duration = Duration::from_secs(experiment::suite::SYNC_PERIOD_S as u64);
 
-fn fadvise(f: &File, off: u64, len: u64, advice: libc::c_int) {
-    // SAFETY: posix_fadvise on an open descriptor.
-    unsafe {
-        libc::posix_fadvise(
-            f.as_raw_fd(),
-            off as libc::off_t,
-            len as libc::off_t,
-            advice,
-        );
-    }
+/// Page-cache advice on a worker's file. Advice is a hint: a kernel that
+/// ignores it only makes the worker's I/O less faithful, so errors are dropped.
+fn fadvise(f: &File, off: u64, len: u64, advice: PosixFadviseAdvice) {
+    let _ = posix_fadvise(f.as_raw_fd(), off as i64, len as i64, advice);
 }
 
 struct XorShift(u64);
@@ -98,8 +96,7 @@ pub fn worker_main(kind: Kind, file: Option<&Path>, rate_bytes_s: f64, seed: u64
     if kind == Kind::Sync {
         loop {
             std::thread::sleep(SYNC_PERIOD);
-            // SAFETY: sync has no arguments.
-            unsafe { libc::sync() };
+            nix::unistd::sync();
         }
     }
     let path = file.ok_or_else(|| run_err("worker: --file is required"))?;
@@ -136,7 +133,7 @@ pub fn worker_main(kind: Kind, file: Option<&Path>, rate_bytes_s: f64, seed: u64
                     .read(&mut buf)
                     .map_err(|e| run_err(format!("worker read: {e}")))?;
                 if n == 0 {
-                    fadvise(&f, 0, 0, libc::POSIX_FADV_DONTNEED);
+                    fadvise(&f, 0, 0, PosixFadviseAdvice::POSIX_FADV_DONTNEED);
                     f.seek(SeekFrom::Start(0))
                         .map_err(|e| run_err(e.to_string()))?;
                     pos = 0;
@@ -145,14 +142,19 @@ pub fn worker_main(kind: Kind, file: Option<&Path>, rate_bytes_s: f64, seed: u64
                 }
                 pos += n as u64;
                 if pos - dropped >= DROP_EVERY_BYTES {
-                    fadvise(&f, dropped, pos - dropped, libc::POSIX_FADV_DONTNEED);
+                    fadvise(
+                        &f,
+                        dropped,
+                        pos - dropped,
+                        PosixFadviseAdvice::POSIX_FADV_DONTNEED,
+                    );
                     dropped = pos;
                 }
             }
         }
         Kind::RandRead => {
             // fio's default for random patterns: no readahead.
-            fadvise(&f, 0, 0, libc::POSIX_FADV_RANDOM);
+            fadvise(&f, 0, 0, PosixFadviseAdvice::POSIX_FADV_RANDOM);
             let mut buf = vec![0u8; RAND_BYTES];
             let mut count: u64 = 0;
             loop {
@@ -161,7 +163,7 @@ pub fn worker_main(kind: Kind, file: Option<&Path>, rate_bytes_s: f64, seed: u64
                     .map_err(|e| run_err(format!("worker read: {e}")))?;
                 count += 1;
                 if count.is_multiple_of(256) {
-                    fadvise(&f, 0, 0, libc::POSIX_FADV_DONTNEED);
+                    fadvise(&f, 0, 0, PosixFadviseAdvice::POSIX_FADV_DONTNEED);
                 }
             }
         }
@@ -197,7 +199,7 @@ pub fn worker_main(kind: Kind, file: Option<&Path>, rate_bytes_s: f64, seed: u64
 
 /// Make a child die with its parent, and put it in its own process group.
 fn detach_with_parent(cmd: &mut Command) {
-    devemu::die_with_parent(cmd, nix::sys::signal::Signal::SIGKILL);
+    devemu::die_with_parent(cmd, Signal::SIGKILL);
     cmd.process_group(0);
 }
 
@@ -254,12 +256,11 @@ pub fn spawn_command(command: &str, cwd: &Path) -> Result<Child> {
 
 /// Kill a child's process group and reap the child.
 pub fn kill(child: &mut Child) {
-    let pid = child.id() as libc::pid_t;
-    // SAFETY: signals to a process group we created.
-    unsafe {
-        libc::kill(-pid, libc::SIGKILL);
-        libc::kill(pid, libc::SIGKILL);
-    }
+    let pid = Pid::from_raw(child.id() as i32);
+    // The group first (the child made it, see detach_with_parent), then the
+    // child itself in case it left its group. Either may be gone already.
+    let _ = killpg(pid, Signal::SIGKILL);
+    let _ = signal::kill(pid, Signal::SIGKILL);
     let _ = child.wait();
 }
 
@@ -281,8 +282,7 @@ pub fn terminate(child: &mut Child, grace: Duration) -> Stopped {
     if let Ok(Some(_)) = child.try_wait() {
         return Stopped::Before;
     }
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    let _ = signal::kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM);
     let t0 = Instant::now();
     while t0.elapsed() < grace {
         if let Ok(Some(st)) = child.try_wait() {
@@ -310,7 +310,7 @@ pub fn replay_main(app: &str, dir: &Path) -> Result<()> {
         .map(|i| {
             let p = app_file(dir, i);
             let f = File::open(&p).map_err(|e| run_err(format!("{}: {e}", p.display())))?;
-            fadvise(&f, 0, 0, libc::POSIX_FADV_RANDOM);
+            fadvise(&f, 0, 0, PosixFadviseAdvice::POSIX_FADV_RANDOM);
             Ok(f)
         })
         .collect::<Result<_>>()?;

@@ -106,9 +106,6 @@ pub struct HostdRunArgs {
     /// the time and the VM's use of its budget.
     #[arg(long)]
     log_boosts: bool,
-    /// Log lines on stderr as text or as JSON lines (one object per event).
-    #[arg(long, value_name = "text|json", default_value = "text")]
-    log_format: String,
 }
 
 #[derive(Args)]
@@ -205,9 +202,6 @@ pub struct GuestdArgs {
     /// Log each change between HELP and NO-HELP, with its reason and the event behind it.
     #[arg(long)]
     verbose: bool,
-    /// Log lines on stderr as text or as JSON lines (one object per event).
-    #[arg(long, value_name = "text|json", default_value = "text")]
-    log_format: String,
 }
 
 #[derive(Args)]
@@ -323,7 +317,6 @@ fn hostd_config(a: HostdRunArgs) -> Result<agent::hostd::HostdConfig, Failure> {
 pub fn run_hostd(cmd: HostdCommand) -> Result<(), Failure> {
     match cmd {
         HostdCommand::Run(a) => {
-            agent::logging::init(log_format(&a.log_format)?);
             let args = (*a).clone();
             let c = hostd_config(*a)?;
             if !agent::is_root() {
@@ -409,13 +402,7 @@ pub fn run_hostd(cmd: HostdCommand) -> Result<(), Failure> {
     }
 }
 
-/// `--log-format`'s value (a usage error otherwise).
-fn log_format(s: &str) -> Result<agent::logging::LogFormat, Failure> {
-    s.parse().map_err(|e: agent::Error| Failure::Usage(e.0))
-}
-
 pub fn run_guestd(a: GuestdArgs) -> Result<(), Failure> {
-    agent::logging::init(log_format(&a.log_format)?);
     let endpoint =
         agent::transport::Endpoint::parse(&a.connect).map_err(|e| Failure::Usage(e.0))?;
     let name = match a.name {

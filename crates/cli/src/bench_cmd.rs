@@ -24,6 +24,10 @@ pub enum BenchCommand {
     /// Replay of an app's start-up I/O (started by `run`).
     #[command(hide = true)]
     Replay(ReplayArgs),
+    /// Runs `hlt` in a real-mode guest through /dev/kvm (started by the KVM
+    /// probe; the exit code says how far it got).
+    #[command(hide = true)]
+    KvmProbe,
 }
 
 #[derive(Args)]
@@ -333,5 +337,6 @@ pub fn run(cmd: BenchCommand) -> Result<(), Failure> {
             bench::workers::worker_main(kind, a.file.as_deref(), a.rate, a.seed).map_err(fail)
         }
         BenchCommand::Replay(a) => bench::workers::replay_main(&a.app, &a.dir).map_err(fail),
+        BenchCommand::KvmProbe => std::process::exit(bench::vm::kvm_probe_main()),
     }
 }

@@ -9,6 +9,7 @@ mod bench_cmd;
 mod cfsv_cmd;
 mod cpu_cmd;
 mod devemu_cmd;
+mod logging;
 mod report_cmd;
 mod sim_cmd;
 mod sim_pool;
@@ -62,6 +63,9 @@ const EMBEDDED_SCENARIOS: &[(&str, &str)] = &[
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// How diagnostics on stderr are written: text lines or one JSON object a line. RUST_LOG filters them (default: info).
+    #[arg(long, global = true, value_enum, default_value = "text")]
+    log_format: logging::LogFormat,
 }
 
 // The command enums are built once per process from the command line: the
@@ -119,6 +123,10 @@ struct BenchArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Err(m) = logging::init(cli.log_format) {
+        eprintln!("tandem: {m}");
+        return ExitCode::from(2);
+    }
     let result = match cli.command {
         Command::Sim(SimCommand::Run(a)) => sim_cmd::sim_run(a),
         Command::Sim(SimCommand::Bench(a)) => sim_bench(a),

@@ -72,7 +72,9 @@ pub fn run(cmd: VmCommand) -> Result<(), Failure> {
             let dir = std::env::temp_dir().join(format!("tandem-kvm-probe-{}", std::process::id()));
             std::fs::create_dir_all(&dir)
                 .map_err(|e| Failure::Run(format!("{}: {e}", dir.display())))?;
-            let accel = bench::vm::probe_accel(&img.kernel, &dir);
+            let exe = std::env::current_exe()
+                .map_err(|e| Failure::Run(format!("finding the tandem executable: {e}")))?;
+            let accel = bench::vm::probe_accel(&exe, &img.kernel, &dir);
             let _ = std::fs::remove_dir_all(&dir);
             match accel {
                 bench::vm::Accel::Kvm => println!("kvm"),

@@ -14,7 +14,9 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 mod common;
+
 use common::{leftovers, named, processes_with, tandem, Scratch};
+use nix::sys::signal::Signal;
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -208,9 +210,8 @@ fn wait_for_workers(child: &mut Child) {
 }
 
 /// Sends `sig` to the run and waits for it to end.
-fn signal_and_wait(child: &mut Child, sig: i32) -> std::process::ExitStatus {
-    // SAFETY: a signal to the run we started.
-    unsafe { libc::kill(child.id() as i32, sig) };
+fn signal_and_wait(child: &mut Child, sig: Signal) -> std::process::ExitStatus {
+    let _ = common::send_signal(child.id(), sig);
     let t0 = Instant::now();
     loop {
         if let Some(st) = child.try_wait().unwrap() {
@@ -227,7 +228,7 @@ fn signal_and_wait(child: &mut Child, sig: i32) -> std::process::ExitStatus {
 /// Interrupts the run (Ctrl-C) once its background workers run.
 fn interrupt_midway(mut child: Child) -> std::process::ExitStatus {
     wait_for_workers(&mut child);
-    signal_and_wait(&mut child, libc::SIGINT)
+    signal_and_wait(&mut child, Signal::SIGINT)
 }
 
 #[test]
@@ -419,7 +420,7 @@ fn a_killed_run_is_undone_by_bench_cleanup() {
     assert!(std::fs::read_to_string(&sched_file)
         .unwrap()
         .contains("[bfq]"));
-    let st = signal_and_wait(&mut child, libc::SIGKILL);
+    let st = signal_and_wait(&mut child, Signal::SIGKILL);
     assert!(!st.success());
 
     // SIGKILL gave the run no chance: the scheduler is still bfq and the work
@@ -468,7 +469,7 @@ fn a_killed_run_is_undone_by_bench_cleanup() {
     let mut child = spawn_run(&scenario, &out, &[]);
     let pid = child.id();
     wait_for_workers(&mut child);
-    let st = signal_and_wait(&mut child, libc::SIGKILL);
+    let st = signal_and_wait(&mut child, Signal::SIGKILL);
     assert!(!st.success());
     assert!(
         leftovers(pid, None)
@@ -1002,7 +1003,7 @@ fn kill_once(
         .unwrap();
     let pid = child.id();
     let seen = wait_for(&mut child, when);
-    signal_and_wait(&mut child, libc::SIGKILL);
+    signal_and_wait(&mut child, Signal::SIGKILL);
     let state = RunView::of(pid).state;
     let loop_dev = state.as_ref().and_then(|s| {
         s["loop_dev"]
@@ -1262,4 +1263,18 @@ fn refuses_a_raid_member() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let disk = ScratchDisk::new("guard-raid", 128, md_raid_member);
     assert_refused(&disk, &[], "a linux_raid_member RAID member");
+}
+
+/// The KVM probe's child says how far a real-mode guest got by its exit
+/// code, 0 (halted) to 4, and never dies of a signal or a panic (101); with
+/// no /dev/kvm it is 1.
+#[test]
+#[ignore = "needs root: opens /dev/kvm read-write"]
+fn the_kvm_probe_child_reports_by_its_exit_code() {
+    let o = tandem(&["bench", "kvm-probe"]);
+    let code = o.status.code();
+    assert!(matches!(code, Some(0..=4)), "{:?}", o.status);
+    if !Path::new("/dev/kvm").exists() {
+        assert_eq!(code, Some(1));
+    }
 }

@@ -174,3 +174,23 @@ fn bad_input_is_named_and_refused() {
     );
     let _ = std::fs::remove_dir_all(&d);
 }
+
+#[test]
+fn a_bad_log_filter_or_format_is_a_usage_error() {
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(["sim", "list"])
+        .env("RUST_LOG", "devemu=loud")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("RUST_LOG=\"devemu=loud\""), "{err}");
+    let o = tandem(&["--log-format", "yaml", "sim", "list"]);
+    assert_eq!(o.status.code(), Some(2));
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(["sim", "list", "--log-format", "json"])
+        .env("RUST_LOG", "warn,devemu=trace")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}

@@ -183,8 +183,7 @@ fn down_after_the_daemon_died() {
     let dev = up("emmc", "64M");
     let _down = DownOnDrop(dev.clone());
     let inst = devemu::control::find(&dev).unwrap();
-    // SAFETY: killing the daemon we started.
-    unsafe { libc::kill(inst.pid as i32, libc::SIGKILL) };
+    common::send_signal(inst.pid, nix::sys::signal::Signal::SIGKILL).unwrap();
     std::thread::sleep(std::time::Duration::from_millis(200));
     let out = tandem(&["devemu", "down", &dev]);
     assert!(

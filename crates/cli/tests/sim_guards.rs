@@ -7,7 +7,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
+
 use common::{tandem, Scratch};
+use nix::sys::signal::Signal;
 
 fn stderr(o: &std::process::Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
@@ -196,7 +198,7 @@ fn out_is_checked_before_any_work() {
 
 /// Starts `tandem sim run SLOW`, waits for the first finished cell in results.csv,
 /// sends `signal` and returns the exit code and the output directory's results.
-fn interrupt(d: &Scratch, signal: i32) -> (Option<i32>, String, serde_json::Value) {
+fn interrupt(d: &Scratch, signal: Signal) -> (Option<i32>, String, serde_json::Value) {
     let sc = write(d, "slow.toml", SLOW);
     let out = d.p(&format!("out-{signal}"));
     let mut child = Command::new(env!("CARGO_BIN_EXE_tandem"))
@@ -225,8 +227,7 @@ fn interrupt(d: &Scratch, signal: i32) -> (Option<i32>, String, serde_json::Valu
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    // SAFETY: kill(2) on the child this test started and has not reaped.
-    assert_eq!(unsafe { libc::kill(child.id() as i32, signal) }, 0);
+    common::send_signal(child.id(), signal).unwrap();
     let o = child.wait_with_output().unwrap();
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
@@ -250,7 +251,7 @@ fn check_incomplete(csv: &str, json: &serde_json::Value, signal: &str) {
 #[test]
 fn sigint_keeps_the_finished_cells() {
     let d = Scratch::new("sigint");
-    let (code, csv, json) = interrupt(&d, libc::SIGINT);
+    let (code, csv, json) = interrupt(&d, Signal::SIGINT);
     assert_eq!(code, Some(130));
     check_incomplete(&csv, &json, "SIGINT");
 }
@@ -258,7 +259,7 @@ fn sigint_keeps_the_finished_cells() {
 #[test]
 fn sigterm_keeps_the_finished_cells() {
     let d = Scratch::new("sigterm");
-    let (code, csv, json) = interrupt(&d, libc::SIGTERM);
+    let (code, csv, json) = interrupt(&d, Signal::SIGTERM);
     assert_eq!(code, Some(143));
     check_incomplete(&csv, &json, "SIGTERM");
 }
@@ -290,7 +291,7 @@ fn results_json_records_every_option_and_the_provenance() {
         ("virtqueue-depth", Some("64"), 64.into()),
         ("channel", Some("hypercall"), "hypercall".into()),
         ("lease-ms", Some("500"), 500.into()),
-        ("budget", Some("0.5"), 0.5.into()),
+        ("budget-fraction", Some("0.5"), 0.5.into()),
         ("budget-window-s", Some("20"), 20.0.into()),
         ("quantum-ms", Some("50"), 50.into()),
         ("max-boosted", Some("2"), 2.into()),
@@ -309,6 +310,7 @@ fn results_json_records_every_option_and_the_provenance() {
         "yes",
         "time-limit-s",
         "memory-limit-mb",
+        "log-format",
         "help",
     ];
     let help = stdout(&tandem(&["sim", "run", "--help"]));

@@ -199,8 +199,7 @@ fn ctrl_c_in_a_vm_cell_stops_qemu_and_hostd_and_leaves_nothing() {
         std::thread::sleep(Duration::from_millis(100));
     }
     std::thread::sleep(Duration::from_secs(3));
-    // SAFETY: SIGINT to the run we started.
-    unsafe { libc::kill(pid as i32, libc::SIGINT) };
+    common::send_signal(pid, nix::sys::signal::Signal::SIGINT).unwrap();
     let t0 = Instant::now();
     let st = loop {
         if let Some(st) = child.try_wait().unwrap() {

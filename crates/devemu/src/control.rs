@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant as Clock};
 
 use nix::mount::{umount2, MntFlags};
-use nix::sys::signal::{kill, Signal};
+use nix::sys::signal::{kill, SigSet, Signal};
 use nix::sys::wait::{waitpid, WaitPidFlag};
 use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
@@ -489,8 +489,8 @@ fn make_backing(o: &UpOptions, inst: &mut Instance) -> Result<()> {
     // Free space for the backing file (sparse, but it fills as it is written).
     if let Some(avail) = free_bytes(&dir) {
         if avail < o.size {
-            eprintln!(
-                "tandem: warning: {} has {} free, less than the device's {}; writes past that will fail",
+            tracing::warn!(
+                "{} has {} free, less than the device's {}; writes past that will fail",
                 dir.display(),
                 show_size(avail),
                 show_size(o.size)
@@ -532,6 +532,8 @@ fn start_daemon(o: &UpOptions, inst: &mut Instance) -> Result<()> {
         .stdout(Stdio::null())
         .stderr(log);
     // SAFETY: setsid is async-signal-safe and touches no memory.
+    // Why unsafe: std's `pre_exec` is the only hook between fork and exec,
+    // and std's own `CommandExt::setsid` is not stable yet.
     unsafe {
         cmd.pre_exec(|| {
             nix::unistd::setsid()?;
@@ -860,23 +862,14 @@ pub fn serve(o: &ServeOptions) -> Result<()> {
     // Device time must not depend on the host's other load: the daemon's
     // threads (all created below inherit it) run at a modest real-time
     // priority. They only ever sleep or do short work per request.
-    // SAFETY: sched_setscheduler on this process with a valid parameter.
-    unsafe {
-        let p = libc::sched_param { sched_priority: 10 };
-        if libc::sched_setscheduler(0, libc::SCHED_FIFO, &p) != 0 {
-            eprintln!(
-                "tandem devemu: warning: no real-time priority; timing may suffer under load"
-            );
-        }
+    if realtime_priority().is_err() {
+        tracing::warn!("no real-time priority; timing may suffer under load");
     }
     // SIGUSR1 (from `up`) delivers the calibration; block it in every thread
-    // and take it in one.
-    // SAFETY: signal-mask calls on a local set.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGUSR1);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    // (threads inherit the mask of the thread that creates them) and take it
+    // in one.
+    if let Err(e) = calibration_signal().thread_block() {
+        return Err(run_err(format!("blocking SIGUSR1: {e}")));
     }
     let calibration = Arc::new(Calibration::new(crate::probe::calibration_delays(&o.model)));
     let state_dir = o
@@ -910,17 +903,34 @@ pub fn serve(o: &ServeOptions) -> Result<()> {
     Ok(())
 }
 
+/// SCHED_FIFO priority 10 for this thread (and the threads it creates
+/// from then on). 10: above every normal task, below the kernel's own
+/// real-time threads (which sit at 50 and up, e.g. threaded IRQs).
+fn realtime_priority() -> std::result::Result<(), thread_priority::Error> {
+    use thread_priority::{
+        set_thread_priority_and_policy, thread_native_id, RealtimeThreadSchedulePolicy,
+        ThreadPriority, ThreadPriorityValue, ThreadSchedulePolicy,
+    };
+    let priority = ThreadPriorityValue::try_from(10u8)
+        .map_err(|_| thread_priority::Error::Priority("10 is out of range"))?;
+    set_thread_priority_and_policy(
+        thread_native_id(),
+        ThreadPriority::Crossplatform(priority),
+        ThreadSchedulePolicy::Realtime(RealtimeThreadSchedulePolicy::Fifo),
+    )
+}
+
+/// The signal `up` sends when the calibration file is ready.
+fn calibration_signal() -> SigSet {
+    let mut set = SigSet::empty();
+    set.add(Signal::SIGUSR1);
+    set
+}
+
 fn take_calibration(state_dir: &Path, calibration: &Calibration) {
+    let set = calibration_signal();
     loop {
-        let mut sig: libc::c_int = 0;
-        // SAFETY: sigwait on a local set; SIGUSR1 is blocked in every thread.
-        let r = unsafe {
-            let mut set: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut set);
-            libc::sigaddset(&mut set, libc::SIGUSR1);
-            libc::sigwait(&set, &mut sig)
-        };
-        if r != 0 {
+        if set.wait().is_err() {
             return;
         }
         let text = fs::read_to_string(state_dir.join("calibration")).unwrap_or_default();

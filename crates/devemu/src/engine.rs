@@ -203,11 +203,9 @@ impl Drop for Engine {
 /// Make this thread's timed sleeps end as close to their deadline as the
 /// kernel allows (the default timer slack is 50 µs).
 pub fn tight_timer_slack() {
-    // SAFETY: prctl with PR_SET_TIMERSLACK takes an integer argument and has no
-    // memory effects.
-    unsafe {
-        libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0);
-    }
+    // 1 ns: the kernel's smallest slack (0 would mean "the default" again).
+    // A kernel that refuses it leaves timing as it was, so no error path.
+    let _ = nix::sys::prctl::set_timerslack(1);
 }
 
 /// First guess of the timer wake-up lateness (learnt from then on).
@@ -225,7 +223,6 @@ fn run(mut dev: Device, epoch: Instant, rx: Receiver<Job>, stats: Arc<Stats>) {
     let mut last: Nanos = 0;
     let mut open = true;
     let mut lead: Nanos = INITIAL_LEAD_NS;
-    let trace = std::env::var_os("TANDEM_DEVEMU_TRACE").is_some();
     let mut lead_acc: Nanos = INITIAL_LEAD_NS * 8;
     // Calibration requests: (completion time, reply), kept in completion
     // order (small and large requests have different delays).
@@ -247,17 +244,17 @@ fn run(mut dev: Device, epoch: Instant, rx: Receiver<Job>, stats: Arc<Stats>) {
             };
             pending[slot] = Some((job.done, job.req.bytes()));
             dev.submit(at, slot as u64, job.req);
-            if trace {
-                eprintln!(
-                    "submit {} arr {} at {} sec {} n {} next {:?}",
-                    slot,
-                    job.arrival,
-                    at,
-                    job.req.sector,
-                    job.req.sectors,
-                    dev.next_completion()
-                );
-            }
+            // Each request's way through the model: RUST_LOG=devemu=trace
+            // on the daemon (its serve.log).
+            tracing::trace!(
+                slot,
+                arrival = job.arrival,
+                at,
+                sector = job.req.sector,
+                sectors = job.req.sectors,
+                next = ?dev.next_completion(),
+                "submit"
+            );
         }
         // Wait for the next completion or the next arrival. The thread wakes
         // `lead` early: the lateness of its recent wake-ups, learnt as it runs,
@@ -339,9 +336,7 @@ fn run(mut dev: Device, epoch: Instant, rx: Receiver<Job>, stats: Arc<Stats>) {
         last = now;
         while let Some(tag) = dev.pop_completed(now) {
             let slot = tag as usize;
-            if trace {
-                eprintln!("done {} at {} wall {}", slot, now, clock());
-            }
+            tracing::trace!(slot, at = now, wall = clock(), "done");
             if let Some((done, bytes)) = pending[slot].take() {
                 stats.requests.fetch_add(1, Ordering::Relaxed);
                 stats.bytes.fetch_add(bytes, Ordering::Relaxed);

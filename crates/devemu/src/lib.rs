@@ -13,8 +13,6 @@
 //! The timing comes from `devmodel` only ([`engine`]); this crate has no
 //! device model of its own.
 
-use std::fmt;
-
 pub mod control;
 pub mod engine;
 pub mod fs;
@@ -39,24 +37,17 @@ pub const MIN_SIZE: u64 = probe::CALIBRATION_SPAN;
 /// the backing file has served it. Used to measure the emulator's own cost.
 pub const INSTANT: &str = "instant";
 
-/// A failure, split as the command line reports it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A failure, split as the command line reports it. Either shows as its
+/// message alone: the command line adds `tandem: `.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Error {
     /// Bad input (exit code 2).
+    #[error("{0}")]
     Usage(String),
     /// Something failed while running (exit code 1).
+    #[error("{0}")]
     Run(String),
 }
-
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Error::Usage(m) | Error::Run(m) => f.write_str(m),
-        }
-    }
-}
-
-impl std::error::Error for Error {}
 
 /// Shorthand.
 pub type Result<T> = std::result::Result<T, Error>;
@@ -164,6 +155,8 @@ pub fn die_with_parent(cmd: &mut std::process::Command, sig: nix::sys::signal::S
     let parent = nix::unistd::getpid();
     // SAFETY: prctl and getppid are async-signal-safe, and the closure
     // allocates nothing (an Errno converts to io::Error without allocating).
+    // Why unsafe: std's `pre_exec` is the only hook between fork and exec,
+    // and std has no parent-death signal of its own.
     unsafe {
         cmd.pre_exec(move || {
             nix::sys::prctl::set_pdeathsig(sig)?;
@@ -184,6 +177,14 @@ pub(crate) const WHY_DOWN: &str =
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn errors_show_their_message_alone() {
+        let e = Error::Usage("--size: not a size".into());
+        assert_eq!(e.to_string(), "--size: not a size");
+        let e: Box<dyn std::error::Error> = Box::new(Error::Run("mount failed".into()));
+        assert_eq!(e.to_string(), "mount failed");
+    }
 
     #[test]
     fn sizes() {

@@ -90,9 +90,11 @@ impl LoopControl {
 
     fn ioctl(&self, req: libc::c_ulong, n: u32) -> std::io::Result<()> {
         // SAFETY: LOOP_CTL_ADD and LOOP_CTL_REMOVE take the index as their
-        // integer argument and touch no memory of ours. (nix's ioctl macros
-        // generate the same unsafe call; neither nix nor rustix wraps these
-        // two requests.)
+        // integer argument and touch no memory of ours.
+        // Why no crate: neither nix nor rustix wraps these two requests (nix's
+        // ioctl macros generate this same unsafe call); `loopdev-3` has
+        // LOOP_CTL_ADD but no LOOP_CTL_REMOVE, and needs libclang to build
+        // (bindgen); `loopdev` is unmaintained since 2022.
         let r = unsafe { libc::ioctl(self.0.as_raw_fd(), req as _, n as libc::c_ulong) };
         if r < 0 {
             Err(std::io::Error::last_os_error())

@@ -7,6 +7,7 @@
 //! them.
 
 use std::fs::{File, OpenOptions};
+use std::io::Seek;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::time::Instant;
 
@@ -157,31 +158,26 @@ impl ProbeReport {
     }
 }
 
-/// A buffer aligned for O_DIRECT.
+/// O_DIRECT's alignment of buffers (the logical block size of every device
+/// this probes is at most a page).
+const DIRECT_ALIGN: usize = 4096;
+
+/// A zeroed buffer aligned for O_DIRECT: a Vec one alignment longer than
+/// needed, used from its first aligned byte on (no allocator calls of our own).
 struct Aligned {
-    ptr: *mut u8,
+    buf: Vec<u8>,
+    start: usize,
     len: usize,
 }
 
 impl Aligned {
     fn new(len: usize) -> Aligned {
-        let layout = std::alloc::Layout::from_size_align(len, 4096).expect("layout");
-        // SAFETY: non-zero size layout.
-        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
-        assert!(!ptr.is_null(), "allocation failed");
-        Aligned { ptr, len }
+        let buf = vec![0u8; len + DIRECT_ALIGN];
+        let start = buf.as_ptr().align_offset(DIRECT_ALIGN);
+        Aligned { buf, start, len }
     }
     fn as_mut(&mut self) -> &mut [u8] {
-        // SAFETY: ptr is valid for len bytes and uniquely borrowed.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
-    }
-}
-
-impl Drop for Aligned {
-    fn drop(&mut self) {
-        let layout = std::alloc::Layout::from_size_align(self.len, 4096).expect("layout");
-        // SAFETY: allocated with the same layout.
-        unsafe { std::alloc::dealloc(self.ptr, layout) }
+        &mut self.buf[self.start..self.start + self.len]
     }
 }
 
@@ -207,8 +203,12 @@ pub fn cpu_seconds(pid: u32) -> Option<f64> {
     let f: Vec<&str> = rest.split_whitespace().collect();
     // After the name: state(0) ppid(1) ... utime(11) stime(12).
     let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    use nix::unistd::{sysconf, SysconfVar};
+    let hz = sysconf(SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .unwrap_or(100)
+        .max(1) as f64;
     Some(ticks as f64 / hz)
 }
 
@@ -274,22 +274,10 @@ pub fn probe(dev: &str, o: &ProbeOptions) -> Result<ProbeReport> {
                 run_err(format!("opening {path} with O_DIRECT: {e}"))
             }
         })?;
-    let size = {
-        let mut size: u64 = 0;
-        // SAFETY: BLKGETSIZE64 writes a u64.
-        let r = unsafe {
-            libc::ioctl(
-                std::os::unix::io::AsRawFd::as_raw_fd(&f),
-                0x8008_1272, // BLKGETSIZE64
-                &mut size as *mut u64,
-            )
-        };
-        if r != 0 {
-            std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0)
-        } else {
-            size
-        }
-    };
+    // A block device's size is where a seek to its end lands (a file's, too).
+    let size = (&f)
+        .seek(std::io::SeekFrom::End(0))
+        .unwrap_or_else(|_| std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0));
     let chunk: u64 = 128 * 1024;
     let seq_bytes = (o.seq_bytes / chunk * chunk).clamp(chunk, size / chunk * chunk);
     if size < chunk * 2 {

@@ -14,7 +14,6 @@
 //! - [`make_data_disk`] makes a reproducible ext4 disk image file.
 
 use serde::{Deserialize, Serialize};
-use std::fmt;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -43,24 +42,17 @@ pub const INITRAMFS_FILE: &str = "initramfs.img";
 pub const MANIFEST_FILE: &str = "manifest.json";
 pub const DATA_DISK_FILE: &str = "data.img";
 
-/// A failure, split as the command line reports it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A failure, split as the command line reports it. Either shows as its
+/// message alone: the command line adds `tandem: `.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Error {
     /// Bad input (exit code 2).
+    #[error("{0}")]
     Usage(String),
     /// Something failed while running (exit code 1).
+    #[error("{0}")]
     Run(String),
 }
-
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Error::Usage(m) | Error::Run(m) => f.write_str(m),
-        }
-    }
-}
-
-impl std::error::Error for Error {}
 
 /// Shorthand.
 pub type Result<T> = std::result::Result<T, Error>;
@@ -577,6 +569,14 @@ fn gzip(data: &[u8]) -> Result<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn errors_show_their_message_alone() {
+        let e = Error::Usage("--size: not a size".into());
+        assert_eq!(e.to_string(), "--size: not a size");
+        let e: Box<dyn std::error::Error> = Box::new(Error::Run("mount failed".into()));
+        assert_eq!(e.to_string(), "mount failed");
+    }
 
     #[test]
     fn gzip_is_reproducible_and_carries_no_time() {

@@ -14,6 +14,11 @@ pub fn tandem(args: &[&str]) -> Output {
         .expect("run tandem")
 }
 
+/// Sends `sig` to process `pid` (one the test started).
+pub fn send_signal(pid: u32, sig: nix::sys::signal::Signal) -> nix::Result<()> {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), sig)
+}
+
 /// A scratch directory under the target directory, removed on drop.
 pub struct Scratch(pub PathBuf);
 
