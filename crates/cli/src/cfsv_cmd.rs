@@ -6,8 +6,8 @@ use std::io::Write as _;
 use clap::Args;
 use cpusched::cfsv::CfsvOptions;
 use cpusched::cfsv_study::published::{compare, Published};
-use cpusched::cfsv_study::{case_table, Case};
-use cpusched::{FairKind, MS};
+use cpusched::cfsv_study::{case_table, hosts_tried, Case};
+use cpusched::MS;
 
 use crate::Failure;
 
@@ -31,13 +31,7 @@ pub fn run(a: CfsvStudyArgs) -> Result<(), Failure> {
     let c = compare(CfsvOptions::default(), a.measure_ms * MS).map_err(Failure::Run)?;
     let mut text = c.table(&Published::shipped());
     if a.cells {
-        let hosts = [
-            FairKind::Cfs,
-            FairKind::CfsV(CfsvOptions::default()),
-            FairKind::CfsV(CfsvOptions::compensation_only()),
-            FairKind::CfsV(CfsvOptions::grain_only()),
-            FairKind::CfsV(CfsvOptions::without_partial_boost()),
-        ];
+        let hosts = hosts_tried();
         for case in [Case::Separate, Case::Mixed] {
             text.push('\n');
             text += &case_table(case, &hosts, a.measure_ms * MS).map_err(Failure::Run)?;

@@ -4,8 +4,8 @@
 
 use cpusched::cfsv::CfsvOptions;
 use cpusched::cfsv_study::published::{compare, Published};
-use cpusched::cfsv_study::{case_table, Case};
-use cpusched::{FairKind, MS};
+use cpusched::cfsv_study::{case_table, hosts_tried, Case};
+use cpusched::MS;
 
 fn main() {
     let ms: u64 = std::env::args()
@@ -15,13 +15,7 @@ fn main() {
             eprintln!("measure_ms must be a positive integer");
             std::process::exit(2)
         });
-    let hosts = [
-        FairKind::Cfs,
-        FairKind::CfsV(CfsvOptions::default()),
-        FairKind::CfsV(CfsvOptions::compensation_only()),
-        FairKind::CfsV(CfsvOptions::grain_only()),
-        FairKind::CfsV(CfsvOptions::without_partial_boost()),
-    ];
+    let hosts = hosts_tried();
     match compare(CfsvOptions::default(), ms * MS) {
         Ok(c) => println!("{}", c.table(&Published::shipped())),
         Err(e) => {

@@ -16,6 +16,7 @@ use policy::IoRole;
 use rand_core::{Rng as _, SeedableRng};
 use rand_xorshift::XorShiftRng;
 
+use crate::cfsv::CfsvOptions;
 use crate::class::TaskHint;
 use crate::model::{Completion, CompletionKind, CpuModel, KernelId};
 use crate::platform::{Platform, Preemption};
@@ -553,6 +554,18 @@ pub fn run(s: &StudySetup) -> Result<StudyResult, String> {
         hops_us: cell.hops.mean_us(),
         events: cell.m.events_processed(),
     })
+}
+
+/// The host schedulers the study's cells set side by side: plain CFS, CFS-v,
+/// and CFS-v with each of its rules alone or left out.
+pub fn hosts_tried() -> [FairKind; 5] {
+    [
+        FairKind::Cfs,
+        FairKind::CfsV(CfsvOptions::default()),
+        FairKind::CfsV(CfsvOptions::compensation_only()),
+        FairKind::CfsV(CfsvOptions::grain_only()),
+        FairKind::CfsV(CfsvOptions::without_partial_boost()),
+    ]
 }
 
 /// One case under each host scheduler, as a table.
