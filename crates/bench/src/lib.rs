@@ -214,6 +214,22 @@ fn progress(o: &Options, msg: &str) {
     }
 }
 
+/// The progress line of repetition `rep` of cell `ci` (of `ncells`), for
+/// native and VM cells alike.
+fn progress_repetition(o: &Options, ci: usize, ncells: usize, c: &Cell, rep: u32) {
+    progress(
+        o,
+        &format!(
+            "cell {}/{} [{}] repetition {}/{}",
+            ci + 1,
+            ncells,
+            c.key(),
+            rep + 1,
+            c.repetitions
+        ),
+    );
+}
+
 /// The sysfs directory of a block device's request queue, and of its stats.
 struct SysBlock {
     queue: PathBuf,
@@ -837,17 +853,7 @@ fn run_cells(
         } else {
             let mut runs = Vec::new();
             for rep in 0..c.repetitions {
-                progress(
-                    o,
-                    &format!(
-                        "cell {}/{} [{}] repetition {}/{}",
-                        ci + 1,
-                        cells.len(),
-                        c.key(),
-                        rep + 1,
-                        c.repetitions
-                    ),
-                );
+                progress_repetition(o, ci, cells.len(), c, rep);
                 let r = run_repetition(
                     o,
                     c,
@@ -1413,17 +1419,7 @@ fn run_vm_cell(
     let hostd = start_coordination(o, c, &mut guest, group.as_ref())?;
     let mut runs = Vec::new();
     for rep in 0..c.repetitions {
-        progress(
-            o,
-            &format!(
-                "cell {}/{} [{}] repetition {}/{}",
-                ci + 1,
-                ncells,
-                c.key(),
-                rep + 1,
-                c.repetitions
-            ),
-        );
+        progress_repetition(o, ci, ncells, c, rep);
         let before = hostd.as_ref().map(|h| h.metrics()).unwrap_or_default();
         let seed = experiment::splitmix64(c.seed ^ rep as u64);
         drop_caches()?;
