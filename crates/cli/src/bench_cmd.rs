@@ -34,18 +34,8 @@ pub enum BenchCommand {
 pub struct BenchRunArgs {
     /// Scenario file, or the name of an embedded scenario.
     scenario: String,
-    /// Output directory.
-    #[arg(long, default_value = "out")]
-    out: PathBuf,
-    /// Only run cells with KEY=VALUE (repeatable; repeated keys OR, different keys AND).
-    #[arg(long = "only", value_name = "KEY=VALUE")]
-    only: Vec<String>,
-    /// Accepted for the runners' common interface; cells share one device and run one at a time.
-    #[arg(long)]
-    jobs: Option<usize>,
-    /// No progress lines.
-    #[arg(long)]
-    quiet: bool,
+    #[command(flatten)]
+    runner: crate::RunnerArgs,
     /// A real block device (default: an emulated device of the scenario's preset).
     #[arg(long, value_name = "/dev/X")]
     device: Option<String>,
@@ -197,7 +187,7 @@ pub fn run(cmd: BenchCommand) -> Result<(), Failure> {
     match cmd {
         BenchCommand::Run(a) => {
             let scenario = load(&a.scenario, a.app_cmd.as_deref())?;
-            let filter = Filter::parse(&a.only).map_err(Failure::Usage)?;
+            let filter = Filter::parse(&a.runner.only).map_err(Failure::Usage)?;
             let all = scenario.cells();
             filter.check(&all).map_err(Failure::Usage)?;
             let mut cells: Vec<Cell> = filter.apply(&all);
@@ -215,7 +205,7 @@ pub fn run(cmd: BenchCommand) -> Result<(), Failure> {
                     "--file-mib 0: files need at least 1 MiB".into(),
                 ));
             }
-            if a.jobs.is_some_and(|j| j > 1) && !a.quiet {
+            if a.runner.jobs.is_some_and(|j| j > 1) && !a.runner.quiet {
                 eprintln!("tandem: the real runner runs cells one at a time on one device (--jobs ignored)");
             }
             let exe = std::env::current_exe()
@@ -242,7 +232,7 @@ pub fn run(cmd: BenchCommand) -> Result<(), Failure> {
                 force: a.force,
                 settle_s: a.settle_s,
                 pause_s: a.pause_s,
-                quiet: a.quiet,
+                quiet: a.runner.quiet,
                 exe,
                 vm: bench::VmOptions {
                     image: a.vm_image,
@@ -276,18 +266,18 @@ pub fn run(cmd: BenchCommand) -> Result<(), Failure> {
                         }
                         None => None,
                     },
-                    logs: Some(a.out.clone()),
+                    logs: Some(a.runner.out.clone()),
                 },
             };
             let started = std::time::Instant::now();
-            let results = bench::run(&o, &a.out).map_err(fail)?;
-            let table = std::fs::read_to_string(a.out.join("table.txt")).unwrap_or_default();
+            let results = bench::run(&o, &a.runner.out).map_err(fail)?;
+            let table = std::fs::read_to_string(a.runner.out.join("table.txt")).unwrap_or_default();
             print!("{table}");
             eprintln!(
                 "tandem: {} cells in {:.1} s; results in {}",
                 results.len(),
                 started.elapsed().as_secs_f64(),
-                a.out.display()
+                a.runner.out.display()
             );
             Ok(())
         }

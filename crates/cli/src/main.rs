@@ -2,6 +2,7 @@
 
 use clap::{Args, Parser, Subcommand};
 use experiment::Scenario;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 mod agent_cmd;
@@ -66,6 +67,25 @@ struct Cli {
     /// How diagnostics on stderr are written: text lines or one JSON object a line. RUST_LOG filters them (default: info).
     #[arg(long, global = true, value_enum, default_value = "text")]
     log_format: logging::LogFormat,
+}
+
+/// What every runner takes besides its scenario (the DESIGN contract: `--out`,
+/// `--only`, `--jobs`, `--quiet`), flattened into `sim run` and `bench run`.
+#[derive(Args, Clone)]
+pub struct RunnerArgs {
+    /// Output directory.
+    #[arg(long, default_value = "out")]
+    pub out: PathBuf,
+    /// Only run cells with KEY=VALUE (repeatable; repeated keys OR, different keys AND).
+    #[arg(long = "only", value_name = "KEY=VALUE")]
+    pub only: Vec<String>,
+    /// Repetitions run in parallel (default: the number of cores); the real
+    /// runner accepts it and runs cells one at a time, since they share one device.
+    #[arg(long)]
+    pub jobs: Option<usize>,
+    /// No progress bar or progress lines.
+    #[arg(long)]
+    pub quiet: bool,
 }
 
 // The command enums are built once per process from the command line: the

@@ -27,18 +27,8 @@ const FALLBACK_MEMORY_LIMIT: u64 = 4_000_000_000;
 pub struct RunArgs {
     /// Scenario file, or the name of an embedded scenario (default: native-hdd).
     scenario: Option<String>,
-    /// Output directory.
-    #[arg(long, default_value = "out")]
-    out: PathBuf,
-    /// Only run cells with KEY=VALUE (repeatable; repeated keys OR, different keys AND).
-    #[arg(long = "only", value_name = "KEY=VALUE")]
-    only: Vec<String>,
-    /// Cells run in parallel (default: the number of cores).
-    #[arg(long)]
-    jobs: Option<usize>,
-    /// No progress bar.
-    #[arg(long)]
-    quiet: bool,
+    #[command(flatten)]
+    runner: crate::RunnerArgs,
     /// Print the cells, the runs and the estimated time and memory (measured on a
     /// few calibration runs), and write nothing.
     #[arg(long)]
@@ -367,7 +357,7 @@ pub fn sim_run(a: RunArgs) -> Result<(), Failure> {
     let opts = knobs_to_opts(&a.knobs)?;
     let limits = limits(&a)?;
     let scenario = load_scenario(a.scenario.as_deref())?;
-    let filter = Filter::parse(&a.only).map_err(Failure::Usage)?;
+    let filter = Filter::parse(&a.runner.only).map_err(Failure::Usage)?;
     let all = scenario.cells();
     filter.check(&all).map_err(Failure::Usage)?;
     let cells: Vec<Cell> = filter.apply(&all);
@@ -375,10 +365,12 @@ pub fn sim_run(a: RunArgs) -> Result<(), Failure> {
         return Err(Failure::Usage("no cell matches the --only filters".into()));
     }
     if !a.dry_run {
-        experiment::prepare_out_dir(&a.out).map_err(|e| Failure::Usage(format!("--out: {e}")))?;
+        experiment::prepare_out_dir(&a.runner.out)
+            .map_err(|e| Failure::Usage(format!("--out: {e}")))?;
     }
     let runs: u64 = cells.iter().map(|c| u64::from(c.repetitions)).sum();
     let jobs = a
+        .runner
         .jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
         .max(1)
@@ -416,14 +408,14 @@ pub fn sim_run(a: RunArgs) -> Result<(), Failure> {
             over.join("; ")
         )));
     }
-    if !a.quiet && std::io::stderr().is_terminal() {
+    if !a.runner.quiet && std::io::stderr().is_terminal() {
         pb.set_draw_target(ProgressDrawTarget::stderr());
     }
     let planned = crate::sim_pool::planned(&cells);
-    let writer = IncrementalWriter::create(&a.out, meta, provenance, &planned)
-        .map_err(|e| Failure::Run(format!("writing {}: {e}", a.out.display())))?;
+    let writer = IncrementalWriter::create(&a.runner.out, meta, provenance, &planned)
+        .map_err(|e| Failure::Run(format!("writing {}: {e}", a.runner.out.display())))?;
     pool.go(writer)
-        .map_err(|e| Failure::Run(format!("writing {}: {e}", a.out.display())))?;
+        .map_err(|e| Failure::Run(format!("writing {}: {e}", a.runner.out.display())))?;
     let (writer, error, hists) = pool.join();
     pb.finish_and_clear();
     let signal = signals.received();
@@ -434,19 +426,22 @@ pub fn sim_run(a: RunArgs) -> Result<(), Failure> {
                 .map(|(name, _)| name)
                 .or(error.as_ref().map(|_| "error")),
         )
-        .map_err(|e| Failure::Run(format!("writing {}: {e}", a.out.display())))?;
+        .map_err(|e| Failure::Run(format!("writing {}: {e}", a.runner.out.display())))?;
     let mut written = written;
     // cyclictest's histograms, one per latency cell, in its -h format.
     for (i, h) in &hists {
-        let path = a.out.join(sim::cpu_bench::histogram_file_name(&cells[*i]));
+        let path = a
+            .runner
+            .out
+            .join(sim::cpu_bench::histogram_file_name(&cells[*i]));
         std::fs::write(&path, h.to_cyclictest_text())
             .map_err(|e| Failure::Run(format!("writing {}: {e}", path.display())))?;
         written.push(path);
     }
     let pairs: Vec<_> = hists.iter().map(|(i, h)| (&cells[*i], h)).collect();
     written.extend(
-        sim::cpu_bench::write_histogram_plots(&a.out, &pairs)
-            .map_err(|e| Failure::Run(format!("writing {}: {e}", a.out.display())))?,
+        sim::cpu_bench::write_histogram_plots(&a.runner.out, &pairs)
+            .map_err(|e| Failure::Run(format!("writing {}: {e}", a.runner.out.display())))?,
     );
     if let Some(e) = error {
         return Err(Failure::Run(e));
@@ -457,12 +452,12 @@ pub fn sim_run(a: RunArgs) -> Result<(), Failure> {
              (results.json says the run is incomplete)",
             results.len(),
             cells.len(),
-            a.out.display()
+            a.runner.out.display()
         );
         return Err(Failure::Interrupted(code));
     }
     warn_overlapping(&results);
-    let table = std::fs::read_to_string(a.out.join("table.txt")).unwrap_or_default();
+    let table = std::fs::read_to_string(a.runner.out.join("table.txt")).unwrap_or_default();
     print!("{table}");
     eprintln!(
         "tandem: {} cells, {} runs in {:.1} s; {} files in {}",
@@ -470,7 +465,7 @@ pub fn sim_run(a: RunArgs) -> Result<(), Failure> {
         runs,
         started.elapsed().as_secs_f64(),
         written.len(),
-        a.out.display()
+        a.runner.out.display()
     );
     Ok(())
 }
@@ -550,7 +545,7 @@ fn run_meta(a: &RunArgs, opts: &sim::bench::SimOptions, scenario: &Scenario) -> 
         Ok(serde_json::Value::Object(m)) => m,
         _ => serde_json::Map::new(),
     };
-    options.insert("only".into(), a.only.clone().into());
+    options.insert("only".into(), a.runner.only.clone().into());
     extra.insert(experiment::OPTIONS_KEY.into(), options.into());
     let p = &opts.coord.policy;
     let policy = serde_json::json!({
