@@ -75,6 +75,7 @@ pub(crate) fn pct(v: &mut [f64], p: f64) -> f64 {
     v[((v.len() as f64 * p).ceil() as usize).clamp(1, v.len()) - 1]
 }
 
+#[allow(clippy::too_many_lines)] // TODO(issue 24): split
 pub fn bench_latency(o: &LatencyOptions) -> Result<String> {
     if !crate::is_root() {
         return Err(err(

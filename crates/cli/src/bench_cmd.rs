@@ -183,6 +183,7 @@ fn load(arg: &str, app_cmd: Option<&str>) -> Result<Scenario, Failure> {
     Ok(s)
 }
 
+#[allow(clippy::too_many_lines)] // TODO(issue 24): split
 pub fn run(cmd: BenchCommand) -> Result<(), Failure> {
     match cmd {
         BenchCommand::Run(a) => {

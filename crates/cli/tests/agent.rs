@@ -847,6 +847,7 @@ fn thread_prios(pid: u32) -> Vec<(u32, u32)> {
 
 #[test]
 #[ignore = "needs root, /dev/fuse and loop devices: an emulated disk"]
+#[allow(clippy::too_many_lines)] // a test that reads top to bottom
 fn hostd_speeds_up_a_vm_burst_under_5_sequential_readers() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     assert!(devemu::is_root(), "needs root");

@@ -603,6 +603,7 @@ fn check_app(app: &str, explicit: bool, accepted: &Accepted) -> Result<(), Scena
     Ok(())
 }
 
+#[allow(clippy::too_many_lines)] // TODO(issue 24): split
 fn parse_scenario(
     text: &str,
     accepted: &Accepted,
@@ -950,6 +951,7 @@ fn cell_count(m: &Matrix) -> u64 {
     .fold(guest, |acc, &n| acc.saturating_mul(n as u64))
 }
 
+#[allow(clippy::too_many_lines)] // TODO(issue 24): split
 fn parse_matrix(t: &toml::Table, accepted: &Accepted) -> Result<Matrix, ScenarioError> {
     for k in t.keys() {
         if !MATRIX_KEYS.contains(&k.as_str()) {

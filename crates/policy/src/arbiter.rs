@@ -243,6 +243,7 @@ impl Arbiter {
     /// budget, and shares the slots among the VMs that want help. Returns the
     /// changes since the last call: unboosts first, then boosts, each in VM id
     /// order.
+    #[allow(clippy::too_many_lines)] // TODO(issue 24): split
     pub fn update(&mut self, now: Nanos) -> Vec<BoostChange> {
         let now = self.observe_time(now);
         self.charge(now);

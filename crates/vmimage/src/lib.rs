@@ -178,6 +178,7 @@ fn run_err(m: impl Into<String>) -> Error {
 }
 
 /// Build the image described by `o` (see the crate documentation).
+#[allow(clippy::too_many_lines)] // TODO(issue 24): split
 pub fn build(o: &ImageOptions) -> Result<Image> {
     // Bad input is refused before anything is fetched.
     exe::check(&o.tandem_exe)?;
