@@ -213,37 +213,93 @@ const INITIAL_LEAD_NS: Nanos = 50_000;
 /// Lateness beyond this is not learnt (a preempted thread, not the timer).
 const MAX_LEAD_NS: Nanos = 500_000;
 
-fn run(mut dev: Device, epoch: Instant, rx: Receiver<Job>, stats: Arc<Stats>) {
+fn run(dev: Device, epoch: Instant, rx: Receiver<Job>, stats: Arc<Stats>) {
     tight_timer_slack();
-    let clock = || epoch.elapsed().as_nanos() as Nanos;
-    // Completions by tag; tags are issued in order and slots reused.
-    let mut pending: Vec<Option<(Completion, u64)>> = Vec::new();
-    let mut free: Vec<usize> = Vec::new();
-    let mut host_queue: VecDeque<Job> = VecDeque::new();
-    let mut last: Nanos = 0;
-    let mut open = true;
-    let mut lead: Nanos = INITIAL_LEAD_NS;
-    let mut lead_acc: Nanos = INITIAL_LEAD_NS * 8;
-    // Calibration requests: (completion time, reply), kept in completion
-    // order (small and large requests have different delays).
-    let mut fixed: VecDeque<(Nanos, Completion)> = VecDeque::new();
+    let mut l = EngineLoop::new(dev, epoch, rx, stats);
     loop {
-        // Move waiting requests onto the device while it has free slots.
-        while dev.can_accept() {
-            let Some(job) = host_queue.pop_front() else {
+        l.submit_waiting();
+        let next = l.next_due();
+        let Some((incoming, timed_out_for)) = l.wait(next) else {
+            break;
+        };
+        if let Some(job) = incoming {
+            l.take(job);
+            // Drain whatever else has arrived, so that simultaneous arrivals
+            // reach the device together.
+            while let Ok(j) = l.rx.try_recv() {
+                l.take(j);
+            }
+            // Start them at their arrival times first, then collect what has
+            // completed meanwhile.
+            continue;
+        }
+        l.complete_due(next, timed_out_for);
+    }
+}
+
+/// The engine thread's state: the model, the requests waiting for it and
+/// those it serves, and the learnt timer lateness.
+struct EngineLoop {
+    dev: Device,
+    epoch: Instant,
+    rx: Receiver<Job>,
+    stats: Arc<Stats>,
+    /// Completions by tag; tags are issued in order and slots reused.
+    pending: Vec<Option<(Completion, u64)>>,
+    free: Vec<usize>,
+    /// Requests beyond the device's queue depth, in arrival order.
+    host_queue: VecDeque<Job>,
+    /// The model's clock: submissions and completions never go back in time.
+    last: Nanos,
+    /// Whether jobs may still arrive.
+    open: bool,
+    /// How early the thread wakes before a completion, and its average x 8.
+    lead: Nanos,
+    lead_acc: Nanos,
+    /// Calibration requests: (completion time, reply), kept in completion
+    /// order (small and large requests have different delays).
+    fixed: VecDeque<(Nanos, Completion)>,
+}
+
+impl EngineLoop {
+    fn new(dev: Device, epoch: Instant, rx: Receiver<Job>, stats: Arc<Stats>) -> EngineLoop {
+        EngineLoop {
+            dev,
+            epoch,
+            rx,
+            stats,
+            pending: Vec::new(),
+            free: Vec::new(),
+            host_queue: VecDeque::new(),
+            last: 0,
+            open: true,
+            lead: INITIAL_LEAD_NS,
+            lead_acc: INITIAL_LEAD_NS * 8,
+            fixed: VecDeque::new(),
+        }
+    }
+
+    fn clock(&self) -> Nanos {
+        self.epoch.elapsed().as_nanos() as Nanos
+    }
+
+    /// Move waiting requests onto the device while it has free slots.
+    fn submit_waiting(&mut self) {
+        while self.dev.can_accept() {
+            let Some(job) = self.host_queue.pop_front() else {
                 break;
             };
-            let at = job.arrival.max(last);
-            last = at;
-            let slot = match free.pop() {
+            let at = job.arrival.max(self.last);
+            self.last = at;
+            let slot = match self.free.pop() {
                 Some(s) => s,
                 None => {
-                    pending.push(None);
-                    pending.len() - 1
+                    self.pending.push(None);
+                    self.pending.len() - 1
                 }
             };
-            pending[slot] = Some((job.done, job.req.bytes()));
-            dev.submit(at, slot as u64, job.req);
+            self.pending[slot] = Some((job.done, job.req.bytes()));
+            self.dev.submit(at, slot as u64, job.req);
             // Each request's way through the model: RUST_LOG=devemu=trace
             // on the daemon (its serve.log).
             tracing::trace!(
@@ -252,41 +308,50 @@ fn run(mut dev: Device, epoch: Instant, rx: Receiver<Job>, stats: Arc<Stats>) {
                 at,
                 sector = job.req.sector,
                 sectors = job.req.sectors,
-                next = ?dev.next_completion(),
+                next = ?self.dev.next_completion(),
                 "submit"
             );
         }
-        // Wait for the next completion or the next arrival. The thread wakes
-        // `lead` early: the lateness of its recent wake-ups, learnt as it runs,
-        // so that replies leave close to the modelled completion time.
-        let next = match (dev.next_completion(), fixed.front()) {
+    }
+
+    /// The next completion, of the model or of a calibration request.
+    fn next_due(&self) -> Option<Nanos> {
+        match (self.dev.next_completion(), self.fixed.front()) {
             (Some(a), Some(&(b, _))) => Some(a.min(b)),
             (a, b) => a.or(b.map(|f| f.0)),
-        };
+        }
+    }
+
+    /// Wait for the next completion (`next`) or the next arrival. The thread
+    /// wakes `lead` early: the lateness of its recent wake-ups, learnt as it
+    /// runs, so that replies leave close to the modelled completion time.
+    /// Returns the job that arrived, if any, and the wake-up target when the
+    /// wait timed out; `None` when nothing is left to do.
+    fn wait(&mut self, next: Option<Nanos>) -> Option<(Option<Job>, Option<Nanos>)> {
         let mut timed_out_for = None;
         let incoming = match next {
-            None if !open => break,
-            None => match rx.recv() {
+            None if !self.open => return None,
+            None => match self.rx.recv() {
                 Ok(j) => Some(j),
                 Err(_) => {
-                    open = false;
+                    self.open = false;
                     None
                 }
             },
             Some(t) => {
-                let now = clock();
-                let target = t.saturating_sub(lead);
+                let now = self.clock();
+                let target = t.saturating_sub(self.lead);
                 if target <= now {
                     None
-                } else if open {
-                    match rx.recv_timeout(Duration::from_nanos(target - now)) {
+                } else if self.open {
+                    match self.rx.recv_timeout(Duration::from_nanos(target - now)) {
                         Ok(j) => Some(j),
                         Err(RecvTimeoutError::Timeout) => {
                             timed_out_for = Some(target);
                             None
                         }
                         Err(RecvTimeoutError::Disconnected) => {
-                            open = false;
+                            self.open = false;
                             None
                         }
                     }
@@ -296,53 +361,52 @@ fn run(mut dev: Device, epoch: Instant, rx: Receiver<Job>, stats: Arc<Stats>) {
                 }
             }
         };
-        if let Some(job) = incoming {
-            let mut take = |j: Job| match j.fixed_ns {
-                Some(d) => {
-                    let at = j.arrival + d;
-                    let pos = fixed.partition_point(|&(t, _)| t <= at);
-                    fixed.insert(pos, (at, j.done));
-                }
-                None => host_queue.push_back(j),
-            };
-            take(job);
-            // Drain whatever else has arrived, so that simultaneous arrivals
-            // reach the device together.
-            while let Ok(j) = rx.try_recv() {
-                take(j);
+        Some((incoming, timed_out_for))
+    }
+
+    /// A request that arrived: a calibration request waits for its fixed
+    /// completion time, any other for the device.
+    fn take(&mut self, j: Job) {
+        match j.fixed_ns {
+            Some(d) => {
+                let at = j.arrival + d;
+                let pos = self.fixed.partition_point(|&(t, _)| t <= at);
+                self.fixed.insert(pos, (at, j.done));
             }
-            // Start them at their arrival times first, then collect what has
-            // completed meanwhile.
-            continue;
+            None => self.host_queue.push_back(j),
         }
-        let mut now = clock();
+    }
+
+    /// Answer every request whose completion time has come.
+    fn complete_due(&mut self, next: Option<Nanos>, timed_out_for: Option<Nanos>) {
+        let mut now = self.clock();
         if let Some(target) = timed_out_for {
             // Learn the wake-up lateness (exponential average, 1/8 weight).
             let late = now.saturating_sub(target).min(MAX_LEAD_NS);
-            lead_acc = lead_acc - lead_acc / 8 + late;
-            lead = lead_acc / 8;
+            self.lead_acc = self.lead_acc - self.lead_acc / 8 + late;
+            self.lead = self.lead_acc / 8;
         }
         // Within `lead` of the next completion counts as reaching it.
         if let Some(t) = next {
-            if now < t && now + lead >= t {
+            if now < t && now + self.lead >= t {
                 now = t;
             }
         }
-        while fixed.front().is_some_and(|f| f.0 <= now) {
-            let (_, done) = fixed.pop_front().expect("front");
+        while self.fixed.front().is_some_and(|f| f.0 <= now) {
+            let (_, done) = self.fixed.pop_front().expect("front");
             done();
         }
-        let now = now.max(last);
-        last = now;
-        while let Some(tag) = dev.pop_completed(now) {
+        let now = now.max(self.last);
+        self.last = now;
+        while let Some(tag) = self.dev.pop_completed(now) {
             let slot = tag as usize;
-            tracing::trace!(slot, at = now, wall = clock(), "done");
-            if let Some((done, bytes)) = pending[slot].take() {
-                stats.requests.fetch_add(1, Ordering::Relaxed);
-                stats.bytes.fetch_add(bytes, Ordering::Relaxed);
+            tracing::trace!(slot, at = now, wall = self.clock(), "done");
+            if let Some((done, bytes)) = self.pending[slot].take() {
+                self.stats.requests.fetch_add(1, Ordering::Relaxed);
+                self.stats.bytes.fetch_add(bytes, Ordering::Relaxed);
                 done();
             }
-            free.push(slot);
+            self.free.push(slot);
         }
     }
 }

@@ -178,35 +178,8 @@ fn run_err(m: impl Into<String>) -> Error {
 }
 
 /// Build the image described by `o` (see the crate documentation).
-#[allow(clippy::too_many_lines)] // TODO(issue 24): split
 pub fn build(o: &ImageOptions) -> Result<Image> {
-    // Bad input is refused before anything is fetched.
-    exe::check(&o.tandem_exe)?;
-    packages::check_name(&o.kernel_package)?;
-    if let Some(b) = o.data_disk_bytes {
-        disk::check_size(b)?;
-    }
-    if o.out.exists() && !o.out.is_dir() {
-        return Err(Error::Usage(format!(
-            "output {}: exists and is not a directory",
-            o.out.display()
-        )));
-    }
-    std::fs::create_dir_all(&o.out)
-        .map_err(|e| run_err(format!("creating {}: {e}", o.out.display())))?;
-    // Until the new manifest is written, the directory holds no image that
-    // `open` would accept.
-    let manifest_path = o.out.join(MANIFEST_FILE);
-    match std::fs::remove_file(&manifest_path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => {
-            return Err(run_err(format!(
-                "removing {}: {e}",
-                manifest_path.display()
-            )))
-        }
-    }
+    let manifest_path = prepare_output(o)?;
 
     let work = util::TempDir::new("tandem-vmimage")?;
     let own_cache;
@@ -297,58 +270,23 @@ pub fn build(o: &ImageOptions) -> Result<Image> {
     };
 
     // 5. The manifest, last: its presence means the image is complete.
-    let record = |p: &packages::Package| PackageRecord {
-        name: p.name.clone(),
-        version: p.version.clone(),
-        architecture: p.architecture.clone(),
-        sha256: p.sha256.clone(),
-    };
     let manifest = Manifest {
         format: MANIFEST_FORMAT,
         kernel_version: version.clone(),
         kernel_cmdline: KERNEL_CMDLINE.into(),
         kernel_package_requested: o.kernel_package.clone(),
-        packages: vec![record(&kpkg), record(&bpkg)],
-        modules: plan
-            .modules
-            .iter()
-            .map(|m| ModuleRecord {
-                name: m.name.clone(),
-                path: m.path.clone(),
-                optional: m.optional,
-                sha256: util::sha256_hex(&m.data),
-            })
-            .collect(),
+        packages: vec![package_record(&kpkg), package_record(&bpkg)],
+        modules: module_records(&plan),
         optional_modules_left_out: plan
             .left_out
             .iter()
             .map(|(m, why)| format!("{m}: {why}"))
             .collect(),
         files: vec![
-            FileRecord {
-                name: KERNEL_FILE.into(),
-                bytes: kernel_bytes.len() as u64,
-                sha256: util::sha256_hex(&kernel_bytes),
-            },
-            FileRecord {
-                name: INITRAMFS_FILE.into(),
-                bytes: initramfs_bytes.len() as u64,
-                sha256: util::sha256_hex(&initramfs_bytes),
-            },
+            file_record(KERNEL_FILE, &kernel_bytes),
+            file_record(INITRAMFS_FILE, &initramfs_bytes),
         ],
-        tandem: TandemRecord {
-            sha256: util::sha256_file(&o.tandem_exe)?,
-            guest_sha256: util::sha256_hex(&guest_exe.stripped),
-            libraries: guest_exe
-                .libraries
-                .iter()
-                .map(|(p, d)| FileRecord {
-                    name: p.to_string_lossy().into_owned(),
-                    bytes: d.len() as u64,
-                    sha256: util::sha256_hex(d),
-                })
-                .collect(),
-        },
+        tandem: tandem_record(&o.tandem_exe, &guest_exe)?,
         data_disk: o.data_disk_bytes.map(|bytes| DataDiskRecord {
             file: DATA_DISK_FILE.into(),
             bytes,
@@ -365,6 +303,81 @@ pub fn build(o: &ImageOptions) -> Result<Image> {
         kernel_version: version,
         data_disk,
         manifest: manifest_path,
+    })
+}
+
+/// Refuses bad options before anything is fetched, creates the output
+/// directory and removes an old manifest from it, so that until the new one
+/// is written the directory holds no image that `open` would accept. Returns
+/// the manifest's path.
+fn prepare_output(o: &ImageOptions) -> Result<PathBuf> {
+    exe::check(&o.tandem_exe)?;
+    packages::check_name(&o.kernel_package)?;
+    if let Some(b) = o.data_disk_bytes {
+        disk::check_size(b)?;
+    }
+    if o.out.exists() && !o.out.is_dir() {
+        return Err(Error::Usage(format!(
+            "output {}: exists and is not a directory",
+            o.out.display()
+        )));
+    }
+    std::fs::create_dir_all(&o.out)
+        .map_err(|e| run_err(format!("creating {}: {e}", o.out.display())))?;
+    let manifest_path = o.out.join(MANIFEST_FILE);
+    match std::fs::remove_file(&manifest_path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => {
+            return Err(run_err(format!(
+                "removing {}: {e}",
+                manifest_path.display()
+            )))
+        }
+    }
+    Ok(manifest_path)
+}
+
+fn package_record(p: &packages::Package) -> PackageRecord {
+    PackageRecord {
+        name: p.name.clone(),
+        version: p.version.clone(),
+        architecture: p.architecture.clone(),
+        sha256: p.sha256.clone(),
+    }
+}
+
+fn module_records(plan: &modules::Plan) -> Vec<ModuleRecord> {
+    plan.modules
+        .iter()
+        .map(|m| ModuleRecord {
+            name: m.name.clone(),
+            path: m.path.clone(),
+            optional: m.optional,
+            sha256: util::sha256_hex(&m.data),
+        })
+        .collect()
+}
+
+fn file_record(name: &str, data: &[u8]) -> FileRecord {
+    FileRecord {
+        name: name.into(),
+        bytes: data.len() as u64,
+        sha256: util::sha256_hex(data),
+    }
+}
+
+/// The tandem binary given (`exe`), the one put in the guest and its
+/// libraries.
+fn tandem_record(exe: &Path, guest_exe: &exe::GuestExe) -> Result<TandemRecord> {
+    Ok(TandemRecord {
+        sha256: util::sha256_file(exe)?,
+        guest_sha256: util::sha256_hex(&guest_exe.stripped),
+        libraries: guest_exe
+            .libraries
+            .iter()
+            .map(|(p, d)| file_record(&p.to_string_lossy(), d))
+            .collect(),
     })
 }
 
