@@ -193,9 +193,9 @@ pub fn knobs_to_opts(k: &SimKnobs) -> Result<sim::bench::SimOptions, Failure> {
     opts.vm.lagging_ticks = !k.guest_exact_ticks;
     opts.vm.aio = aio;
     opts.vm.virtqueue_depth = k.virtqueue_depth;
-    opts.sched_cfg.bfq_version = sim::sched::BfqVersion::parse(&k.host_bfq)
+    opts.sched_cfg.bfq_version = sim::iosched::BfqVersion::parse(&k.host_bfq)
         .map_err(|e| Failure::Usage(format!("--host-bfq: {e}")))?;
-    opts.vm.sched_cfg.bfq_version = sim::sched::BfqVersion::parse(&k.guest_bfq)
+    opts.vm.sched_cfg.bfq_version = sim::iosched::BfqVersion::parse(&k.guest_bfq)
         .map_err(|e| Failure::Usage(format!("--guest-bfq: {e}")))?;
     opts.vm.sync_writes_async = !k.guest_sync_writes_sync;
     opts.coord.channel = sim::coord::Channel::parse(&k.channel)

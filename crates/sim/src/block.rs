@@ -4,7 +4,7 @@
 //! commands in flight.
 
 use crate::request::{BioOwner, IoContext, Pid, Request, RequestTable, RqId};
-use crate::sched::{Cgroups, HostBoost, IoScheduler, MergeKind, SchedCtx, TickSource};
+use crate::iosched::{Cgroups, HostBoost, IoScheduler, MergeKind, SchedCtx, TickSource};
 use crate::virtio::Virtqueue;
 use devmodel::{Device, Direction, IoRequest, Nanos};
 use rustc_hash::FxHashMap as HashMap;

@@ -19,7 +19,7 @@
 //! whatever its elevator says; the budgets are what keep it in check.
 
 use crate::request::{IoPrio, IoPrioClass};
-use crate::sched::HostBoost;
+use crate::iosched::HostBoost;
 use devmodel::Nanos;
 use policy::PolicyConfig;
 

@@ -1,7 +1,7 @@
 //! tandem's deterministic simulator of storage I/O scheduling.
 //!
 //! Layers, bottom up: [`engine`] (event queue and RNG), the device models of
-//! the `devmodel` crate, [`block`] (requests, merging, dispatch), [`sched`]
+//! the `devmodel` crate, [`block`] (requests, merging, dispatch), [`iosched`]
 //! (the elevators), [`fs`] (file placement and page cache), [`system`] (a
 //! machine with its processes) and [`bench`] (the S-suite benchmarks run on
 //! a simulated machine).
@@ -12,9 +12,13 @@ pub mod coord;
 pub mod cpu_bench;
 pub mod engine;
 pub mod fs;
+pub mod iosched;
 pub mod request;
-pub mod sched;
 pub mod system;
 pub mod virtio;
 pub mod vm;
 pub mod workload;
+
+/// The I/O schedulers' old path, kept so that code written against
+/// `sim::sched` keeps compiling; new code says [`iosched`].
+pub use iosched as sched;

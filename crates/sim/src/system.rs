@@ -10,7 +10,7 @@ use crate::coord::{CoordConfig, CoordStats, Coordination};
 use crate::engine::{EventQueue, Rng};
 use crate::fs::{FileId, Layout, PageSet, Piece, PAGE, PAGE_SECTORS};
 use crate::request::{BioOwner, CgroupId, IoContext, IoPrio, Pid};
-use crate::sched::{self, Cgroups, SchedConfig, TickSource, MSEC, SEC};
+use crate::iosched::{self, Cgroups, SchedConfig, TickSource, MSEC, SEC};
 use crate::virtio::Virtqueue;
 use crate::vm::{
     Aio, VmConfig, COPY_NS_PER_BYTE, IRQ_INJECT_NS, THREAD_POOL_IDLE_NS, THREAD_POOL_MAX,
@@ -36,7 +36,7 @@ pub struct MachineConfig {
     /// HDD parameters set over the preset's, in order
     /// (`devmodel::preset_with_hdd_params`; flash presets ignore them).
     pub hdd_params: Vec<(String, f64)>,
-    /// Elevator name (see `sched::SCHEDULERS`).
+    /// Elevator name (see `iosched::SCHEDULERS`).
     pub sched: String,
     pub sched_cfg: SchedConfig,
     /// Memory size, which sets the dirty-page thresholds. 2 GiB is the
@@ -361,7 +361,7 @@ impl Machine {
             .max(1);
         let capacity_bytes = model.info().capacity_sectors * 512;
         let device = Device::new(model, depth);
-        let sched = sched::by_name(&cfg.sched, &cfg.sched_cfg)?;
+        let sched = iosched::by_name(&cfg.sched, &cfg.sched_cfg)?;
         let ticks = TickSource::new(cfg.sched_cfg.hz);
         let block = BlockLayer::new(sched, Backend::Disk(device), Cgroups::new(), ticks);
         Ok(Machine {
@@ -448,7 +448,7 @@ impl Machine {
         cfg: &VmConfig,
         image_path: &str,
     ) -> Result<(KernelId, usize), String> {
-        let sched = sched::by_name(&cfg.sched, &cfg.sched_cfg)?;
+        let sched = iosched::by_name(&cfg.sched, &cfg.sched_cfg)?;
         let ticks = TickSource::new(cfg.sched_cfg.hz);
         let backend = Backend::Virtio(Virtqueue::new(cfg.virtqueue_depth));
         let block = BlockLayer::new(sched, backend, Cgroups::new(), ticks);

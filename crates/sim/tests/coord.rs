@@ -7,7 +7,7 @@ use experiment::{Cell, Scenario};
 use sim::bench::{accepted, guest_defaults, run_startup, run_throughput, SimOptions};
 use sim::coord::{CoordConfig, Coordination, BOOST_IOPRIO};
 use sim::request::IoPrio;
-use sim::sched::BfqVersion;
+use sim::iosched::BfqVersion;
 use sim::system::{secs, Machine, MachineConfig};
 use sim::vm::{Aio, VmConfig};
 

@@ -5,7 +5,7 @@
 use experiment::{Accepted, Scenario};
 use sim::bench::{accepted, guest_defaults, run_startup, run_throughput, SimOptions};
 use sim::request::IoPrio;
-use sim::sched::BfqVersion;
+use sim::iosched::BfqVersion;
 use sim::system::{secs, Machine, MachineConfig, HOST};
 use sim::vm::{Aio, VmConfig, THREAD_POOL_MAX};
 
