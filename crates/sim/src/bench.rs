@@ -7,8 +7,8 @@
 use crate::coord::{CoordConfig, Coordination};
 use crate::engine::Rng;
 use crate::fs::FileId;
-use crate::request::IoPrio;
 use crate::iosched::{BfqVersion, SchedConfig};
+use crate::request::IoPrio;
 use crate::system::{secs, to_secs, KernelId, Machine, MachineConfig, HOST, WORKLOAD_FILE_BYTES};
 use crate::vm::VmConfig;
 use crate::workload::{self, AppTrace};
@@ -65,7 +65,7 @@ impl Default for SimOptions {
 /// (see `iosched::BfqVersion`), and a `sync` whose writes are async.
 pub fn guest_defaults() -> VmConfig {
     let mut vm = VmConfig::default();
-    vm.sched_cfg.bfq_version = BfqVersion::V7r2;
+    vm.sched_cfg.bfq.version = BfqVersion::V7r2;
     vm.sync_writes_async = true;
     vm
 }

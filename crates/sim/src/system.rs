@@ -9,8 +9,8 @@ use crate::block::{Backend, Bio, BlockLayer};
 use crate::coord::{CoordConfig, CoordStats, Coordination};
 use crate::engine::{EventQueue, Rng};
 use crate::fs::{FileId, Layout, PageSet, Piece, PAGE, PAGE_SECTORS};
-use crate::request::{BioOwner, CgroupId, IoContext, IoPrio, Pid};
 use crate::iosched::{self, Cgroups, SchedConfig, TickSource, MSEC, SEC};
+use crate::request::{BioOwner, CgroupId, IoContext, IoPrio, Pid};
 use crate::virtio::Virtqueue;
 use crate::vm::{
     Aio, VmConfig, COPY_NS_PER_BYTE, IRQ_INJECT_NS, THREAD_POOL_IDLE_NS, THREAD_POOL_MAX,
@@ -529,7 +529,7 @@ impl Machine {
         let v = &self.vms[vm];
         let sched = self.kernels[HOST].block.scheduler();
         let host_raisings = v.threads.iter().fold((0, 0), |acc, &pid| {
-            let (i, s) = sched.raisings(pid);
+            let (i, s) = sched.as_bfq().map_or((0, 0), |b| b.raisings(pid));
             (acc.0 + i, acc.1 + s)
         });
         QemuStats {
@@ -735,7 +735,8 @@ impl Machine {
     /// it: (interactive, soft real-time).
     pub fn raisings(&self, pid: Pid) -> (u32, u32) {
         let k = self.procs[pid as usize].kernel;
-        self.kernels[k].block.scheduler().raisings(pid)
+        let sched = self.kernels[k].block.scheduler();
+        sched.as_bfq().map_or((0, 0), |b| b.raisings(pid))
     }
 
     fn wake_in(&mut self, pid: Pid, delay: Nanos) {
@@ -865,7 +866,8 @@ impl Machine {
         let (interactive, soft_rt) = self.kernels[guest]
             .block
             .scheduler()
-            .raised_busy_queues(since);
+            .as_bfq()
+            .map_or((0, 0), |b| b.raised_busy_queues(since));
         let raised = interactive + soft_rt;
         let channel = self.coord.channel;
         let lease = self.coord.policy.max_lease_ns;
