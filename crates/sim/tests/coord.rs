@@ -7,8 +7,8 @@ use experiment::{Cell, Scenario};
 use sim::bench::{accepted, guest_defaults, run_startup, run_throughput, SimOptions};
 use sim::coord::{CoordConfig, Coordination, BOOST_IOPRIO};
 use sim::iosched::BfqVersion;
+use sim::machine::{secs, Machine, MachineConfig};
 use sim::request::IoPrio;
-use sim::system::{secs, Machine, MachineConfig};
 use sim::vm::{Aio, VmConfig};
 
 fn cells(text: &str) -> Vec<Cell> {

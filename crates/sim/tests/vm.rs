@@ -5,8 +5,8 @@
 use experiment::{Accepted, Scenario};
 use sim::bench::{accepted, guest_defaults, run_startup, run_throughput, SimOptions};
 use sim::iosched::BfqVersion;
+use sim::machine::{secs, Machine, MachineConfig, HOST};
 use sim::request::IoPrio;
-use sim::system::{secs, Machine, MachineConfig, HOST};
 use sim::vm::{Aio, VmConfig, THREAD_POOL_MAX};
 
 fn machine(device: &str) -> Machine {
