@@ -10,13 +10,16 @@
 //!   ([`super::qemu`]).
 //!
 //! The CPU model itself is the `cpusched` crate (CFS and RT run queues,
-//! vCPUs as host threads; `crate::cpu_bench` runs it on its own for the
-//! latency benchmarks). Joining it to the machine means: this part owns a
-//! `cpusched::CpuModel`, `burst` becomes a request to run that a CPU
-//! completion event ends (a new variant of the machine's event enum,
-//! routed here), and the processes that wait on it are woken by that
-//! event instead of a timer. The I/O schedulers are in `crate::iosched`;
-//! the CPU schedulers stay in the `cpusched` crate, beside it.
+//! vCPUs as host tasks with a guest scheduler of their own;
+//! `crate::cpu_bench` drives it alone for the latency benchmarks). It
+//! keeps its own clock and events, and a driver advances it. Joining it to
+//! the machine means: this part owns a `cpusched::CpuModel`; the event
+//! loop (`Machine::run_until`) runs whichever comes first, the machine's
+//! next event or the model's `next_event_time()`, advancing the model with
+//! `advance_to()`; `burst` becomes `set_burst` on the process's task, and
+//! the `BurstDone` completion, routed here, wakes the process instead of a
+//! timer. The I/O schedulers are in `crate::iosched`; the CPU schedulers
+//! stay in the `cpusched` crate.
 
 use crate::request::Pid;
 use devmodel::Nanos;
