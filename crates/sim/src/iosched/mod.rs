@@ -400,6 +400,28 @@ pub fn by_name(name: &str, cfg: &SchedConfig) -> Result<Box<dyn IoScheduler>, St
 mod tests {
     use super::*;
 
+    /// BFQ's extras are BFQ's alone: it answers `as_bfq`, and every
+    /// other elevator has no BFQ interface to offer.
+    #[test]
+    fn only_bfq_offers_the_bfq_interface() {
+        let cfg = SchedConfig::default();
+        let mut scheds: Vec<Box<dyn IoScheduler>> = vec![
+            Box::new(noop::Noop::new()),
+            Box::new(deadline::Deadline::new()),
+            Box::new(anticipatory::Anticipatory::new()),
+            Box::new(cfq::Cfq::new(&cfg)),
+            Box::new(bfq::Bfq::new(&cfg)),
+        ];
+        for s in &mut scheds {
+            let is_bfq = s.name() == "bfq";
+            assert_eq!(s.as_bfq().is_some(), is_bfq, "{}", s.name());
+            assert_eq!(s.as_bfq_mut().is_some(), is_bfq, "{}", s.name());
+        }
+        let bfq = scheds.last().and_then(|s| s.as_bfq()).expect("bfq");
+        assert_eq!(bfq.raisings(7), (0, 0), "no queue, no raising");
+        assert_eq!(bfq.raised_busy_queues(0), (0, 0));
+    }
+
     fn slice_idle_at(hz: u32, in_jiffies: bool) -> Nanos {
         SchedConfig {
             hz,

@@ -11,13 +11,13 @@
 //! | part | file | owns | its events (`Ev`) |
 //! |---|---|---|---|
 //! | event loop | this file, over `crate::engine` | the clock and the queue; routes each event to its part | — |
-//! | kernel | `kernel` | a kernel's block layer (elevator, device or virtqueue), its file layout, and the I/O path from a process to the block layer | `BlockEv`: a completion due, the elevator's timer |
-//! | page cache and write-back | `pagecache` | clean and dirty pages, the dirty thresholds, the flusher's progress, `sync` | `Ev::Sync`: the periodic `sync` |
-//! | read-ahead | `readahead` | the read-ahead window of a buffered reader of a file | — |
-//! | processes | `procs` | the process table: each process's role, ioprio, RNG and timer | `ProcEv`: a process's timer |
-//! | QEMU | `qemu` | each VM's virtqueue drain, thread pool or iothread, and the guest requests being performed | `QemuEv`: a kick, a request done without disk I/O |
-//! | coordination | `coordination` | the guest sides (detector, client), the host's arbiter, who is boosted, the counters | `CoordEv`: a message arriving, a deadline |
-//! | CPU | `cpu` | nothing yet: the seam where the CPU model (crate `cpusched`) will plug in | — |
+//! | kernel | `kernel.rs` | a kernel's block layer (elevator, device or virtqueue), its file layout, and the I/O path from a process to the block layer | `BlockEv`: a completion due, the elevator's timer |
+//! | page cache and write-back | `pagecache.rs` | clean and dirty pages, the dirty thresholds, the flusher's progress, `sync` | `Ev::Sync`: the periodic `sync` |
+//! | read-ahead | `readahead.rs` | the read-ahead window of a buffered reader of a file | — |
+//! | processes | `procs.rs` | the process table: each process's role, ioprio, RNG and timer | `ProcEv`: a process's timer |
+//! | QEMU | `qemu.rs` | each VM's virtqueue drain, thread pool or iothread, and the guest requests being performed | `QemuEv`: a kick, a request done without disk I/O |
+//! | coordination | `coordination.rs` | the guest sides (detector, client), the host's arbiter, who is boosted, the counters | `CoordEv`: a message arriving, a deadline |
+//! | CPU | `cpu.rs` | nothing yet: the seam where the CPU model (crate `cpusched`) will plug in | — |
 //!
 //! A part's file holds the part's type (its state and the methods that
 //! touch only it) and an `impl Machine` block: the part's public API on
