@@ -259,7 +259,7 @@ fn sim_bench_cpu() -> Result<(), Failure> {
 
 fn sim_list() {
     println!("devices:    {}", devmodel::PRESETS.join(", "));
-    println!("schedulers: {}", sim::sched::SCHEDULERS.join(", "));
+    println!("schedulers: {}", sim::iosched::SCHEDULERS.join(", "));
     println!("apps:       {}", sim::workload::preset_names().join(", "));
     println!(
         "scenarios:  {}",

@@ -180,22 +180,22 @@ pub fn knobs_to_opts(k: &SimKnobs) -> Result<sim::bench::SimOptions, Failure> {
     let aio = sim::vm::Aio::parse(&k.aio).map_err(|e| Failure::Usage(format!("--aio: {e}")))?;
     let mut opts = sim::bench::SimOptions::default();
     opts.sched_cfg.hz = k.hz;
-    opts.sched_cfg.bfq_softrt_tick_slack = !k.no_softrt_slack;
+    opts.sched_cfg.bfq.softrt_tick_slack = !k.no_softrt_slack;
     opts.sched_cfg.low_latency = !k.no_low_latency;
     opts.sched_cfg.slice_idle_in_jiffies = k.slice_idle_jiffies;
     opts.queue_depth = k.queue_depth;
     opts.hdd_params = devmodel::parse_hdd_params(&k.hdd_params)
         .map_err(|e| Failure::Usage(format!("--hdd-param {e}")))?;
     opts.vm.sched_cfg.hz = k.guest_hz;
-    opts.vm.sched_cfg.bfq_softrt_tick_slack = !k.guest_no_softrt_slack;
+    opts.vm.sched_cfg.bfq.softrt_tick_slack = !k.guest_no_softrt_slack;
     opts.vm.sched_cfg.low_latency = !k.no_low_latency;
     opts.vm.sched_cfg.slice_idle_in_jiffies = k.guest_slice_idle_jiffies;
     opts.vm.lagging_ticks = !k.guest_exact_ticks;
     opts.vm.aio = aio;
     opts.vm.virtqueue_depth = k.virtqueue_depth;
-    opts.sched_cfg.bfq_version = sim::sched::BfqVersion::parse(&k.host_bfq)
+    opts.sched_cfg.bfq.version = sim::iosched::BfqVersion::parse(&k.host_bfq)
         .map_err(|e| Failure::Usage(format!("--host-bfq: {e}")))?;
-    opts.vm.sched_cfg.bfq_version = sim::sched::BfqVersion::parse(&k.guest_bfq)
+    opts.vm.sched_cfg.bfq.version = sim::iosched::BfqVersion::parse(&k.guest_bfq)
         .map_err(|e| Failure::Usage(format!("--guest-bfq: {e}")))?;
     opts.vm.sync_writes_async = !k.guest_sync_writes_sync;
     opts.coord.channel = sim::coord::Channel::parse(&k.channel)

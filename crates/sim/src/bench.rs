@@ -7,8 +7,8 @@
 use crate::coord::{CoordConfig, Coordination};
 use crate::engine::Rng;
 use crate::fs::FileId;
+use crate::iosched::{BfqVersion, SchedConfig};
 use crate::request::IoPrio;
-use crate::sched::{BfqVersion, SchedConfig};
 use crate::system::{secs, to_secs, KernelId, Machine, MachineConfig, HOST, WORKLOAD_FILE_BYTES};
 use crate::vm::VmConfig;
 use crate::workload::{self, AppTrace};
@@ -62,10 +62,10 @@ impl Default for SimOptions {
 }
 
 /// The guests of the published runs: Linux 3.12 on ARM, HZ=100, BFQ v7r2
-/// (see `sched::BfqVersion`), and a `sync` whose writes are async.
+/// (see `iosched::BfqVersion`), and a `sync` whose writes are async.
 pub fn guest_defaults() -> VmConfig {
     let mut vm = VmConfig::default();
-    vm.sched_cfg.bfq_version = BfqVersion::V7r2;
+    vm.sched_cfg.bfq.version = BfqVersion::V7r2;
     vm.sync_writes_async = true;
     vm
 }
@@ -77,7 +77,7 @@ pub fn devices() -> Vec<String> {
 
 /// Schedulers the simulator knows.
 pub fn schedulers() -> Vec<String> {
-    crate::sched::SCHEDULERS
+    crate::iosched::SCHEDULERS
         .iter()
         .map(|s| s.to_string())
         .collect()

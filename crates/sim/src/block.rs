@@ -3,8 +3,8 @@
 //! a dispatch/complete loop keeps at most the device's queue depth of
 //! commands in flight.
 
+use crate::iosched::{Cgroups, HostBoost, IoScheduler, MergeKind, SchedCtx, TickSource};
 use crate::request::{BioOwner, IoContext, Pid, Request, RequestTable, RqId};
-use crate::sched::{Cgroups, HostBoost, IoScheduler, MergeKind, SchedCtx, TickSource};
 use crate::virtio::Virtqueue;
 use devmodel::{Device, Direction, IoRequest, Nanos};
 use rustc_hash::FxHashMap as HashMap;
@@ -348,15 +348,20 @@ impl BlockLayer {
         self.dispatch(now);
     }
 
-    /// The scheduler's timer fired.
-    /// Host-side coordination: the elevator privileges (or stops
-    /// privileging) process `pid`'s I/O; see [`IoScheduler::set_boost`].
-    /// Dispatches afterwards, since a privileged queue may now be served.
+    /// Host-side coordination: a BFQ elevator privileges (or stops
+    /// privileging) process `pid`'s I/O; see [`crate::iosched::BfqExt::set_boost`]; other
+    /// elevators have no such notion and ignore it. Dispatches afterwards,
+    /// since a privileged queue may now be served.
     pub fn set_boost(&mut self, now: Nanos, pid: Pid, boost: HostBoost) {
-        self.with_ctx(now, |s, ctx| s.set_boost(ctx, pid, boost));
+        self.with_ctx(now, |s, ctx| {
+            if let Some(bfq) = s.as_bfq_mut() {
+                bfq.set_boost(ctx, pid, boost);
+            }
+        });
         self.dispatch(now);
     }
 
+    /// The scheduler's timer fired.
     pub fn fire_timer(&mut self, now: Nanos) {
         self.timer_at = None;
         self.with_ctx(now, |s, ctx| s.timer(ctx));

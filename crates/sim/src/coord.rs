@@ -18,8 +18,8 @@
 //! A *greedy* VM (a guest that misbehaves) asks for help all the time,
 //! whatever its elevator says; the budgets are what keep it in check.
 
+use crate::iosched::HostBoost;
 use crate::request::{IoPrio, IoPrioClass};
-use crate::sched::HostBoost;
 use devmodel::Nanos;
 use policy::PolicyConfig;
 

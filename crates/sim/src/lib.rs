@@ -1,9 +1,10 @@
 //! tandem's deterministic simulator of storage I/O scheduling.
 //!
 //! Layers, bottom up: [`engine`] (event queue and RNG), the device models of
-//! the `devmodel` crate, [`block`] (requests, merging, dispatch), [`sched`]
-//! (the elevators), [`fs`] (file placement and page cache), [`system`] (a
-//! machine with its processes) and [`bench`] (the S-suite benchmarks run on
+//! the `devmodel` crate, [`block`] (requests, merging, dispatch), [`iosched`]
+//! (the elevators), [`fs`] (file placement and page cache), [`machine`] (a
+//! machine made of parts: kernels, page cache, processes, QEMU,
+//! coordination) and [`bench`] (the S-suite benchmarks run on
 //! a simulated machine).
 
 pub mod bench;
@@ -12,9 +13,17 @@ pub mod coord;
 pub mod cpu_bench;
 pub mod engine;
 pub mod fs;
+pub mod iosched;
+pub mod machine;
 pub mod request;
-pub mod sched;
-pub mod system;
 pub mod virtio;
 pub mod vm;
 pub mod workload;
+
+/// The I/O schedulers' old path, kept so that code written against
+/// `sim::sched` keeps compiling; new code says [`iosched`].
+pub use iosched as sched;
+
+/// The machine's old path, kept so that code written against
+/// `sim::system` keeps compiling; new code says [`machine`].
+pub use machine as system;

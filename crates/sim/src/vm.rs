@@ -4,7 +4,7 @@
 //! The I/O path of a guest read, as the simulator models it:
 //!
 //! 1. A guest process submits a bio to the guest's block layer; the guest's
-//!    elevator (any of [`crate::sched`]) dispatches it to the virtqueue
+//!    elevator (any of [`crate::iosched`]) dispatches it to the virtqueue
 //!    ([`crate::virtio`]), whose size is the guest's queue depth.
 //! 2. The guest notifies QEMU ([`VIRTQUEUE_NOTIFY_NS`] later QEMU drains the
 //!    ring).
@@ -29,7 +29,7 @@
 //! idle, and the next request of the woken process reads jiffies that have
 //! jumped. [`VmConfig::lagging_ticks`] turns this off.
 
-use crate::sched::SchedConfig;
+use crate::iosched::SchedConfig;
 use crate::virtio::DEFAULT_VIRTQUEUE_DEPTH;
 use devmodel::Nanos;
 
@@ -126,7 +126,7 @@ pub const DEFAULT_GUEST_HZ: u32 = 100;
 /// What one VM is made of.
 #[derive(Clone, Debug)]
 pub struct VmConfig {
-    /// The guest's elevator (see `sched::SCHEDULERS`).
+    /// The guest's elevator (see `iosched::SCHEDULERS`).
     pub sched: String,
     /// The guest kernel's scheduler tunables, its HZ among them.
     pub sched_cfg: SchedConfig,

@@ -1,7 +1,7 @@
 //! BFQ divides the device in proportion to weights, whatever the budgets.
 
+use sim::machine::{secs, Machine, MachineConfig, HOST, WORKLOAD_FILE_BYTES};
 use sim::request::{IoPrio, IoPrioClass};
-use sim::system::{secs, Machine, MachineConfig, HOST, WORKLOAD_FILE_BYTES};
 
 /// Three sequential readers with weights 1:2:4 for 60 s after a 10 s
 /// warm-up; returns each reader's share of the bytes read after warm-up.

@@ -6,9 +6,9 @@
 use experiment::{Cell, Scenario};
 use sim::bench::{accepted, guest_defaults, run_startup, run_throughput, SimOptions};
 use sim::coord::{CoordConfig, Coordination, BOOST_IOPRIO};
+use sim::iosched::BfqVersion;
+use sim::machine::{secs, Machine, MachineConfig};
 use sim::request::IoPrio;
-use sim::sched::BfqVersion;
-use sim::system::{secs, Machine, MachineConfig};
 use sim::vm::{Aio, VmConfig};
 
 fn cells(text: &str) -> Vec<Cell> {
@@ -528,7 +528,7 @@ fn readers_the_host_starves_are_not_taken_for_starts() {
     // Mainline guests: in this setup they show the
     // raisings; the v7r2 guests of the published runs show none.
     let mut guest = guest_defaults();
-    guest.sched_cfg.bfq_version = BfqVersion::Mainline;
+    guest.sched_cfg.bfq.version = BfqVersion::Mainline;
     let mut readers = Vec::new();
     let mut vms = Vec::new();
     for v in 0..7 {

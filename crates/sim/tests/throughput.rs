@@ -2,8 +2,8 @@
 
 use experiment::{Benchmark, Cell};
 use sim::bench::{run_throughput, SimOptions};
+use sim::machine::{secs, Machine, MachineConfig, HOST};
 use sim::request::IoPrio;
-use sim::system::{secs, Machine, MachineConfig, HOST};
 
 /// Aggregate read throughput (bytes/s) of one sequential reader over 60 s
 /// after a 10 s warm-up, on a file large enough not to wrap around.

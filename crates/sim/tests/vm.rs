@@ -4,9 +4,9 @@
 
 use experiment::{Accepted, Scenario};
 use sim::bench::{accepted, guest_defaults, run_startup, run_throughput, SimOptions};
+use sim::iosched::BfqVersion;
+use sim::machine::{secs, Machine, MachineConfig, HOST};
 use sim::request::IoPrio;
-use sim::sched::BfqVersion;
-use sim::system::{secs, Machine, MachineConfig, HOST};
 use sim::vm::{Aio, VmConfig, THREAD_POOL_MAX};
 
 fn machine(device: &str) -> Machine {
@@ -139,7 +139,7 @@ fn greedy_readers_deemed_soft_rt(slack: bool, lagging_ticks: bool) -> u32 {
     let mut cfg = vm("bfq");
     cfg.aio = Aio::Threads;
     cfg.sched_cfg.hz = 100;
-    cfg.sched_cfg.bfq_softrt_tick_slack = slack;
+    cfg.sched_cfg.bfq.softrt_tick_slack = slack;
     cfg.lagging_ticks = lagging_ticks;
     let (g, _) = m.add_vm(&cfg, "/images/vm1.img").unwrap();
     let readers = guest_rand_readers(&mut m, g, 5);
@@ -215,7 +215,7 @@ fn a_host_workload_slows_the_guests_start_up_under_bfq_on_every_device() {
 /// v7r2, 14.3 s with mainline; the paper has 11).
 #[test]
 fn the_published_guests_reactivate_queues_as_bfq_v7r2() {
-    assert_eq!(guest_defaults().sched_cfg.bfq_version, BfqVersion::V7r2);
+    assert_eq!(guest_defaults().sched_cfg.bfq.version, BfqVersion::V7r2);
     let text = r#"
 benchmark = "startup"
 app = "xterm-2014"
@@ -237,7 +237,7 @@ host_workload = ["5r-seq"]
     };
     let v7r2 = mean(&SimOptions::default());
     let mut opts = SimOptions::default();
-    opts.vm.sched_cfg.bfq_version = BfqVersion::Mainline;
+    opts.vm.sched_cfg.bfq.version = BfqVersion::Mainline;
     let mainline = mean(&opts);
     eprintln!("5r-seq guest under host 5r-seq: v7r2 {v7r2:.2} s, mainline {mainline:.2} s");
     assert!(
@@ -450,7 +450,7 @@ host_workload = ["none"]
     // The same guests with mainline's BFQ and a REQ_SYNC `sync`: BFQ's
     // small budgets for the flusher's sync queue cost seeks on the disk.
     let mut mainline = SimOptions::default();
-    mainline.vm.sched_cfg.bfq_version = BfqVersion::Mainline;
+    mainline.vm.sched_cfg.bfq.version = BfqVersion::Mainline;
     mainline.vm.sync_writes_async = false;
     let bfq = mean("hdd-1.8in", "bfq", &mainline);
     let cfq = mean("hdd-1.8in", "cfq", &mainline);

@@ -34,7 +34,9 @@
 //! of it; the simulated help-rt stands for that configuration (see
 //! `agent::actuator::BfqIdlingActuator`).
 
-use super::{BfqVersion, HostBoost, IoScheduler, MergeKind, SchedConfig, SchedCtx, MSEC, SEC};
+use super::{
+    BfqExt, BfqVersion, HostBoost, IoScheduler, MergeKind, SchedConfig, SchedCtx, MSEC, SEC,
+};
 use crate::request::{CgroupId, IoContext, IoPrio, IoPrioClass, Pid, RqId};
 use devmodel::Nanos;
 use rustc_hash::FxHashMap as HashMap;
@@ -496,7 +498,7 @@ impl Bfq {
     }
 
     fn mainline(&self) -> bool {
-        self.cfg.bfq_version == BfqVersion::Mainline
+        self.cfg.bfq.version == BfqVersion::Mainline
     }
 
     /// `bfq_max_budget()`/`bfq_min_budget()`: the default until enough
@@ -1137,7 +1139,7 @@ impl Bfq {
         // when the think-time mean (valid above 80 samples) exceeds
         // `slice_idle`, or on a queueing device for a seeky queue; raised
         // queues keep it.
-        if self.cfg.bfq_idle_window_by_think_time
+        if self.cfg.bfq.idle_window_by_think_time
             && qq.wr_coeff == 1
             && (self.slice_idle == 0
                 || (qq.ttime_samples > 80 && qq.ttime_mean > self.slice_idle)
@@ -1212,7 +1214,7 @@ impl Bfq {
     fn softrt_next_start(&self, ctx: &SchedCtx, q: QueueId) -> Jiffies {
         let qq = &self.queues[q];
         let hz = ctx.ticks.hz as i64;
-        let slack = if self.cfg.bfq_softrt_tick_slack { 4 } else { 0 };
+        let slack = if self.cfg.bfq.softrt_tick_slack { 4 } else { 0 };
         let by_rate = qq.last_idle_bklogged
             + hz * qq.service_from_backlogged as i64 / WR_MAX_SOFTRT_RATE as i64;
         let by_idle =
@@ -1528,26 +1530,7 @@ impl Bfq {
         let wr_or_deserves =
             low_latency && (qq.wr_coeff > 1 || (qq.sync && (interactive || soft_rt)));
 
-        // `bfq_bfqq_update_budg_for_activation()`: a queue that lost the
-        // device only because it had nothing to do for an instant keeps
-        // its remaining budget and may preempt.
-        let wants_to_preempt = {
-            let left = self.budget_left(q);
-            let e = self.queues[q].entity;
-            if self.mainline() && self.queues[q].non_blocking_wait_rq && arrived_in_time && left > 0
-            {
-                let mb = self.queues[q].max_budget as i64;
-                self.entities[e].budget = left.min(mb) as u32;
-                self.entities[e].service = 0;
-                true
-            } else {
-                let charge = self.serv_to_charge(ctx, q, rq);
-                self.entities[e].service = 0;
-                self.entities[e].budget = self.queues[q].max_budget.max(charge);
-                self.queues[q].non_blocking_wait_rq = false;
-                false
-            }
-        };
+        let wants_to_preempt = self.update_budg_for_activation(ctx, q, rq, arrived_in_time);
 
         // A queue idle for more than 10 s leaves its (large) burst.
         if !self.queues[q].just_created
@@ -1612,11 +1595,41 @@ impl Bfq {
         qq.softrt_update = false;
 
         self.add_busy(q, wants_to_preempt);
+        self.preempt_for(ctx, q, wants_to_preempt);
+    }
 
-        // Preemption: the new queue takes the device if it is raised at
-        // least as much and kept its budget, if it has a higher class or
-        // weight, or if idling for the queue in service is pointless.
-        // (v7r2 never preempted here.)
+    /// `bfq_bfqq_update_budg_for_activation()`: a queue that lost the
+    /// device only because it had nothing to do for an instant keeps its
+    /// remaining budget and may preempt (mainline only); any other gets a
+    /// fresh budget. Returns whether the queue wants to preempt.
+    fn update_budg_for_activation(
+        &mut self,
+        ctx: &mut SchedCtx,
+        q: QueueId,
+        rq: RqId,
+        arrived_in_time: bool,
+    ) -> bool {
+        let left = self.budget_left(q);
+        let e = self.queues[q].entity;
+        if self.mainline() && self.queues[q].non_blocking_wait_rq && arrived_in_time && left > 0 {
+            let mb = self.queues[q].max_budget as i64;
+            self.entities[e].budget = left.min(mb) as u32;
+            self.entities[e].service = 0;
+            true
+        } else {
+            let charge = self.serv_to_charge(ctx, q, rq);
+            self.entities[e].service = 0;
+            self.entities[e].budget = self.queues[q].max_budget.max(charge);
+            self.queues[q].non_blocking_wait_rq = false;
+            false
+        }
+    }
+
+    /// Preemption by queue `q`, just made busy: it takes the device if it
+    /// is raised at least as much as the queue in service and kept its
+    /// budget, if it has a higher class or weight, or if idling for the
+    /// queue in service is pointless. (v7r2 never preempted here.)
+    fn preempt_for(&mut self, ctx: &mut SchedCtx, q: QueueId, wants_to_preempt: bool) {
         if let Some(isq) = self.in_service.filter(|_| self.mainline()) {
             if isq != q {
                 let higher = self.higher_class_or_weight(q, isq);
@@ -2007,62 +2020,12 @@ impl IoScheduler for Bfq {
         "bfq"
     }
 
-    fn raisings(&self, pid: Pid) -> (u32, u32) {
-        self.sync_queue(pid).map_or((0, 0), |q| {
-            (
-                self.queues[q].raised_interactive,
-                self.queues[q].raised_softrt,
-            )
-        })
+    fn as_bfq(&self) -> Option<&dyn BfqExt> {
+        Some(self)
     }
 
-    /// Raised sync queues with requests queued or in the device: a queue
-    /// whose only request is in flight is not busy for B-WF2Q+, but its
-    /// process is still waiting for the disk (under host load, for a long
-    /// time). Async queues do not count: BFQ raises write-back that comes
-    /// back after a pause (`bfq_wr_min_inter_arr_async`), but no one waits
-    /// for it, and boosting a VM's write-back only costs the host
-    /// throughput (random writes on the card model: the host's aggregate
-    /// fell by up to 31.8% in `vbfq-throughput` when the guests asked for
-    /// it).
-    fn raised_busy_queues(&self, since: Nanos) -> (usize, usize) {
-        let mut counts = (0, 0);
-        for q in &self.queues {
-            if q.sync && q.wr_coeff > 1 && (q.busy || q.dispatched > 0) && q.wr_started_at >= since
-            {
-                // An interactive raising that BFQ switched to soft real-time
-                // (the starting program's reads came spaced out enough) is
-                // still a program starting.
-                let started_interactive = !q.softrt || q.wr_start_at_switch_to_srt != LONG_AGO;
-                if started_interactive {
-                    // A raising that only the device's slowness earned is
-                    // no program starting (on a guest, the host's load
-                    // starving a background reader: the missing link seen
-                    // from inside).
-                    if !q.wr_from_slow_device {
-                        counts.0 += 1;
-                    }
-                } else if !Self::totally_seeky(q) {
-                    // Mainline BFQ never deems a totally seeky queue soft
-                    // real-time (v7r2 did, on coarse ticks): such a raising
-                    // is a greedy random reader, not a need for help.
-                    counts.1 += 1;
-                }
-            }
-        }
-        counts
-    }
-
-    fn set_boost(&mut self, ctx: &mut SchedCtx, pid: Pid, boost: HostBoost) {
-        self.now = ctx.now;
-        let i = pid as usize;
-        if self.boosts.len() <= i {
-            self.boosts.resize(i + 1, HostBoost::None);
-        }
-        self.boosts[i] = boost;
-        if let Some(q) = self.sync_queue(pid) {
-            self.apply_boost(ctx, q, boost);
-        }
+    fn as_bfq_mut(&mut self) -> Option<&mut dyn BfqExt> {
+        Some(self)
     }
 
     /// `bfq_allow_bio_merge()`: a sync bio merges only into a request of
@@ -2300,6 +2263,66 @@ impl IoScheduler for Bfq {
 
     fn queued(&self) -> usize {
         self.queued
+    }
+}
+
+impl BfqExt for Bfq {
+    fn raisings(&self, pid: Pid) -> (u32, u32) {
+        self.sync_queue(pid).map_or((0, 0), |q| {
+            (
+                self.queues[q].raised_interactive,
+                self.queues[q].raised_softrt,
+            )
+        })
+    }
+
+    /// Raised sync queues with requests queued or in the device: a queue
+    /// whose only request is in flight is not busy for B-WF2Q+, but its
+    /// process is still waiting for the disk (under host load, for a long
+    /// time). Async queues do not count: BFQ raises write-back that comes
+    /// back after a pause (`bfq_wr_min_inter_arr_async`), but no one waits
+    /// for it, and boosting a VM's write-back only costs the host
+    /// throughput (random writes on the card model: the host's aggregate
+    /// fell by up to 31.8% in `vbfq-throughput` when the guests asked for
+    /// it).
+    fn raised_busy_queues(&self, since: Nanos) -> (usize, usize) {
+        let mut counts = (0, 0);
+        for q in &self.queues {
+            if q.sync && q.wr_coeff > 1 && (q.busy || q.dispatched > 0) && q.wr_started_at >= since
+            {
+                // An interactive raising that BFQ switched to soft real-time
+                // (the starting program's reads came spaced out enough) is
+                // still a program starting.
+                let started_interactive = !q.softrt || q.wr_start_at_switch_to_srt != LONG_AGO;
+                if started_interactive {
+                    // A raising that only the device's slowness earned is
+                    // no program starting (on a guest, the host's load
+                    // starving a background reader: the missing link seen
+                    // from inside).
+                    if !q.wr_from_slow_device {
+                        counts.0 += 1;
+                    }
+                } else if !Self::totally_seeky(q) {
+                    // Mainline BFQ never deems a totally seeky queue soft
+                    // real-time (v7r2 did, on coarse ticks): such a raising
+                    // is a greedy random reader, not a need for help.
+                    counts.1 += 1;
+                }
+            }
+        }
+        counts
+    }
+
+    fn set_boost(&mut self, ctx: &mut SchedCtx, pid: Pid, boost: HostBoost) {
+        self.now = ctx.now;
+        let i = pid as usize;
+        if self.boosts.len() <= i {
+            self.boosts.resize(i + 1, HostBoost::None);
+        }
+        self.boosts[i] = boost;
+        if let Some(q) = self.sync_queue(pid) {
+            self.apply_boost(ctx, q, boost);
+        }
     }
 }
 

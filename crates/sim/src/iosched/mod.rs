@@ -184,14 +184,29 @@ pub trait IoScheduler: Send {
     /// Requests inside the scheduler, not yet dispatched.
     fn queued(&self) -> usize;
 
-    /// Weight-raising periods started so far for process `pid`'s sync
-    /// queue: (interactive, soft real-time). Only BFQ raises weights; the
-    /// others report none. Tests and reports use it to see the heuristics
-    /// at work, e.g. a greedy reader deemed soft real-time.
-    fn raisings(&self, pid: Pid) -> (u32, u32) {
-        let _ = pid;
-        (0, 0)
+    /// BFQ's own interface ([`BfqExt`]), for the callers that use what
+    /// only BFQ has: weight raising and the host-side boost. Every other
+    /// scheduler has none.
+    fn as_bfq(&self) -> Option<&dyn BfqExt> {
+        None
     }
+
+    /// [`IoScheduler::as_bfq`], mutably.
+    fn as_bfq_mut(&mut self) -> Option<&mut dyn BfqExt> {
+        None
+    }
+}
+
+/// What only BFQ does, beyond the elevator hooks: its weight raising, as
+/// reports and the guest side of coordination read it, and the host-side
+/// boost that coordination applies to a helped VM's QEMU threads. Reached
+/// through [`IoScheduler::as_bfq`] and [`IoScheduler::as_bfq_mut`].
+pub trait BfqExt {
+    /// Weight-raising periods started so far for process `pid`'s sync
+    /// queue: (interactive, soft real-time). Tests and reports use it to
+    /// see the heuristics at work, e.g. a greedy reader deemed soft
+    /// real-time.
+    fn raisings(&self, pid: Pid) -> (u32, u32);
 
     /// Queues weight-raised now, with I/O queued or in flight, whose raising
     /// began at or after `since` (BFQ's `wr_busy_queues`, restricted to
@@ -200,24 +215,19 @@ pub trait IoScheduler: Send {
     /// a coordinated guest asks its host for help while there are any.
     /// Interactive raisings that only the device's slowness earned (a
     /// queue whose previous request had just completed) are left out.
-    fn raised_busy_queues(&self, since: Nanos) -> (usize, usize) {
-        let _ = since;
-        (0, 0)
-    }
+    fn raised_busy_queues(&self, since: Nanos) -> (usize, usize);
 
     /// Host-side coordination: privilege (or stop privileging) the I/O of
     /// process `pid`, a QEMU thread of a VM that asked for help. It may be
     /// called before the process has issued any I/O; the scheduler applies
-    /// it when the process's queue appears. Schedulers without the notion
-    /// ignore it (ioprio classes are changed on the process instead, and
-    /// every scheduler sees those on the next request).
-    fn set_boost(&mut self, ctx: &mut SchedCtx, pid: Pid, boost: HostBoost) {
-        let _ = (ctx, pid, boost);
-    }
+    /// it when the process's queue appears. (With the other schedulers,
+    /// coordination changes the ioprio class of the process instead, and
+    /// every scheduler sees that on the next request.)
+    fn set_boost(&mut self, ctx: &mut SchedCtx, pid: Pid, boost: HostBoost);
 }
 
 /// How a host elevator privileges a helped VM's QEMU threads
-/// ([`IoScheduler::set_boost`]).
+/// ([`BfqExt::set_boost`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum HostBoost {
     /// No privilege.
@@ -237,24 +247,8 @@ pub struct SchedConfig {
     /// Kernel tick rate (CONFIG_HZ). Matters for the rules written in
     /// jiffies, BFQ's soft real-time test above all.
     pub hz: u32,
-    /// BFQ's `low_latency` sysfs switch (default on).
+    /// The `low_latency` sysfs switch of BFQ and CFQ (default on).
     pub low_latency: bool,
-    /// The "+4 jiffies" slack in `bfq_bfqq_softrt_next_start()`. Turning
-    /// it off reproduces greedy readers mistaken for soft real-time on
-    /// coarse ticks.
-    pub bfq_softrt_tick_slack: bool,
-    /// BFQ v7r2's idle window (`bfq_update_idle_window()`, Linux 3.12): no
-    /// idling for a queue, not weight-raised, whose mean think time exceeds
-    /// `slice_idle`. Mainline BFQ idles on such queues on rotational disks,
-    /// but merges the queues of processes doing interleaved I/O (QEMU's I/O
-    /// threads are the textbook case), which this simulator does not model;
-    /// without one or the other, the host would idle 8 ms after every
-    /// request of a thread pool that hands consecutive requests to
-    /// different threads. On by default.
-    pub bfq_idle_window_by_think_time: bool,
-    /// Which BFQ the kernel runs: mainline by default; v7r2 in the guests
-    /// of the published runs (see `sim::bench::guest_defaults`).
-    pub bfq_version: BfqVersion,
     /// `slice_idle` is `HZ / 125` whole jiffies, as in CFQ before Linux
     /// 4.10 and in BFQ v7 (`static int bfq_slice_idle = HZ / 125;`): 8 ms
     /// at HZ=250 or 1000, but 0 at HZ=100, where integer division leaves
@@ -265,6 +259,39 @@ pub struct SchedConfig {
     /// guests ran Linux 3.12 at HZ=100, yet their BFQ must have idled
     /// (README, "Linux 3.12's idle slice at HZ=100").
     pub slice_idle_in_jiffies: bool,
+    /// BFQ's own tunables.
+    pub bfq: BfqConfig,
+}
+
+/// BFQ's own tunables (the other schedulers ignore them).
+#[derive(Clone, Debug)]
+pub struct BfqConfig {
+    /// The "+4 jiffies" slack in `bfq_bfqq_softrt_next_start()`. Turning
+    /// it off reproduces greedy readers mistaken for soft real-time on
+    /// coarse ticks.
+    pub softrt_tick_slack: bool,
+    /// BFQ v7r2's idle window (`bfq_update_idle_window()`, Linux 3.12): no
+    /// idling for a queue, not weight-raised, whose mean think time exceeds
+    /// `slice_idle`. Mainline BFQ idles on such queues on rotational disks,
+    /// but merges the queues of processes doing interleaved I/O (QEMU's I/O
+    /// threads are the textbook case), which this simulator does not model;
+    /// without one or the other, the host would idle 8 ms after every
+    /// request of a thread pool that hands consecutive requests to
+    /// different threads. On by default.
+    pub idle_window_by_think_time: bool,
+    /// Which BFQ the kernel runs: mainline by default; v7r2 in the guests
+    /// of the published runs (see `sim::bench::guest_defaults`).
+    pub version: BfqVersion,
+}
+
+impl Default for BfqConfig {
+    fn default() -> Self {
+        BfqConfig {
+            softrt_tick_slack: true,
+            idle_window_by_think_time: true,
+            version: BfqVersion::Mainline,
+        }
+    }
 }
 
 impl SchedConfig {
@@ -335,10 +362,8 @@ impl Default for SchedConfig {
         SchedConfig {
             hz: 250,
             low_latency: true,
-            bfq_softrt_tick_slack: true,
-            bfq_idle_window_by_think_time: true,
-            bfq_version: BfqVersion::Mainline,
             slice_idle_in_jiffies: false,
+            bfq: BfqConfig::default(),
         }
     }
 }
@@ -374,6 +399,28 @@ pub fn by_name(name: &str, cfg: &SchedConfig) -> Result<Box<dyn IoScheduler>, St
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// BFQ's extras are BFQ's alone: it answers `as_bfq`, and every
+    /// other elevator has no BFQ interface to offer.
+    #[test]
+    fn only_bfq_offers_the_bfq_interface() {
+        let cfg = SchedConfig::default();
+        let mut scheds: Vec<Box<dyn IoScheduler>> = vec![
+            Box::new(noop::Noop::new()),
+            Box::new(deadline::Deadline::new()),
+            Box::new(anticipatory::Anticipatory::new()),
+            Box::new(cfq::Cfq::new(&cfg)),
+            Box::new(bfq::Bfq::new(&cfg)),
+        ];
+        for s in &mut scheds {
+            let is_bfq = s.name() == "bfq";
+            assert_eq!(s.as_bfq().is_some(), is_bfq, "{}", s.name());
+            assert_eq!(s.as_bfq_mut().is_some(), is_bfq, "{}", s.name());
+        }
+        let bfq = scheds.last().and_then(|s| s.as_bfq()).expect("bfq");
+        assert_eq!(bfq.raisings(7), (0, 0), "no queue, no raising");
+        assert_eq!(bfq.raised_busy_queues(0), (0, 0));
+    }
 
     fn slice_idle_at(hz: u32, in_jiffies: bool) -> Nanos {
         SchedConfig {
@@ -426,11 +473,13 @@ mod tests {
             let cfg = SchedConfig {
                 hz,
                 slice_idle_in_jiffies: in_jiffies,
-                bfq_version: BfqVersion::V7r2,
+                bfq: BfqConfig {
+                    version: BfqVersion::V7r2,
+                    ..BfqConfig::default()
+                },
                 // No weight raising: two equally raised queues make a
                 // symmetric scenario, where BFQ does not idle anyway.
                 low_latency: false,
-                ..SchedConfig::default()
             };
             match name {
                 "cfq" => longest_run_of_a(cfq::Cfq::new(&cfg), hz),
