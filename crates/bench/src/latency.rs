@@ -69,6 +69,9 @@ pub struct LatencyRun {
     /// The host's loops' iterations per second during the run (`None`
     /// without host loops).
     pub host_loops_iter_s: Option<f64>,
+    /// The guest's loops' iterations per second of guest time, for a VM
+    /// cell ([`guest_loops_rate`]; `None` natively or without guest loops).
+    pub guest_loops_iter_s: Option<f64>,
 }
 
 impl LatencyRun {
@@ -83,21 +86,41 @@ impl LatencyRun {
         if let Some(rate) = self.host_loops_iter_s {
             r.counters.insert(HOST_LOOPS_ITER_S.into(), rate);
         }
+        if let Some(rate) = self.guest_loops_iter_s {
+            r.counters.insert(GUEST_LOOPS_ITER_S.into(), rate);
+        }
         r
     }
 }
 
 /// Runs `program` (cyclictest, or a wrapper that runs it elsewhere) with
-/// [`cyclictest_args`] and parses its histogram. `check` is asked about
-/// every 50 ms whether to go on (the runner's Ctrl-C); an error from it, a
-/// run longer than [`run_timeout`], a failed exit or an output that is not
-/// cyclictest's kills cyclictest (it runs in a process group of its own
-/// and dies with the run) and is returned.
+/// [`cyclictest_args`] and parses its histogram ([`run_cyclictest_output`]).
 pub fn run_cyclictest(
     program: &Path,
     loops: u64,
     check: &mut dyn FnMut() -> Result<()>,
 ) -> Result<Histogram> {
+    parse(&run_cyclictest_output(program, loops, check)?)
+}
+
+/// cyclictest's output read into the simulator's histogram.
+pub fn parse(output: &str) -> Result<Histogram> {
+    cpusched::cyclictest_output::parse_histogram(output)
+        .map_err(|e| run_err(format!("cyclictest's output: {e}")))
+}
+
+/// Runs `program` with [`cyclictest_args`] and returns its standard
+/// output (the guest agent sends it to the host as it is, and the host
+/// parses it as the native runner does). `check` is asked about
+/// every 50 ms whether to go on (the runner's Ctrl-C); an error from it, a
+/// run longer than [`run_timeout`], a failed exit or an output that is not
+/// cyclictest's kills cyclictest (it runs in a process group of its own
+/// and dies with the run) and is returned.
+pub fn run_cyclictest_output(
+    program: &Path,
+    loops: u64,
+    check: &mut dyn FnMut() -> Result<()>,
+) -> Result<String> {
     if loops == 0 {
         return Err(crate::Error::Usage("cyclictest: 0 loops".into()));
     }
@@ -161,8 +184,7 @@ pub fn run_cyclictest(
             stderr.trim()
         )));
     }
-    cpusched::cyclictest_output::parse_histogram(&stdout)
-        .map_err(|e| run_err(format!("cyclictest's output: {e}")))
+    Ok(stdout)
 }
 
 /// One repetition of a native latency cell: `host_loops` busy loops
@@ -187,5 +209,104 @@ pub fn run_native(
     Ok(LatencyRun {
         hist,
         host_loops_iter_s: (!load.is_empty()).then(|| after.rate_since(&before)),
+        guest_loops_iter_s: None,
     })
+}
+
+/// The guest agent's part of the latency benchmark: the guest's busy
+/// loops (`guest_cpu_load`) and its cyclictest, with the same code as on
+/// the host. The agent (`tandem vm agent`, [`crate::guest`]) hands it the
+/// requests named in [`GuestLatency::OPS`]:
+/// - `cpu_load {n}`: stops the guest's loops and starts `n` (0 stops
+///   them): `{pids}`;
+/// - `cpu_load_sample`: the loops' counts and the guest's monotonic clock,
+///   `{iterations: [..], at_s}` (two samples give the loops' rate in guest
+///   time, [`guest_loops_rate`]); an error if a loop died;
+/// - `cyclictest {loops}`: runs the image's cyclictest
+///   (`vmimage::tools::CYCLICTEST`) and answers `{output}`, its standard
+///   output, which the host reads with [`parse`].
+#[derive(Default)]
+pub struct GuestLatency {
+    load: Option<CpuLoad>,
+    started: Option<Instant>,
+}
+
+/// Where the guest image puts cyclictest (`vmimage::tools::CYCLICTEST`).
+pub const GUEST_CYCLICTEST: &str = "/usr/bin/cyclictest";
+
+impl GuestLatency {
+    /// The requests [`GuestLatency::handle`] answers.
+    pub const OPS: [&'static str; 3] = ["cpu_load", "cpu_load_sample", "cyclictest"];
+
+    /// Answers one request of [`GuestLatency::OPS`] (`None` for another op).
+    pub fn handle(
+        &mut self,
+        op: &str,
+        req: &serde_json::Value,
+    ) -> Option<Result<serde_json::Value>> {
+        use serde_json::json;
+        let num = |k: &str| {
+            req.get(k)
+                .and_then(serde_json::Value::as_u64)
+                .ok_or_else(|| crate::Error::Usage(format!("{op}: no {k}")))
+        };
+        Some(match op {
+            "cpu_load" => num("n").and_then(|n| {
+                // The old loops go before the new ones start.
+                self.load = None;
+                let load = CpuLoad::start(n as usize)?;
+                let pids = load.pids();
+                self.load = Some(load);
+                Ok(json!({"ok": true, "pids": pids}))
+            }),
+            "cpu_load_sample" => self.sample(),
+            "cyclictest" => num("loops").and_then(|loops| {
+                let output =
+                    run_cyclictest_output(Path::new(GUEST_CYCLICTEST), loops, &mut || Ok(()))?;
+                Ok(json!({"ok": true, "output": output}))
+            }),
+            _ => return None,
+        })
+    }
+
+    fn sample(&mut self) -> Result<serde_json::Value> {
+        let started = *self.started.get_or_insert_with(Instant::now);
+        let (iterations, at) = match &mut self.load {
+            Some(load) => {
+                load.check_running()?;
+                let s = load.sample();
+                (s.iterations, s.at)
+            }
+            None => (Vec::new(), Instant::now()),
+        };
+        let at_s = at.saturating_duration_since(started).as_secs_f64();
+        Ok(serde_json::json!({"ok": true, "iterations": iterations, "at_s": at_s}))
+    }
+
+    /// Stops the guest's loops (the agent's `stop` and `quit`).
+    pub fn stop(&mut self) {
+        self.load = None;
+    }
+}
+
+/// The guest's loops' iterations per second (guest time) between two
+/// `cpu_load_sample` answers.
+pub fn guest_loops_rate(earlier: &serde_json::Value, later: &serde_json::Value) -> Result<f64> {
+    let read = |v: &serde_json::Value| -> Result<(u64, f64)> {
+        let its = v
+            .get("iterations")
+            .and_then(serde_json::Value::as_array)
+            .ok_or_else(|| run_err(format!("cpu_load_sample: no iterations in {v}")))?;
+        let sum = its.iter().filter_map(serde_json::Value::as_u64).sum();
+        let at = v
+            .get("at_s")
+            .and_then(serde_json::Value::as_f64)
+            .ok_or_else(|| run_err(format!("cpu_load_sample: no at_s in {v}")))?;
+        Ok((sum, at))
+    };
+    let ((a, ta), (b, tb)) = (read(earlier)?, read(later)?);
+    if tb <= ta {
+        return Ok(0.0);
+    }
+    Ok(b.saturating_sub(a) as f64 / (tb - ta))
 }

@@ -4,7 +4,10 @@
 
 use std::path::Path;
 
-use bench::latency::{run_cyclictest, run_native, HOST_LOOPS_ITER_S, LATENCY_MAX_US};
+use bench::latency::{
+    guest_loops_rate, run_cyclictest, run_native, GuestLatency, HOST_LOOPS_ITER_S, LATENCY_MAX_US,
+};
+use serde_json::json;
 
 fn keep_going() -> bench::Result<()> {
     Ok(())
@@ -82,4 +85,45 @@ fn a_stopped_run_kills_cyclictest() {
         "the stopped cyclictest {pid} is still there"
     );
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn guest_requests_start_sample_and_stop_loops() {
+    let mut g = GuestLatency::default();
+    assert!(g.handle("hello", &json!({})).is_none(), "not a latency op");
+    assert!(g.handle("cpu_load", &json!({})).unwrap().is_err(), "no n");
+    let a = g.handle("cpu_load", &json!({"n": 2})).unwrap().unwrap();
+    let pids: Vec<u64> = a["pids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_u64().unwrap())
+        .collect();
+    assert_eq!(pids.len(), 2);
+    let s0 = g.handle("cpu_load_sample", &json!({})).unwrap().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let s1 = g.handle("cpu_load_sample", &json!({})).unwrap().unwrap();
+    let rate = guest_loops_rate(&s0, &s1).unwrap();
+    assert!(rate > 0.0, "{s0} {s1}");
+    // n = 0 stops them (reaped: no /proc entry, or not a loop any more).
+    g.handle("cpu_load", &json!({"n": 0})).unwrap().unwrap();
+    for p in pids {
+        let comm = std::fs::read_to_string(format!("/proc/{p}/comm")).unwrap_or_default();
+        assert_ne!(comm.trim(), "tandem-cpuload", "loop {p} left");
+    }
+    let empty = g.handle("cpu_load_sample", &json!({})).unwrap().unwrap();
+    assert_eq!(empty["iterations"], json!([]));
+    assert!(guest_loops_rate(&json!({}), &empty).is_err());
+}
+
+#[test]
+#[ignore = "needs root and rt-tests: runs Debian's cyclictest at the guest image's path"]
+fn the_guest_cyclictest_request_answers_its_output() {
+    let mut g = GuestLatency::default();
+    let a = g
+        .handle("cyclictest", &json!({"loops": 50}))
+        .unwrap()
+        .unwrap();
+    let h = bench::latency::parse(a["output"].as_str().unwrap()).unwrap();
+    assert_eq!(h.count, 50);
 }
