@@ -399,12 +399,15 @@ fn tandem_record(exe: &Path, guest_exe: &exe::GuestExe) -> Result<TandemRecord> 
     Ok(TandemRecord {
         sha256: util::sha256_file(exe)?,
         guest_sha256: util::sha256_hex(&guest_exe.stripped),
-        libraries: guest_exe
-            .libraries
-            .iter()
-            .map(|(p, d)| file_record(&p.to_string_lossy(), d))
-            .collect(),
+        libraries: library_records(&guest_exe.libraries),
     })
+}
+
+/// Shared libraries (path in the guest, contents) as the manifest lists them.
+fn library_records(libs: &[(PathBuf, Vec<u8>)]) -> Vec<FileRecord> {
+    libs.iter()
+        .map(|(p, d)| file_record(&p.to_string_lossy(), d))
+        .collect()
 }
 
 /// The guest tools ([`tools::GUEST_TOOLS`]) and the packages they came from.
@@ -432,11 +435,7 @@ fn tool_record(t: &tools::Prepared) -> ToolRecord {
         path: t.path.to_string_lossy().into_owned(),
         package: t.package.clone(),
         sha256: util::sha256_hex(&t.data),
-        libraries: t
-            .libraries
-            .iter()
-            .map(|(p, d)| file_record(&p.to_string_lossy(), d))
-            .collect(),
+        libraries: library_records(&t.libraries),
     }
 }
 
