@@ -33,8 +33,10 @@ use experiment::{
 };
 
 pub mod cleanup;
+pub mod cpuload;
 pub mod guard;
 pub mod guest;
+pub mod latency;
 pub mod record;
 pub mod vm;
 pub mod workers;

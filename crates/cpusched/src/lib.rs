@@ -22,6 +22,7 @@ pub mod cfsv_study;
 pub mod class;
 pub mod coord;
 pub mod cyclictest;
+pub mod cyclictest_output;
 pub mod eevdf;
 pub mod fair;
 pub mod kernel;

@@ -88,7 +88,32 @@ pub fn prepare(exe: &Path, scratch: &TempDir) -> Result<GuestExe> {
         .arg(&out))?;
     let stripped = read(&out)?;
     let _ = std::fs::remove_file(&out);
-    let ldd = Command::new("ldd").arg(exe).output().map_err(|e| {
+    let paths = shared_libraries(exe, &[])?;
+    let mut libraries = Vec::new();
+    for p in paths {
+        // fs::read follows symlinks: the guest gets the library's contents
+        // at the name the loader asks for.
+        libraries.push((p.clone(), read(&p)?));
+    }
+    Ok(GuestExe {
+        stripped,
+        libraries,
+    })
+}
+
+/// The shared libraries `exe` needs, the dynamic loader included, as `ldd`
+/// finds them: first in `search` (`LD_LIBRARY_PATH`: libraries unpacked
+/// from a package rather than installed), then where the host's loader
+/// looks. Empty for a static binary; a library not found is an error.
+pub fn shared_libraries(exe: &Path, search: &[PathBuf]) -> Result<Vec<PathBuf>> {
+    let mut cmd = Command::new("ldd");
+    cmd.arg(exe);
+    if !search.is_empty() {
+        let joined = std::env::join_paths(search)
+            .map_err(|e| Error::Run(format!("library search path: {e}")))?;
+        cmd.env("LD_LIBRARY_PATH", joined);
+    }
+    let ldd = cmd.output().map_err(|e| {
         Error::Run(format!(
             "running ldd: {e} (Debian: apt-get install libc-bin)"
         ))
@@ -107,16 +132,7 @@ pub fn prepare(exe: &Path, scratch: &TempDir) -> Result<GuestExe> {
             text.trim()
         )));
     }
-    let mut libraries = Vec::new();
-    for p in paths {
-        // fs::read follows symlinks: the guest gets the library's contents
-        // at the name the loader asks for.
-        libraries.push((p.clone(), read(&p)?));
-    }
-    Ok(GuestExe {
-        stripped,
-        libraries,
-    })
+    Ok(paths)
 }
 
 /// The libraries in `ldd` output, as absolute paths, sorted. The vDSO has no

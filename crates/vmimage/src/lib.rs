@@ -1,7 +1,8 @@
 //! tandem's guest image for the real VM benchmark runner: a Debian kernel and
 //! an initramfs holding busybox, the kernel modules the guest needs, the
-//! tandem binary (which runs the guest's benchmark agent) and an `/init`
-//! script, plus an optional raw ext4 data disk.
+//! tandem binary (which runs the guest's benchmark agent), the programs the
+//! guest's benchmarks run ([`tools`]: cyclictest) and an `/init` script,
+//! plus an optional raw ext4 data disk.
 //!
 //! Everything comes from Debian packages through apt ([`packages`]): nothing
 //! is fetched from anywhere else. The build is reproducible: the same packages,
@@ -24,6 +25,7 @@ pub mod exe;
 pub mod init;
 pub mod modules;
 pub mod packages;
+pub mod tools;
 mod util;
 
 pub use disk::{make_data_disk, MIN_BYTES as MIN_DATA_DISK_BYTES};
@@ -107,7 +109,8 @@ pub struct Manifest {
     pub kernel_cmdline: String,
     /// The package asked for (e.g. the metapackage).
     pub kernel_package_requested: String,
-    /// The kernel package and busybox's, as fetched.
+    /// The kernel package, busybox's and the guest tools' ([`tools`]), as
+    /// fetched.
     pub packages: Vec<PackageRecord>,
     /// In load order.
     pub modules: Vec<ModuleRecord>,
@@ -116,6 +119,8 @@ pub struct Manifest {
     /// `vmlinuz` and `initramfs.img`.
     pub files: Vec<FileRecord>,
     pub tandem: TandemRecord,
+    /// The programs from [`tools::GUEST_TOOLS`].
+    pub tools: Vec<ToolRecord>,
     pub data_disk: Option<DataDiskRecord>,
 }
 
@@ -154,6 +159,18 @@ pub struct TandemRecord {
     pub libraries: Vec<FileRecord>,
 }
 
+/// A program of [`tools::GUEST_TOOLS`] in the guest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolRecord {
+    /// Absolute path in the guest (`/usr/bin/cyclictest`).
+    pub path: String,
+    /// The package it comes from.
+    pub package: String,
+    pub sha256: String,
+    /// The shared libraries copied with it (absolute paths in the guest).
+    pub libraries: Vec<FileRecord>,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DataDiskRecord {
     pub file: String,
@@ -163,7 +180,9 @@ pub struct DataDiskRecord {
     pub uuid: String,
 }
 
-const MANIFEST_FORMAT: u32 = 1;
+/// 2: the guest tools (an image without them cannot run the latency
+/// benchmark, so format 1 images are refused and rebuilt).
+const MANIFEST_FORMAT: u32 = 2;
 
 /// Progress lines on stderr, when it is a terminal and not `quiet`.
 pub(crate) fn progress(quiet: bool, msg: &str) {
@@ -205,6 +224,7 @@ pub fn build(o: &ImageOptions) -> Result<Image> {
             o.kernel_package, kpkg.name, kpkg.version, bpkg.name, bpkg.version
         ),
     );
+    let (tools, tool_packages) = guest_tools(cache, &work, o.quiet)?;
     let kdeb = packages::fetch(&kpkg, cache, o.quiet)?;
     let bdeb = packages::fetch(&bpkg, cache, o.quiet)?;
     let kroot = work.path().join("kernel");
@@ -245,6 +265,7 @@ pub fn build(o: &ImageOptions) -> Result<Image> {
         &guest_exe,
         &util::read(&busybox)?,
         &applets,
+        &tools,
     )
     .map_err(|e| run_err(format!("assembling the initramfs: {e}")))?;
     progress(
@@ -275,7 +296,11 @@ pub fn build(o: &ImageOptions) -> Result<Image> {
         kernel_version: version.clone(),
         kernel_cmdline: KERNEL_CMDLINE.into(),
         kernel_package_requested: o.kernel_package.clone(),
-        packages: vec![package_record(&kpkg), package_record(&bpkg)],
+        packages: [&kpkg, &bpkg]
+            .into_iter()
+            .chain(&tool_packages)
+            .map(package_record)
+            .collect(),
         modules: module_records(&plan),
         optional_modules_left_out: plan
             .left_out
@@ -287,6 +312,7 @@ pub fn build(o: &ImageOptions) -> Result<Image> {
             file_record(INITRAMFS_FILE, &initramfs_bytes),
         ],
         tandem: tandem_record(&o.tandem_exe, &guest_exe)?,
+        tools: tools.iter().map(tool_record).collect(),
         data_disk: o.data_disk_bytes.map(|bytes| DataDiskRecord {
             file: DATA_DISK_FILE.into(),
             bytes,
@@ -373,12 +399,44 @@ fn tandem_record(exe: &Path, guest_exe: &exe::GuestExe) -> Result<TandemRecord> 
     Ok(TandemRecord {
         sha256: util::sha256_file(exe)?,
         guest_sha256: util::sha256_hex(&guest_exe.stripped),
-        libraries: guest_exe
-            .libraries
-            .iter()
-            .map(|(p, d)| file_record(&p.to_string_lossy(), d))
-            .collect(),
+        libraries: library_records(&guest_exe.libraries),
     })
+}
+
+/// Shared libraries (path in the guest, contents) as the manifest lists them.
+fn library_records(libs: &[(PathBuf, Vec<u8>)]) -> Vec<FileRecord> {
+    libs.iter()
+        .map(|(p, d)| file_record(&p.to_string_lossy(), d))
+        .collect()
+}
+
+/// The guest tools ([`tools::GUEST_TOOLS`]) and the packages they came from.
+fn guest_tools(
+    cache: &Path,
+    work: &util::TempDir,
+    quiet: bool,
+) -> Result<(Vec<tools::Prepared>, Vec<packages::Package>)> {
+    let mut prepared = Vec::new();
+    let mut used = Vec::new();
+    for t in tools::GUEST_TOOLS {
+        progress(
+            quiet,
+            &format!("{}: {} and its libraries", t.package, t.path),
+        );
+        let (p, pkgs) = tools::prepare(t, cache, work, quiet)?;
+        prepared.push(p);
+        used.extend(pkgs);
+    }
+    Ok((prepared, used))
+}
+
+fn tool_record(t: &tools::Prepared) -> ToolRecord {
+    ToolRecord {
+        path: t.path.to_string_lossy().into_owned(),
+        package: t.package.clone(),
+        sha256: util::sha256_hex(&t.data),
+        libraries: library_records(&t.libraries),
+    }
 }
 
 /// Find an image built earlier in `dir` without rebuilding: the manifest must
@@ -523,6 +581,7 @@ fn initramfs(
     guest_exe: &exe::GuestExe,
     busybox: &[u8],
     applets: &[String],
+    tools: &[tools::Prepared],
 ) -> std::result::Result<cpio::Archive, String> {
     let mut a = cpio::Archive::new();
     for d in [
@@ -548,6 +607,22 @@ fn initramfs(
     a.file("bin/tandem", 0o755, guest_exe.stripped.clone())?;
     for (p, d) in &guest_exe.libraries {
         a.file(&p.to_string_lossy(), 0o755, d.clone())?;
+    }
+    for t in tools {
+        a.file(&t.path.to_string_lossy(), 0o755, t.data.clone())?;
+        for (p, d) in &t.libraries {
+            let p = p.to_string_lossy();
+            // libc and the loader come with tandem too (the same host
+            // files); a different file at the same path is an error.
+            match guest_exe
+                .libraries
+                .iter()
+                .find(|(q, _)| q.to_string_lossy() == p)
+            {
+                Some((_, same)) if same == d => {}
+                _ => a.file(&p, 0o755, d.clone())?,
+            }
+        }
     }
     for m in &plan.modules {
         a.file(
@@ -659,6 +734,7 @@ mod tests {
                 guest_sha256: String::new(),
                 libraries: vec![],
             },
+            tools: vec![],
             data_disk: None,
         };
         std::fs::write(
