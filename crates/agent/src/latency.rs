@@ -10,6 +10,12 @@
 //! `ioprio_get` on the VM's thread shows the boost. Then the process's exit
 //! ends the need, the NO-HELP goes out and the benchmark waits for the
 //! original priority to come back before the next hint.
+//!
+//! With `cpu`, the hint is a CPU one: the stand-in QEMU has a vCPU thread
+//! that its QMP socket names, hostd runs with `--cpu-boost rr`, each hint
+//! is a HELP for the CPU (what guestd sends for `tandem hint --cpu`), and
+//! the clock stops when `sched_getscheduler` on the vCPU thread shows
+//! `SCHED_RR`; a NO-HELP for the CPU ends it.
 
 use std::io::Read;
 use std::os::unix::net::UnixStream;
@@ -17,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use policy::{GuestEvent, Message, MS, PROTOCOL_VERSION};
+use policy::{GuestEvent, HelpReason, Message, Resource, MS, PROTOCOL_VERSION};
 
 use crate::guestd::GuestCore;
 use crate::sys;
@@ -31,6 +37,8 @@ pub struct LatencyOptions {
     pub rate: f64,
     /// Seconds of each of the idle and load phases.
     pub phase_s: f64,
+    /// Time CPU hints (vCPU boosts) instead of I/O ones.
+    pub cpu: bool,
 }
 
 /// Child processes stopped (SIGTERM, then SIGKILL) and a directory removed on drop.
@@ -96,16 +104,33 @@ impl Rig {
         let mut kids = Kids(Vec::new(), dir.clone());
         // hostd serves only a QEMU process: the stand-in is this binary's
         // idle `hostd fake-qemu` under QEMU's name.
+        let qmp = dir.join("qmp.sock");
         let vm = crate::testkit::fake_qemu_command(&dir, &o.exe)
-            .and_then(|mut c| c.args(["hostd", "fake-qemu"]).spawn())
+            .and_then(|mut c| {
+                c.args(["hostd", "fake-qemu"]);
+                if o.cpu {
+                    c.args(["--vcpus", "1", "--qmp"]).arg(&qmp);
+                }
+                c.spawn()
+            })
             .map_err(|e| err(format!("starting the stand-in QEMU: {e}")))?;
         let vm_pid = vm.id();
         crate::testkit::wait_exec(vm_pid);
         kids.0.push(vm);
         let sock = dir.join("vm.sock");
+        let mut spec = format!("name=bench,socket={},pid={vm_pid}", sock.display());
+        if o.cpu {
+            wait_for(&qmp)?;
+            spec += &format!(",qmp={}", qmp.display());
+        }
         let hostd = Command::new(&o.exe)
             .args(["hostd", "run", "--vm"])
-            .arg(format!("name=bench,socket={},pid={vm_pid}", sock.display()))
+            .arg(spec)
+            .args(if o.cpu {
+                &["--cpu-boost", "rr"][..]
+            } else {
+                &[]
+            })
             .arg("--control")
             .arg(dir.join("control.sock"))
             .arg("--state-file")
@@ -136,30 +161,49 @@ impl Rig {
 
     /// `n` hints, one at a time: the latency of each (µs) from the guest
     /// side's event to `boosted()`, and how many were missed (no boost, or
-    /// no restore by `restored()`, within 2 s).
+    /// no restore by `restored()`, within 2 s). A CPU hint is the HELP for
+    /// the CPU itself, ended by a NO-HELP.
     fn hint_latencies(
         &mut self,
         n: usize,
-        boosted: &dyn Fn() -> bool,
-        restored: &dyn Fn() -> bool,
+        cpu: bool,
+        probe: &Probe<'_>,
     ) -> Result<(Vec<f64>, usize)> {
         let mut lat = Vec::with_capacity(n);
         let mut missed = 0;
         for i in 0..n {
             let pid = 1_000_000 + i as u32;
             let t0 = Instant::now();
-            self.send(GuestEvent::Exec { pid })?;
-            if poll(boosted) {
+            if cpu {
+                self.write(&Message::Help {
+                    resource: Resource::Cpu,
+                    reason: HelpReason::Explicit,
+                    duration_hint_ms: 1000,
+                })?;
+            } else {
+                self.send(GuestEvent::Exec { pid })?;
+            }
+            if poll(probe.boosted) {
                 lat.push(t0.elapsed().as_secs_f64() * 1e6);
             } else {
                 missed += 1;
             }
-            self.send(GuestEvent::ProcessExit { pid })?;
-            if !poll(restored) {
+            if cpu {
+                self.write(&Message::NoHelp {
+                    resource: Resource::Cpu,
+                })?;
+            } else {
+                self.send(GuestEvent::ProcessExit { pid })?;
+            }
+            if !poll(probe.restored) {
                 missed += 1;
             }
         }
         Ok((lat, missed))
+    }
+
+    fn write(&mut self, m: &Message) -> Result<()> {
+        write_message(&mut self.s, m).map_err(|e| err(e.to_string()))
     }
 
     /// Passes a guest event to the guest side and its message, if any, to hostd.
@@ -223,6 +267,12 @@ fn hello(sock: &Path) -> Result<UnixStream> {
     Ok(s)
 }
 
+/// How the benchmark sees a boost: applied, and undone.
+struct Probe<'a> {
+    boosted: &'a dyn Fn() -> bool,
+    restored: &'a dyn Fn() -> bool,
+}
+
 /// Spins until `ok()` (true) or 2 s have passed (false): a spin, not a
 /// sleep, so the latency measured is hostd's and not the wake-up's.
 fn poll(ok: &dyn Fn() -> bool) -> bool {
@@ -238,6 +288,24 @@ fn poll(ok: &dyn Fn() -> bool) -> bool {
     }
 }
 
+/// The stand-in QEMU's vCPU thread (named `CPU 0/KVM`).
+fn vcpu_thread(pid: u32) -> Result<u32> {
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(10) {
+        let found = sys::threads(pid).ok().and_then(|ts| {
+            ts.into_iter().find(|t| {
+                std::fs::read_to_string(format!("/proc/{pid}/task/{t}/comm"))
+                    .is_ok_and(|c| c.starts_with("CPU "))
+            })
+        });
+        if let Some(tid) = found {
+            return Ok(tid);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Err(err("the stand-in QEMU's vCPU thread did not appear"))
+}
+
 pub fn bench_latency(o: &LatencyOptions) -> Result<String> {
     if !crate::is_root() {
         return Err(err(
@@ -246,13 +314,23 @@ pub fn bench_latency(o: &LatencyOptions) -> Result<String> {
     }
     let mut rig = Rig::start(o)?;
     let vm_pid = rig.vm_pid;
-    let orig = sys::ioprio_get(vm_pid).map_err(|e| err(e.to_string()))?;
-    let boosted = sys::ioprio_value(sys::IOPRIO_CLASS_RT, 4);
-    let (mut lat, missed) = rig.hint_latencies(
-        o.hints,
-        &|| sys::ioprio_get(vm_pid).ok() == Some(boosted),
-        &|| sys::ioprio_get(vm_pid).ok() == Some(orig),
-    )?;
+    let (mut lat, missed) = if o.cpu {
+        let vcpu = vcpu_thread(vm_pid)?;
+        let rr = || sys::sched_get(vcpu).is_ok_and(|s| s.policy == libc::SCHED_RR);
+        let probe = Probe {
+            boosted: &rr,
+            restored: &|| !rr(),
+        };
+        rig.hint_latencies(o.hints, true, &probe)?
+    } else {
+        let orig = sys::ioprio_get(vm_pid).map_err(|e| err(e.to_string()))?;
+        let boosted = sys::ioprio_value(sys::IOPRIO_CLASS_RT, 4);
+        let probe = Probe {
+            boosted: &|| sys::ioprio_get(vm_pid).ok() == Some(boosted),
+            restored: &|| sys::ioprio_get(vm_pid).ok() == Some(orig),
+        };
+        rig.hint_latencies(o.hints, false, &probe)?
+    };
     let n = lat.len();
     let p50 = pct(&mut lat, 0.5);
     let p99 = pct(&mut lat, 0.99);
@@ -260,8 +338,13 @@ pub fn bench_latency(o: &LatencyOptions) -> Result<String> {
     let (idle_cpu, idle_rss) = rig.cpu_use(o.phase_s, None);
     let (load_cpu, load_rss) = rig.cpu_use(o.phase_s, Some(o.rate));
     drop(rig);
+    let what = if o.cpu {
+        "CPU hint sent by the guest side -> vCPU at SCHED_RR"
+    } else {
+        "exec seen by the guest side -> boost applied by hostd"
+    };
     Ok(format!(
-        "hint latency (exec seen by the guest side -> boost applied by hostd, unix transport)\n\
+        "hint latency ({what}, unix transport)\n\
          hints: {} measured, {missed} missed\n\
          p50: {p50:.1} us   p99: {p99:.1} us   max: {max:.1} us\n\
          hostd idle:             {idle_cpu:.2}% of one CPU, RSS {idle_rss} KiB ({:.0} s)\n\

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use policy::{PolicyConfig, MS};
 use serde::{Deserialize, Serialize};
 
+use crate::cpuboost::{BoostCap, CpuActuator, CpuBoostKind};
 use crate::transport::{VMADDR_CID_ANY, VMADDR_CID_HOST, VMADDR_PORT_ANY};
 use crate::vmproc::{self, ProcessId};
 use crate::{err, Result};
@@ -175,6 +176,32 @@ pub struct HostdConfig {
     /// slow start-up.
     #[serde(default)]
     pub log_boosts: bool,
+    /// How a VM's vCPU threads (named by QMP: the VM needs `qmp=`) are
+    /// boosted while its guest asks for CPU help: `off` (CPU HELPs are
+    /// ignored), `rr` (`SCHED_RR` at `cpu_rt_priority`), `nice`
+    /// (`cpu_nice`) or `shares` (the QEMU's cgroup v1 `cpu.shares` set to
+    /// `cpu_shares`).
+    #[serde(default)]
+    pub cpu_boost: CpuBoostKind,
+    /// `SCHED_RR` priority of a boosted vCPU (1-99).
+    #[serde(default = "default_cpu_rt_priority")]
+    pub cpu_rt_priority: i32,
+    /// Nice value of a boosted vCPU (-20 to 19).
+    #[serde(default = "default_cpu_nice")]
+    pub cpu_nice: i32,
+    /// `cpu.shares` of a boosted VM's group (2 to 262144).
+    #[serde(default = "default_cpu_shares")]
+    pub cpu_shares: u64,
+    /// The longest a CPU boost lasts at once, ms (at most 1000, pvsched's cap).
+    #[serde(default = "default_cpu_max_boost_ms")]
+    pub cpu_max_boost_ms: u64,
+    /// How long a CPU boost that reached `cpu_max_boost_ms` is held off, ms.
+    #[serde(default = "default_cpu_throttle_ms")]
+    pub cpu_throttle_ms: u64,
+    /// One signal for both: any HELP boosts the VM's I/O threads and its
+    /// vCPUs, any NO-HELP ends both (needs `cpu_boost`).
+    #[serde(default)]
+    pub help_all: bool,
 }
 
 fn default_state() -> PathBuf {
@@ -214,6 +241,29 @@ fn default_rescan() -> u64 {
     // Design choice: QEMU's pool starts workers on demand; a new worker
     // waits at most this long for the boost.
     200
+}
+fn default_cpu_rt_priority() -> i32 {
+    // pvsched boosts a vCPU to SCHED_RR 8: above the priorities of common
+    // RT daemons' low end (1-5), well below the kernel's own threads (50, 99).
+    8
+}
+fn default_cpu_nice() -> i32 {
+    // Design choice: weight 9548 against a nice-0 task's 1024 (the kernel's
+    // sched_prio_to_weight), about 90% of a CPU against one hog.
+    -10
+}
+fn default_cpu_shares() -> u64 {
+    // Eight times the default group's 1024, as -10 is about nine times nice 0.
+    8192
+}
+fn default_cpu_max_boost_ms() -> u64 {
+    // pvsched's cap: a vCPU is boosted 1 s at most at a time.
+    1000
+}
+fn default_cpu_throttle_ms() -> u64 {
+    // Design choice: as long as the cap, so a guest that always asks holds
+    // its vCPUs boosted at most half the time, before the budget.
+    1000
 }
 fn default_budget_fraction() -> f64 {
     PolicyConfig::default().budget_fraction
@@ -384,9 +434,63 @@ impl HostdConfig {
                 self.rescan_ms
             )));
         }
+        self.validate_cpu()?;
         self.metrics_endpoint()?;
         self.policy()?;
         Ok(())
+    }
+
+    /// The CPU boost's settings.
+    fn validate_cpu(&self) -> Result<()> {
+        if !(1..=99).contains(&self.cpu_rt_priority) {
+            return Err(err(format!(
+                "cpu_rt_priority = {}: 1 to 99 (SCHED_RR's range)",
+                self.cpu_rt_priority
+            )));
+        }
+        if !(-20..=19).contains(&self.cpu_nice) {
+            return Err(err(format!("cpu_nice = {}: -20 to 19", self.cpu_nice)));
+        }
+        // The kernel's MIN_SHARES and MAX_SHARES (kernel/sched/sched.h).
+        if !(2..=262_144).contains(&self.cpu_shares) {
+            return Err(err(format!(
+                "cpu_shares = {}: 2 to 262144",
+                self.cpu_shares
+            )));
+        }
+        if !(1..=1000).contains(&self.cpu_max_boost_ms) {
+            return Err(err(format!(
+                "cpu_max_boost_ms = {}: 1 to 1000 (a vCPU is boosted at most 1 s at a time)",
+                self.cpu_max_boost_ms
+            )));
+        }
+        if !(1..=60_000).contains(&self.cpu_throttle_ms) {
+            return Err(err(format!(
+                "cpu_throttle_ms = {}: 1 to 60000",
+                self.cpu_throttle_ms
+            )));
+        }
+        if self.help_all && self.cpu_boost == CpuBoostKind::Off {
+            return Err(err(
+                "help_all boosts the vCPUs too: give cpu_boost (rr, nice or shares)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The CPU actuator, if a CPU boost is asked for.
+    pub fn cpu_actuator(&self) -> Option<CpuActuator> {
+        (self.cpu_boost != CpuBoostKind::Off).then_some(CpuActuator {
+            kind: self.cpu_boost,
+            rt_priority: self.cpu_rt_priority,
+            nice: self.cpu_nice,
+            shares: self.cpu_shares,
+        })
+    }
+
+    /// The cap on a CPU boost.
+    pub fn cpu_cap(&self) -> BoostCap {
+        BoostCap::new(self.cpu_max_boost_ms * MS, self.cpu_throttle_ms * MS)
     }
 
     /// Where the metrics are served (see [`metrics_endpoint`]).

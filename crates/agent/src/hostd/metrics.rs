@@ -111,11 +111,41 @@ impl Hostd {
                 r.malformed,
                 threads,
             );
+            if let Some(l) = self.cpu_status(i, now) {
+                s += &l;
+            }
             if let Some(e) = &r.last_error {
                 s += &format!("  last actuator error: {e}\n");
             }
         }
         s
+    }
+
+    /// The CPU boost's metrics, per VM.
+    fn register_cpu(&self, reg: &mut Registry, served: &[usize]) {
+        let label = |i: usize| VmLabel::new(&self.targets[i].name);
+        let on = Family::<VmLabel, Gauge>::default();
+        for &i in served {
+            on.get_or_create(&label(i)).set(self.rt[i].cpu_on as i64);
+        }
+        reg.register("cpu_boosted", "1 while the VM's vCPUs are boosted", on);
+        let counters: [PerVm<'_, u64>; 2] = [
+            ("cpu_boosts", "CPU boosts started", &|i| {
+                self.rt[i].cpu_boosts
+            }),
+            (
+                "cpu_throttles",
+                "CPU boosts ended by the cap (cpu_max_boost_ms)",
+                &|i| self.rt[i].cpu_cap.throttles,
+            ),
+        ];
+        for (name, help, f) in counters {
+            let fam = Family::<VmLabel, Counter>::default();
+            for &i in served {
+                fam.get_or_create(&label(i)).inc_by(f(i));
+            }
+            reg.register(name, help, fam);
+        }
     }
 
     /// The Prometheus metrics (OpenMetrics text, by prometheus-client).
@@ -182,6 +212,9 @@ impl Hostd {
                 fam.get_or_create(&label(i)).inc_by(f(i));
             }
             reg.register(name, help, fam);
+        }
+        if self.cpu_actuator.is_some() {
+            self.register_cpu(&mut reg, &served);
         }
         if self.cfg.vsock_port.is_some() {
             let c = Counter::<u64>::default();

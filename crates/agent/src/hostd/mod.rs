@@ -18,6 +18,7 @@
 mod channel;
 mod config;
 mod control;
+mod cpu;
 mod metrics;
 mod state;
 #[cfg(test)]
@@ -39,6 +40,7 @@ use crate::actuator::{
     Actuator, BfqIdlingActuator, CgroupMoveActuator, CgroupWeightActuator, IoprioActuator, Journal,
     RecoveryScope, ScopeVm, VmTarget,
 };
+use crate::cpuboost::{BoostCap, CpuActuator};
 use crate::transport::Stream;
 use crate::vmproc::ProcessId;
 use crate::{err, now_ns, sys, Result};
@@ -109,9 +111,16 @@ struct VmRuntime {
     denials_logged: u64,
     /// QMP named the vCPU threads.
     qmp_done: bool,
-    /// The boost (count) at which QMP was last asked: at most once per
-    /// boost, so a stuck QEMU does not stall the event loop at each rescan.
+    /// The boost (count of I/O and CPU boosts) at which QMP was last
+    /// asked: at most once per boost, so a stuck QEMU does not stall the
+    /// event loop at each rescan.
     qmp_asked_at: Option<u64>,
+    /// The cap on its CPU boost.
+    cpu_cap: BoostCap,
+    /// Its vCPUs are boosted now.
+    cpu_on: bool,
+    /// CPU boosts started.
+    cpu_boosts: u64,
 }
 
 /// One line of hostd's log (see [`crate::logging`]).
@@ -129,6 +138,11 @@ fn warn(m: &str) {
 pub struct Hostd {
     cfg: HostdConfig,
     arbiter: Arbiter,
+    /// The CPU boosts' leases, budgets and arbitration (as the I/O ones',
+    /// apart from them: a VM may hold one and not the other).
+    cpu_arbiter: Arbiter,
+    /// The vCPUs' knob, if `cpu_boost` asks for one.
+    cpu_actuator: Option<CpuActuator>,
     targets: Vec<VmTarget>,
     rt: Vec<VmRuntime>,
     actuators: Vec<Box<dyn Actuator>>,
@@ -196,6 +210,26 @@ fn needs_restart(old: &HostdConfig, new: &HostdConfig) -> Vec<&'static str> {
         ),
     );
     differ(
+        "the CPU boost",
+        (
+            old.cpu_boost,
+            old.cpu_rt_priority,
+            old.cpu_nice,
+            old.cpu_shares,
+            old.cpu_max_boost_ms,
+            old.cpu_throttle_ms,
+            old.help_all,
+        ) != (
+            new.cpu_boost,
+            new.cpu_rt_priority,
+            new.cpu_nice,
+            new.cpu_shares,
+            new.cpu_max_boost_ms,
+            new.cpu_throttle_ms,
+            new.help_all,
+        ),
+    );
+    differ(
         "the lease and budget",
         (old.lease_ms, old.budget_fraction, old.budget_window_s)
             != (new.lease_ms, new.budget_fraction, new.budget_window_s),
@@ -207,6 +241,7 @@ impl Hostd {
     pub fn new(cfg: HostdConfig) -> Result<Hostd> {
         cfg.validate()?;
         let mut arbiter = Arbiter::try_new(cfg.policy()?).map_err(err)?;
+        let mut cpu_arbiter = Arbiter::try_new(cfg.policy()?).map_err(err)?;
         let mut actuators: Vec<Box<dyn Actuator>> = Vec::new();
         match cfg.ioprio.as_str() {
             "ioprio-rt" => actuators.push(Box::new(IoprioActuator::rt(cfg.ioprio_level))),
@@ -234,6 +269,7 @@ impl Hostd {
         let qemus = cfg.check_processes()?;
         for (i, (v, qemu)) in cfg.vms.iter().zip(qemus).enumerate() {
             arbiter.add_vm(i as u32, v.weight);
+            cpu_arbiter.add_vm(i as u32, v.weight);
             targets.push(VmTarget {
                 name: v.name.clone(),
                 pid: qemu.map(|q| q.pid).unwrap_or(0),
@@ -243,6 +279,7 @@ impl Hostd {
             rt.push(VmRuntime {
                 alive: qemu.is_some(),
                 qemu,
+                cpu_cap: cfg.cpu_cap(),
                 ..VmRuntime::default()
             });
         }
@@ -255,8 +292,10 @@ impl Hostd {
             .collect();
         let mut h = Hostd {
             vms: cfg.vms.clone(),
+            cpu_actuator: cfg.cpu_actuator(),
             cfg,
             arbiter,
+            cpu_arbiter,
             targets,
             rt,
             actuators,
@@ -345,6 +384,7 @@ impl Hostd {
                 })
                 .collect(),
             blkio_mount: sys::cgroup_v1_mount("blkio"),
+            cpu_mount: sys::cgroup_v1_mount("cpu"),
         }
     }
 
@@ -421,6 +461,7 @@ impl Hostd {
                     .collect::<Vec<_>>()
                     .join(", ")
             ));
+            self.log_cpu_settings();
             notify(&[
                 sd_notify::NotifyState::Ready,
                 sd_notify::NotifyState::Status(&format!("serving {} VM(s)", self.live_vms())),
@@ -433,7 +474,9 @@ impl Hostd {
         for i in 0..self.targets.len() {
             let ch = self.arbiter.remove_vm(i as u32, now);
             self.apply(ch, now);
+            self.cpu_arbiter.remove_vm(i as u32, now);
         }
+        self.update_cpu(now);
         let rev = self.journal.revert_all();
         for p in created {
             let _ = std::fs::remove_file(p);
@@ -468,6 +511,9 @@ impl Hostd {
             if let Some(d) = self.arbiter.next_deadline() {
                 wake = wake.min(d);
             }
+            if let Some(d) = self.cpu_deadline() {
+                wake = wake.min(d);
+            }
             match rx.recv_timeout(Duration::from_nanos(wake.saturating_sub(now))) {
                 Ok(ev) => {
                     let now = now_ns();
@@ -480,6 +526,9 @@ impl Hostd {
             if self.arbiter.next_deadline().is_some_and(|d| d <= now) {
                 let ch = self.arbiter.update(now);
                 self.apply(ch, now);
+            }
+            if self.cpu_deadline().is_some_and(|d| d <= now) {
+                self.update_cpu(now);
             }
             if now >= next_rescan {
                 self.sync_vm_dir(now);

@@ -85,10 +85,11 @@ impl Hostd {
         let Some(sock) = self.vms[i].qmp.clone() else {
             return;
         };
-        if self.rt[i].qmp_done || self.rt[i].qmp_asked_at == Some(self.rt[i].boosts) {
+        let asks = self.rt[i].boosts + self.rt[i].cpu_boosts;
+        if self.rt[i].qmp_done || self.rt[i].qmp_asked_at == Some(asks) {
             return;
         }
-        self.rt[i].qmp_asked_at = Some(self.rt[i].boosts);
+        self.rt[i].qmp_asked_at = Some(asks);
         match crate::qmp::query_threads(&sock) {
             Ok(t) => {
                 log(&format!(
@@ -142,6 +143,8 @@ impl Hostd {
         ));
         let ch = self.arbiter.remove_vm(i as u32, now);
         self.apply(ch, now);
+        self.cpu_arbiter.remove_vm(i as u32, now);
+        self.update_cpu(now);
         // Anything left (the arbiter had it unboosted already).
         let _ = self.journal.revert_vm(&self.targets[i].name);
         if let Some((_, s)) = self.rt[i].conn.take() {
@@ -231,6 +234,7 @@ impl Hostd {
         let rt = VmRuntime {
             alive: true,
             qemu: Some(qemu),
+            cpu_cap: self.cfg.cpu_cap(),
             ..VmRuntime::default()
         };
         let limiter = Arc::new(Mutex::new(ChannelLimiter::new(
@@ -247,6 +251,7 @@ impl Hostd {
             self.limiters[i] = limiter;
         }
         self.arbiter.add_vm(i as u32, 1);
+        self.cpu_arbiter.add_vm(i as u32, 1);
         self.skipped.remove(&f.qmp);
         self.found.insert(f.qmp, i);
         if let Some(tx) = self.tx.clone() {
@@ -273,9 +278,12 @@ impl Hostd {
             self.rt[i].alive = false;
             let ch = self.arbiter.remove_vm(i as u32, now);
             self.apply(ch, now);
+            self.cpu_arbiter.remove_vm(i as u32, now);
+            self.update_cpu(now);
             let _ = self.journal.revert_vm(&self.targets[i].name);
         } else {
             self.arbiter.remove_vm(i as u32, now);
+            self.cpu_arbiter.remove_vm(i as u32, now);
         }
         self.rt[i].stop.store(true, Ordering::Relaxed);
         if let Some((_, s)) = self.rt[i].conn.take() {
@@ -338,31 +346,40 @@ impl Hostd {
                     return;
                 }
                 self.rt[vm].messages += 1;
+                let (io, cpu) = self.resources_of(&msg);
                 match msg {
                     Message::Help {
-                        resource: policy::Resource::Io,
                         duration_hint_ms,
                         reason,
+                        ..
                     } => {
-                        if !self.arbiter.wants_help(vm as u32) {
-                            self.log_boost(vm, now, &format!("HELP ({reason:?})"));
+                        let lease = duration_hint_ms as u64 * MS;
+                        if io {
+                            if !self.arbiter.wants_help(vm as u32) {
+                                self.log_boost(vm, now, &format!("HELP ({reason:?})"));
+                            }
+                            self.arbiter.help_for(vm as u32, now, lease, reason)
                         }
-                        self.arbiter
-                            .help_for(vm as u32, now, duration_hint_ms as u64 * MS, reason)
-                    }
-                    Message::NoHelp {
-                        resource: policy::Resource::Io,
-                    } => {
-                        if self.arbiter.wants_help(vm as u32) {
-                            self.log_boost(vm, now, "NO-HELP");
+                        if cpu {
+                            self.cpu_arbiter.help_for(vm as u32, now, lease, reason)
                         }
-                        self.arbiter.no_help(vm as u32, now)
                     }
-                    // CPU help: no CPU actuator yet.
+                    Message::NoHelp { .. } => {
+                        if io {
+                            if self.arbiter.wants_help(vm as u32) {
+                                self.log_boost(vm, now, "NO-HELP");
+                            }
+                            self.arbiter.no_help(vm as u32, now)
+                        }
+                        if cpu {
+                            self.cpu_arbiter.no_help(vm as u32, now)
+                        }
+                    }
                     _ => {}
                 }
                 let ch = self.arbiter.update(now);
                 self.apply(ch, now);
+                self.update_cpu(now);
             }
             Event::Closed { vm, conn } => {
                 if self.rt[vm].conn.as_ref().map(|c| c.0) == Some(conn) {
@@ -372,6 +389,8 @@ impl Hostd {
                         self.arbiter.no_help(vm as u32, now);
                         let ch = self.arbiter.update(now);
                         self.apply(ch, now);
+                        self.cpu_arbiter.no_help(vm as u32, now);
+                        self.update_cpu(now);
                     }
                 }
             }

@@ -191,6 +191,23 @@ impl CpuDetector {
                 extend(&mut self.needs.explicit, now + duration_ns)
             }
         }
+        self.poll(now)
+    }
+
+    /// Forgets the needs that ended by `now`; returns the urgency at `now`.
+    pub fn poll(&mut self, now: Nanos) -> Urgency {
+        let n = &mut self.needs;
+        for need in [
+            &mut n.exec,
+            &mut n.rt,
+            &mut n.steal,
+            &mut n.late,
+            &mut n.explicit,
+        ] {
+            if need.is_some_and(|u| u <= now) {
+                *need = None;
+            }
+        }
         self.urgency(now)
     }
 
@@ -214,13 +231,13 @@ impl CpuDetector {
         })
     }
 
-    /// When the urgency changes next without a new observation.
-    pub fn next_deadline(&self, now: Nanos) -> Option<Nanos> {
+    /// When the urgency changes next without a new observation (a need
+    /// ends): call [`CpuDetector::poll`] then.
+    pub fn next_deadline(&self) -> Option<Nanos> {
         let n = &self.needs;
         [n.exec, n.rt, n.steal, n.late, n.explicit]
             .into_iter()
             .flatten()
-            .filter(|&u| u > now)
             .min()
     }
 }
@@ -267,8 +284,9 @@ mod tests {
                 duration_ns: SEC
             }
         );
-        assert_eq!(d.next_deadline(0), Some(SEC));
-        assert_eq!(d.urgency(SEC), Urgency::NoHelp);
+        assert_eq!(d.next_deadline(), Some(SEC));
+        assert_eq!(d.poll(SEC), Urgency::NoHelp);
+        assert_eq!(d.next_deadline(), None);
     }
 
     #[test]
@@ -330,8 +348,8 @@ mod tests {
         );
         assert_eq!(reason(u), Some(HelpReason::Explicit));
         // The hint is over at 200 ms; the exec (1 s) outranks the lateness.
-        assert_eq!(reason(d.urgency(300 * MS)), Some(HelpReason::Exec));
-        assert_eq!(d.next_deadline(300 * MS), Some(500 * MS));
+        assert_eq!(reason(d.poll(300 * MS)), Some(HelpReason::Exec));
+        assert_eq!(d.next_deadline(), Some(500 * MS));
     }
 
     #[test]
