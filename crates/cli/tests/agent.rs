@@ -2151,3 +2151,47 @@ fn cpu_shares_are_raised_and_restored() {
         std::fs::read_to_string(cg.join("cgroup.procs")).is_ok_and(|s| s.trim().is_empty())
     });
 }
+
+/// `tandem hint --cpu` in the guest: guestd sends a HELP for the CPU and
+/// hostd puts the VM's vCPU (only it) at SCHED_RR; the hint's end (400 ms)
+/// sends the NO-HELP and everything is back. guestd runs without --cpu (no
+/// watcher, whose late wake-ups on a loaded machine would ask too), so the
+/// hint is the only CPU signal.
+#[test]
+#[ignore = "needs root: runs hostd and sets SCHED_RR on a stand-in QEMU's threads"]
+fn a_cpu_hint_in_the_guest_boosts_the_vcpus() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    assert!(devemu::is_root(), "needs root");
+    let dir = Scratch::new("agent-cpu-hint");
+    let (vm, vcpus) = cpu_vm(&dir, 1, &[]);
+    let before = thread_sched(vm.pid());
+    let mut h = cpu_hostd(&dir, vm.pid(), &["--cpu-boost", "rr"]);
+    let _gd = Proc::spawn(
+        Command::new(EXE)
+            .args(["guestd", "--name", "a", "--no-netlink", "--connect"])
+            .arg(format!("unix:{}", dir.p("a.sock").display()))
+            .arg("--hint-socket")
+            .arg(dir.p("hint.sock")),
+    );
+    wait_until("guestd's channel", 10.0, || {
+        status(&dir).contains("connected")
+    });
+    assert!(!is_rr(vcpus[0], 8));
+    let o = Command::new(EXE)
+        .args(["hint", "--cpu", "--for", "400ms", "--socket"])
+        .arg(dir.p("hint.sock"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    wait_until("the vCPU boost", 5.0, || is_rr(vcpus[0], 8));
+    // An I/O boost it is not: the other threads keep their I/O priority.
+    for (tid, s, io) in thread_sched(vm.pid()) {
+        if tid != vcpus[0] {
+            assert!(before.contains(&(tid, s, io)), "thread {tid} changed");
+        }
+    }
+    wait_until("the end of the hint", 5.0, || {
+        thread_sched(vm.pid()) == before
+    });
+    assert!(h.stop());
+}
