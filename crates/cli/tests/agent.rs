@@ -2195,3 +2195,48 @@ fn a_cpu_hint_in_the_guest_boosts_the_vcpus() {
     });
     assert!(h.stop());
 }
+
+/// A guest that asks for CPU help all the time gets no more than its
+/// budget: with 20% of a 5 s window (1 s) and a cap that throttles only
+/// 10 ms, 3 s of asking give about 1 s of SCHED_RR, sampled every 2 ms.
+#[test]
+#[ignore = "needs root: runs hostd and sets SCHED_RR on a stand-in QEMU's threads"]
+fn a_greedy_guest_gets_no_more_cpu_boost_than_its_budget() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    assert!(devemu::is_root(), "needs root");
+    let dir = Scratch::new("agent-cpu-budget");
+    let (vm, vcpus) = cpu_vm(&dir, 1, &[]);
+    let mut h = cpu_hostd(
+        &dir,
+        vm.pid(),
+        &[
+            "--cpu-boost",
+            "rr",
+            "--cpu-throttle-ms",
+            "10",
+            "--budget-fraction",
+            "0.2",
+            "--budget-window-s",
+            "5",
+        ],
+    );
+    let mut g = Guest::connect(&dir, "a");
+    let t0 = Instant::now();
+    let (mut on, mut samples, mut last_ask) = (0u32, 0u32, None::<Instant>);
+    while t0.elapsed() < Duration::from_secs(3) {
+        if last_ask.is_none_or(|t| t.elapsed() >= Duration::from_millis(100)) {
+            g.ask(Resource::Cpu, 1000);
+            last_ask = Some(Instant::now());
+        }
+        samples += 1;
+        on += is_rr(vcpus[0], 8) as u32;
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let boosted_s = 3.0 * on as f64 / samples as f64;
+    assert!(
+        (0.6..1.4).contains(&boosted_s),
+        "boosted {boosted_s:.2} s of 3 s with a 1 s budget"
+    );
+    assert!(h.stop());
+    assert!(!is_rr(vcpus[0], 8));
+}
