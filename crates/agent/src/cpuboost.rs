@@ -109,6 +109,12 @@ impl BoostCap {
         matches!(self.state, CapState::Throttled { until } if now < until)
     }
 
+    /// Whether a throttle ended by `now` that [`BoostCap::step`] has not
+    /// seen yet: the moment to hand a standing request back to the arbiter.
+    pub fn throttle_over(&self, now: Nanos) -> bool {
+        matches!(self.state, CapState::Throttled { until } if now >= until)
+    }
+
     /// When [`BoostCap::step`] must be called next: the end of the boost's
     /// allowance or of the throttle.
     pub fn next_deadline(&self) -> Option<Nanos> {
@@ -309,6 +315,7 @@ mod tests {
         assert!(c.throttled(1200 * MS));
         assert!(!c.step(1200 * MS, true));
         assert_eq!(c.next_deadline(), Some(1500 * MS));
+        assert!(!c.throttle_over(1499 * MS) && c.throttle_over(1500 * MS));
         // Throttle over, still asked for: on again for another second.
         assert!(c.step(1500 * MS, true));
         assert_eq!(c.next_deadline(), Some(2500 * MS));

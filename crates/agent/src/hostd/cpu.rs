@@ -2,7 +2,7 @@
 //! each VM's vCPU knob with its arbiter's grant and its cap
 //! ([`crate::cpuboost::BoostCap`]).
 
-use policy::{Message, Resource};
+use policy::{HelpReason, Message, Resource};
 
 use super::{log, warn, Hostd};
 use crate::actuator::Actuator;
@@ -37,27 +37,66 @@ impl Hostd {
             .min()
     }
 
+    /// A HELP for the CPU: to the arbiter, or kept for the end of the
+    /// throttle if the cap holds the VM off now.
+    pub(super) fn cpu_help(&mut self, vm: usize, now: u64, lease: u64, reason: HelpReason) {
+        let lease = lease.min(self.cpu_arbiter.config().max_lease_ns);
+        self.rt[vm].cpu_asked = Some((now + lease, reason));
+        if !self.rt[vm].cpu_cap.throttled(now) {
+            self.cpu_arbiter.help_for(vm as u32, now, lease, reason)
+        }
+    }
+
+    /// A NO-HELP for the CPU (or the guest gone).
+    pub(super) fn cpu_no_help(&mut self, vm: usize, now: u64) {
+        self.rt[vm].cpu_asked = None;
+        self.cpu_arbiter.no_help(vm as u32, now)
+    }
+
     /// Brings every VM's vCPUs to what the CPU arbiter grants, within the
     /// cap: boosts those newly granted, restores those no longer granted
-    /// or capped.
+    /// or capped. A capped VM gives its arbitration slot back (and spends
+    /// no budget while throttled); its request, if it still stands, goes
+    /// to the arbiter again when the throttle ends.
     pub(super) fn update_cpu(&mut self, now: u64) {
         if self.cpu_actuator.is_none() {
             return;
         }
+        for i in 0..self.rt.len() {
+            let ended = self.rt[i].cpu_cap.throttle_over(now);
+            if let (true, Some((until, reason))) = (ended, self.rt[i].cpu_asked) {
+                if until > now && self.rt[i].alive {
+                    self.cpu_arbiter
+                        .help_for(i as u32, now, until - now, reason);
+                }
+            }
+        }
         let _ = self.cpu_arbiter.update(now);
+        if self.reconcile_cpu(now) {
+            // A capped VM gave its slot back: another may take it now.
+            let _ = self.cpu_arbiter.update(now);
+            self.reconcile_cpu(now);
+        }
+    }
+
+    /// One pass of [`Hostd::update_cpu`]; returns whether the cap throttled a VM.
+    fn reconcile_cpu(&mut self, now: u64) -> bool {
+        let mut capped = false;
         for i in 0..self.rt.len() {
             let want = self.rt[i].alive && self.cpu_arbiter.is_boosted(i as u32);
-            let was_throttled = self.rt[i].cpu_cap.throttled(now);
             let on = self.rt[i].cpu_cap.step(now, want);
             if on && !self.rt[i].cpu_on {
                 self.cpu_boost(i, now);
             } else if !on && self.rt[i].cpu_on {
                 self.cpu_unboost(i, now);
-                if self.rt[i].cpu_cap.throttled(now) && !was_throttled {
+                if self.rt[i].cpu_cap.throttled(now) {
+                    self.cpu_arbiter.no_help(i as u32, now);
                     self.log_boost(i, now, "CPU boost capped: throttled");
+                    capped = true;
                 }
             }
         }
+        capped
     }
 
     fn cpu_boost(&mut self, i: usize, now: u64) {

@@ -34,7 +34,7 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use policy::{Arbiter, Message, MS};
+use policy::{Arbiter, Message, PolicyConfig, MS};
 
 use crate::actuator::{
     Actuator, BfqIdlingActuator, CgroupMoveActuator, CgroupWeightActuator, IoprioActuator, Journal,
@@ -121,6 +121,10 @@ struct VmRuntime {
     cpu_on: bool,
     /// CPU boosts started.
     cpu_boosts: u64,
+    /// The guest's CPU request: until when (its lease) and why; kept while
+    /// the cap throttles the VM (its HELPs then do not reach the arbiter)
+    /// and handed to the arbiter again when the throttle ends.
+    cpu_asked: Option<(u64, policy::HelpReason)>,
 }
 
 /// One line of hostd's log (see [`crate::logging`]).
@@ -167,6 +171,16 @@ pub struct Hostd {
     skipped: std::collections::BTreeSet<PathBuf>,
     /// For the channels of VMs found while running.
     tx: Option<Sender<Event>>,
+}
+
+/// The CPU arbiter's policy: the I/O one's leases and budget, and as many
+/// slots as the host has CPUs. Design choice: one boosted vCPU per host CPU
+/// gets a CPU of its own; more would only take turns among themselves.
+fn cpu_policy(io: PolicyConfig) -> PolicyConfig {
+    PolicyConfig {
+        max_boosted: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        ..io
+    }
 }
 
 /// Builds the configuration again (SIGHUP): the file and the command line.
@@ -241,7 +255,7 @@ impl Hostd {
     pub fn new(cfg: HostdConfig) -> Result<Hostd> {
         cfg.validate()?;
         let mut arbiter = Arbiter::try_new(cfg.policy()?).map_err(err)?;
-        let mut cpu_arbiter = Arbiter::try_new(cfg.policy()?).map_err(err)?;
+        let mut cpu_arbiter = Arbiter::try_new(cpu_policy(cfg.policy()?)).map_err(err)?;
         let mut actuators: Vec<Box<dyn Actuator>> = Vec::new();
         match cfg.ioprio.as_str() {
             "ioprio-rt" => actuators.push(Box::new(IoprioActuator::rt(cfg.ioprio_level))),

@@ -361,7 +361,7 @@ impl Hostd {
                             self.arbiter.help_for(vm as u32, now, lease, reason)
                         }
                         if cpu {
-                            self.cpu_arbiter.help_for(vm as u32, now, lease, reason)
+                            self.cpu_help(vm, now, lease, reason)
                         }
                     }
                     Message::NoHelp { .. } => {
@@ -372,7 +372,7 @@ impl Hostd {
                             self.arbiter.no_help(vm as u32, now)
                         }
                         if cpu {
-                            self.cpu_arbiter.no_help(vm as u32, now)
+                            self.cpu_no_help(vm, now)
                         }
                     }
                     _ => {}
@@ -389,7 +389,7 @@ impl Hostd {
                         self.arbiter.no_help(vm as u32, now);
                         let ch = self.arbiter.update(now);
                         self.apply(ch, now);
-                        self.cpu_arbiter.no_help(vm as u32, now);
+                        self.cpu_no_help(vm, now);
                         self.update_cpu(now);
                     }
                 }
