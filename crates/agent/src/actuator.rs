@@ -16,8 +16,11 @@
 //!   `slice_idle` on the host disks under the VM's images while boosted, so
 //!   that BFQ waits for the VM's next request instead of filling the disk
 //!   with others' requests (see the type).
-//! - CPU actuators (nice, scheduling policy, `cpu.weight`) will implement the
-//!   same [`Actuator`] trait.
+//! - [`crate::cpuboost::CpuActuator`]: the VM's vCPU threads, named by QMP:
+//!   `SCHED_RR`, a nice value, or the VM's cgroup v1 `cpu.shares`, under
+//!   the cap of [`crate::cpuboost::BoostCap`]. An actuator acts for one
+//!   [`Resource`]: the I/O ones end with an I/O boost, the CPU one with a
+//!   CPU boost.
 //!
 //! Before any knob is changed, its original value is written to the
 //! [`Journal`] (a state file, `/run/tandem/hostd.state` by default), and the
@@ -32,6 +35,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::sys;
 use crate::{err, Result};
+use policy::Resource;
 
 /// A VM as the actuators see it.
 #[derive(Clone, Debug)]
@@ -92,6 +96,20 @@ pub enum Entry {
         file: PathBuf,
         orig: String,
     },
+    /// vCPU thread `tid` (started at `start`) had this policy, RT
+    /// priority and nice value.
+    Sched {
+        vm: String,
+        tid: u32,
+        start: u64,
+        orig: sys::SchedState,
+    },
+    /// The VM's cgroup v1 `cpu.shares` file held `orig`.
+    CpuShares {
+        vm: String,
+        file: PathBuf,
+        orig: u64,
+    },
 }
 
 impl Entry {
@@ -100,7 +118,17 @@ impl Entry {
             Entry::Ioprio { vm, .. }
             | Entry::CgroupWeight { vm, .. }
             | Entry::ThreadCgroup { vm, .. }
-            | Entry::BfqTunable { vm, .. } => vm,
+            | Entry::BfqTunable { vm, .. }
+            | Entry::Sched { vm, .. }
+            | Entry::CpuShares { vm, .. } => vm,
+        }
+    }
+
+    /// Which boost the knob belongs to.
+    pub fn resource(&self) -> Resource {
+        match self {
+            Entry::Sched { .. } | Entry::CpuShares { .. } => Resource::Cpu,
+            _ => Resource::Io,
         }
     }
 
@@ -124,6 +152,19 @@ impl Entry {
             // A BFQ tunable gone with a scheduler change needs nothing: the
             // new BFQ starts from its defaults anyway.
             Entry::BfqTunable { file, orig, .. } => restore_file(file, orig),
+            Entry::CpuShares { file, orig, .. } => restore_file(file, orig),
+            Entry::Sched {
+                tid, start, orig, ..
+            } => {
+                if sys::thread_start_time(*tid) != Some(*start) {
+                    return Ok(());
+                }
+                match sys::sched_set(*tid, orig) {
+                    Ok(()) => Ok(()),
+                    Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Ok(()),
+                    Err(e) => Err(err(format!("restoring thread {tid}'s scheduling: {e}"))),
+                }
+            }
             Entry::ThreadCgroup {
                 tid, start, orig, ..
             } => {
@@ -199,10 +240,19 @@ impl Journal {
 
     /// Reverts and forgets the entries of VM `vm`; returns the first error.
     pub fn revert_vm(&mut self, vm: &str) -> Result<()> {
+        self.revert_where(|e| e.vm() == vm)
+    }
+
+    /// Reverts and forgets the entries of VM `vm` for `resource` only.
+    pub fn revert_vm_resource(&mut self, vm: &str, resource: Resource) -> Result<()> {
+        self.revert_where(|e| e.vm() == vm && e.resource() == resource)
+    }
+
+    fn revert_where(&mut self, pick: impl Fn(&Entry) -> bool) -> Result<()> {
         let mut first = Ok(());
         let mut keep = Vec::new();
         for e in self.entries.drain(..) {
-            if e.vm() == vm {
+            if pick(&e) {
                 if let Err(x) = e.revert() {
                     if first.is_ok() {
                         first = Err(x);
@@ -367,6 +417,8 @@ pub struct RecoveryScope {
     pub vms: Vec<ScopeVm>,
     /// Where the cgroup v1 blkio hierarchy is mounted, if it is.
     pub blkio_mount: Option<PathBuf>,
+    /// Where the cgroup v1 cpu hierarchy is mounted, if it is.
+    pub cpu_mount: Option<PathBuf>,
 }
 
 impl RecoveryScope {
@@ -393,7 +445,27 @@ impl RecoveryScope {
             }
         };
         match e {
-            Entry::Ioprio { tid, start, .. } => thread_ok(*tid, *start),
+            Entry::Ioprio { tid, start, .. } | Entry::Sched { tid, start, .. } => {
+                thread_ok(*tid, *start)
+            }
+            Entry::CpuShares { file, .. } => {
+                // The file of the group the VM's QEMU runs in now.
+                let group = vm.pid.and_then(|p| sys::thread_cgroup(p, "cpu"));
+                let known = match (&self.cpu_mount, group) {
+                    (Some(m), Some(g)) => {
+                        *file == m.join(g.trim_start_matches('/')).join("cpu.shares")
+                    }
+                    _ => false,
+                };
+                if known {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "{e:?}: not the cpu.shares file of VM {}'s QEMU's group",
+                        vm.name
+                    ))
+                }
+            }
             Entry::ThreadCgroup {
                 tid, start, orig, ..
             } => {
@@ -454,9 +526,14 @@ pub trait Actuator: Send {
     /// while boosted. Records every original value in `j` first. Returns how
     /// many knobs it changed in this call.
     fn boost(&mut self, vm: &VmTarget, j: &mut Journal) -> Result<usize>;
-    /// Stops favouring `vm`: restores what `boost` changed.
+    /// The boost it acts for: I/O (the default) or CPU.
+    fn resource(&self) -> Resource {
+        Resource::Io
+    }
+    /// Stops favouring `vm`: restores what `boost` changed (the journal's
+    /// entries of the VM for this actuator's resource).
     fn unboost(&mut self, vm: &VmTarget, j: &mut Journal) -> Result<()> {
-        j.revert_vm(&vm.name)
+        j.revert_vm_resource(&vm.name, self.resource())
     }
 }
 
@@ -795,6 +872,7 @@ mod tests {
                 cgroup: Some(d.clone()),
             }],
             blkio_mount: None,
+            cpu_mount: None,
         };
         std::fs::write(&w, "default 100\n").unwrap();
         assert_eq!(read_weight(&w).unwrap(), 100);
@@ -839,6 +917,7 @@ mod tests {
                 cgroup: Some(d.join("cg")),
             }],
             blkio_mount: Some("/sys/fs/cgroup/blkio".into()),
+            cpu_mount: None,
         };
         let bad = vec![
             // Not a served VM.

@@ -5,6 +5,12 @@
 //! [`policy::HelpClient`] turn it into HELP / renewals / NO-HELP, and sends
 //! those to the host. It reconnects when the channel goes away (the host
 //! restarted, the VM migrated), and then asks again for what is still needed.
+//!
+//! With `--cpu` it asks for CPU help too ([`policy::detect::cpu`]'s rules):
+//! a thread wakes every 10 ms and reports its own lateness, the steal time
+//! of `/proc/stat` and the runnable tasks of an RT class; execs and
+//! `tandem hint --cpu` count as well. CPU needs go through a client of
+//! their own (one per resource), as HELP / NO-HELP for `Resource::Cpu`.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
@@ -13,8 +19,9 @@ use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::thread;
 use std::time::Duration;
 
+use policy::detect::cpu::{CpuDetector, CpuEvent, CpuRules, CpuTimes};
 use policy::{
-    GuestEvent, GuestSignalConfig, GuestSignalDetector, HelpClient, Message, Nanos, MS,
+    GuestEvent, GuestSignalConfig, GuestSignalDetector, HelpClient, Message, Nanos, Resource, MS,
     PROTOCOL_VERSION,
 };
 
@@ -41,12 +48,17 @@ pub struct GuestdOptions {
     /// Log every change between HELP and NO-HELP, with the reason and the
     /// event behind it.
     pub verbose: bool,
+    /// Ask for CPU help too (the CPU rules of `policy::detect::cpu`).
+    pub cpu: bool,
 }
 
 /// The guest's decisions: detector and client, driven by events.
 pub struct GuestCore {
     pub detector: GuestSignalDetector,
     pub client: HelpClient,
+    /// The CPU rules, and their own client (one per resource).
+    pub cpu: CpuDetector,
+    pub cpu_client: HelpClient,
     lease_ns: Nanos,
 }
 
@@ -56,8 +68,22 @@ impl GuestCore {
         GuestCore {
             detector: GuestSignalDetector::new(GuestSignalConfig::for_sampling(sample_ns)),
             client: HelpClient::new(lease_ns),
+            cpu: CpuDetector::new(CpuRules::default()),
+            cpu_client: HelpClient::new(lease_ns),
             lease_ns,
         }
+    }
+
+    /// Takes in a CPU observation and returns the message to send, if any.
+    pub fn cpu_event(&mut self, now: Nanos, ev: CpuEvent) -> Option<Message> {
+        let u = self.cpu.observe(now, ev);
+        self.cpu_client.step(now, &u)
+    }
+
+    /// The CPU message due at `now`, if any.
+    pub fn cpu_tick(&mut self, now: Nanos) -> Option<Message> {
+        let u = self.cpu.poll(now);
+        self.cpu_client.step(now, &u)
     }
 
     /// Takes in an event and returns the message to send, if any.
@@ -74,20 +100,27 @@ impl GuestCore {
 
     /// When [`GuestCore::tick`] must run next.
     pub fn next_deadline(&self) -> Option<Nanos> {
-        match (self.detector.next_deadline(), self.client.next_deadline()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [
+            self.detector.next_deadline(),
+            self.client.next_deadline(),
+            self.cpu.next_deadline(),
+            self.cpu_client.next_deadline(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// A new channel: the host knows nothing of what was asked before.
     pub fn reset_channel(&mut self) {
         self.client = HelpClient::new(self.lease_ns);
+        self.cpu_client = HelpClient::new(self.lease_ns);
     }
 }
 
 enum Ev {
     Guest(GuestEvent),
+    Cpu(CpuEvent),
     HostClosed(u64, Option<String>),
 }
 
@@ -184,21 +217,69 @@ fn spawn_sampler(tx: Sender<Ev>, period: Duration) -> Result<()> {
     })
 }
 
-/// Parses a hint request: `hint MS [PID]`.
-pub fn parse_hint(line: &str) -> Option<(u64, Option<u32>)> {
+/// The CPU watcher: wakes every `timer_period_ns` of the rules and reports
+/// its lateness; every tenth time also the steal time (`/proc/stat`) and the
+/// runnable RT tasks (every task's `/proc/.../stat`: the scan costs a few
+/// ms of CPU on a busy guest, so 10 a second at most).
+fn spawn_cpu_watch(tx: Sender<Ev>, rules: &CpuRules) -> Result<()> {
+    let period = Duration::from_nanos(rules.timer_period_ns);
+    let me = std::process::id();
+    spawn("cpu-watch", move || {
+        let mut due = std::time::Instant::now() + period;
+        for k in 0u64.. {
+            thread::sleep(due.saturating_duration_since(std::time::Instant::now()));
+            let late = std::time::Instant::now().saturating_duration_since(due);
+            let mut evs = vec![CpuEvent::TimerWake {
+                late_ns: late.as_nanos() as u64,
+            }];
+            if k % 10 == 0 {
+                if let Some(t) = std::fs::read_to_string("/proc/stat")
+                    .ok()
+                    .and_then(|s| CpuTimes::from_proc_stat(&s))
+                {
+                    evs.push(CpuEvent::Stat(t));
+                }
+                evs.push(CpuEvent::RtRunnable {
+                    tasks: sys::rt_runnable_tasks(me),
+                });
+            }
+            if evs.into_iter().any(|e| tx.send(Ev::Cpu(e)).is_err()) {
+                return;
+            }
+            // The next due time from now: a late wake-up is not made up for
+            // by wake-ups in a row.
+            due = std::time::Instant::now() + period;
+        }
+    })
+}
+
+/// An explicit request on the hint socket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hint {
+    pub ms: u64,
+    /// On behalf of this process (I/O hints).
+    pub pid: Option<u32>,
+    /// For the CPU (`hint-cpu MS`) rather than I/O (`hint MS [PID]`).
+    pub cpu: bool,
+}
+
+/// Parses a hint request: `hint MS [PID]` (I/O) or `hint-cpu MS`.
+pub fn parse_hint(line: &str) -> Option<Hint> {
     let mut f = line.split_whitespace();
-    if f.next()? != "hint" {
-        return None;
-    }
+    let cpu = match f.next()? {
+        "hint" => false,
+        "hint-cpu" => true,
+        _ => return None,
+    };
     let ms: u64 = f.next()?.parse().ok()?;
     let pid = match f.next() {
         Some(p) => Some(p.parse().ok()?),
         None => None,
     };
-    if f.next().is_some() || ms == 0 || ms > 600_000 {
+    if f.next().is_some() || ms == 0 || ms > 600_000 || (cpu && pid.is_some()) {
         return None;
     }
-    Some((ms, pid))
+    Some(Hint { ms, pid, cpu })
 }
 
 fn spawn_hint_socket(path: &Path, tx: Sender<Ev>) -> Result<()> {
@@ -217,25 +298,31 @@ fn spawn_hint_socket(path: &Path, tx: Sender<Ev>) -> Result<()> {
             let _ = BufReader::new(&s).take(128).read_line(&mut line);
             let mut s = s;
             match parse_hint(&line) {
-                Some((ms, pid)) => {
+                Some(h) => {
                     let tx = tx.lock().unwrap_or_else(|e| e.into_inner()).clone();
-                    let _ = tx.send(Ev::Guest(GuestEvent::Explicit {
-                        duration_ns: ms * MS,
-                        pid,
-                    }));
+                    let duration_ns = h.ms * MS;
+                    let _ = tx.send(if h.cpu {
+                        Ev::Cpu(CpuEvent::Explicit { duration_ns })
+                    } else {
+                        Ev::Guest(GuestEvent::Explicit {
+                            duration_ns,
+                            pid: h.pid,
+                        })
+                    });
                     let _ = s.write_all(b"ok\n");
                 }
                 None => {
-                    let _ =
-                        s.write_all(b"error: expected `hint MS [PID]` with MS from 1 to 600000\n");
+                    let _ = s.write_all(
+                        b"error: expected `hint MS [PID]` or `hint-cpu MS` with MS from 1 to 600000\n",
+                    );
                 }
             }
         },
     )
 }
 
-/// `tandem hint`: asks the local guestd for help for `ms` milliseconds.
-pub fn send_hint(socket: &Path, ms: u64, pid: Option<u32>) -> Result<()> {
+/// `tandem hint`: asks the local guestd for help for `h.ms` milliseconds.
+pub fn send_hint(socket: &Path, h: Hint) -> Result<()> {
     let mut s = UnixStream::connect(socket).map_err(|e| {
         if e.kind() == std::io::ErrorKind::PermissionDenied && !crate::is_root() {
             return err(format!(
@@ -249,9 +336,10 @@ pub fn send_hint(socket: &Path, ms: u64, pid: Option<u32>) -> Result<()> {
         ))
     })?;
     let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-    let line = match pid {
-        Some(p) => format!("hint {ms} {p}\n"),
-        None => format!("hint {ms}\n"),
+    let line = match (h.cpu, h.pid) {
+        (true, _) => format!("hint-cpu {}\n", h.ms),
+        (false, Some(p)) => format!("hint {} {p}\n", h.ms),
+        (false, None) => format!("hint {}\n", h.ms),
     };
     s.write_all(line.as_bytes())
         .map_err(|e| err(e.to_string()))?;
@@ -296,6 +384,153 @@ fn open_channel(o: &GuestdOptions, id: u64, tx: Sender<Ev>) -> Option<Channel> {
     Some(Channel { id, w })
 }
 
+/// The daemon's running state: the channel and its reconnection, and the
+/// guest's decisions.
+struct Daemon {
+    o: GuestdOptions,
+    core: GuestCore,
+    tx: Sender<Ev>,
+    chan: Option<Channel>,
+    next_id: u64,
+    retry_at: u64,
+    backoff: u64,
+    /// The reason last logged (`verbose`).
+    logged: Option<policy::HelpReason>,
+}
+
+impl Daemon {
+    /// Opens the channel if it is closed and the retry time has come.
+    fn connect_if_due(&mut self, now: u64) {
+        if self.chan.is_some() || now < self.retry_at {
+            return;
+        }
+        self.chan = open_channel(&self.o, self.next_id, self.tx.clone());
+        self.next_id += 1;
+        match &self.chan {
+            Some(_) => {
+                log(&format!("connected to {}", self.o.endpoint));
+                self.core.reset_channel();
+                self.backoff = 200 * MS;
+            }
+            None => {
+                self.retry_at = now + self.backoff;
+                self.backoff = (self.backoff * 2).min(5000 * MS);
+            }
+        }
+    }
+
+    /// When the loop must wake next without an event.
+    fn wake(&self, now: u64) -> u64 {
+        let mut wake = now + 100 * MS;
+        if let Some(d) = self.core.next_deadline() {
+            wake = wake.min(d);
+        }
+        if self.chan.is_none() {
+            wake = wake.min(self.retry_at.max(now));
+        }
+        wake
+    }
+
+    /// What an event (or a timeout, `None`) gives to send.
+    fn on_event(&mut self, ev: Option<Ev>) -> Vec<Message> {
+        let now = now_ns();
+        match ev {
+            Some(Ev::Guest(ev)) => {
+                let m = self.core.event(now, ev);
+                if self.o.verbose {
+                    if let Some(Message::Help { reason, .. }) = &m {
+                        if self.logged != Some(*reason) {
+                            log(&format!("HELP {reason:?} after {ev:?}"));
+                            self.logged = Some(*reason);
+                        }
+                    }
+                }
+                // A program that starts needs the CPU as well.
+                let cpu = match ev {
+                    GuestEvent::Exec { .. } if self.o.cpu => {
+                        self.core.cpu_event(now, CpuEvent::Exec)
+                    }
+                    _ => None,
+                };
+                m.into_iter().chain(cpu).collect()
+            }
+            Some(Ev::Cpu(ev)) => self.core.cpu_event(now, ev).into_iter().collect(),
+            Some(Ev::HostClosed(id, why)) => {
+                if self.chan.as_ref().map(|c| c.id) == Some(id) {
+                    self.chan = None;
+                    match why {
+                        Some(r) => {
+                            log(&format!("host refused the channel: {r}"));
+                            self.retry_at = now + 5000 * MS;
+                        }
+                        None => {
+                            log("channel closed; reconnecting");
+                            self.retry_at = now;
+                        }
+                    }
+                }
+                Vec::new()
+            }
+            None => [self.core.tick(now), self.core.cpu_tick(now)]
+                .into_iter()
+                .flatten()
+                .collect(),
+        }
+    }
+
+    /// Sends messages on the channel, if open; a failed write closes it.
+    fn send(&mut self, msgs: Vec<Message>) {
+        for m in msgs {
+            if self.o.verbose
+                && self.logged.is_some()
+                && matches!(
+                    m,
+                    Message::NoHelp {
+                        resource: Resource::Io
+                    }
+                )
+            {
+                log("NO-HELP");
+                self.logged = None;
+            }
+            if self.o.verbose
+                && matches!(
+                    m,
+                    Message::Help {
+                        resource: Resource::Cpu,
+                        ..
+                    } | Message::NoHelp {
+                        resource: Resource::Cpu
+                    }
+                )
+            {
+                log(&format!("{m:?}"));
+            }
+            if let Some(c) = self.chan.as_mut() {
+                if write_message(&mut c.w, &m).is_err() {
+                    self.chan = None;
+                    self.retry_at = now_ns();
+                }
+            }
+        }
+    }
+
+    /// Leaving: the host's lease would end the boosts anyway; say so at once.
+    fn leave(mut self) {
+        if let Some(mut c) = self.chan.take() {
+            for (client, resource) in [
+                (&self.core.client, Resource::Io),
+                (&self.core.cpu_client, Resource::Cpu),
+            ] {
+                if client.is_helping() {
+                    let _ = write_message(&mut c.w, &Message::NoHelp { resource });
+                }
+            }
+        }
+        let _ = std::fs::remove_file(&self.o.hint_socket);
+    }
+}
+
 /// Runs the guest daemon until SIGINT/SIGTERM/SIGHUP.
 pub fn run(o: GuestdOptions) -> Result<()> {
     if o.name.is_empty() || o.name.len() > policy::protocol::MAX_VM_NAME_BYTES {
@@ -313,92 +548,34 @@ pub fn run(o: GuestdOptions) -> Result<()> {
     }
     spawn_sampler(tx.clone(), Duration::from_millis(o.sample_ms.max(10)))?;
     spawn_hint_socket(&o.hint_socket, tx.clone())?;
+    let core = GuestCore::new(o.lease_ms.max(1) * MS, o.sample_ms.max(10) * MS);
+    if o.cpu {
+        spawn_cpu_watch(tx.clone(), core.cpu.rules())?;
+    }
     log(&format!("connecting to {} as {:?}", o.endpoint, o.name));
-    let mut core = GuestCore::new(o.lease_ms.max(1) * MS, o.sample_ms.max(10) * MS);
-    let mut chan: Option<Channel> = None;
-    let mut next_id = 1u64;
-    let mut retry_at = 0u64;
-    let mut backoff = 200 * MS;
-    let mut logged: Option<policy::HelpReason> = None;
+    let mut d = Daemon {
+        o,
+        core,
+        tx,
+        chan: None,
+        next_id: 1,
+        retry_at: 0,
+        backoff: 200 * MS,
+        logged: None,
+    };
     while !sys::stop_requested() {
         let now = now_ns();
-        if chan.is_none() && now >= retry_at {
-            chan = open_channel(&o, next_id, tx.clone());
-            next_id += 1;
-            match &chan {
-                Some(_) => {
-                    log(&format!("connected to {}", o.endpoint));
-                    core.reset_channel();
-                    backoff = 200 * MS;
-                }
-                None => {
-                    retry_at = now + backoff;
-                    backoff = (backoff * 2).min(5000 * MS);
-                }
-            }
-        }
-        let mut wake = now + 100 * MS;
-        if let Some(d) = core.next_deadline() {
-            wake = wake.min(d);
-        }
-        if chan.is_none() {
-            wake = wake.min(retry_at.max(now));
-        }
-        let msg = match rx.recv_timeout(Duration::from_nanos(wake.saturating_sub(now))) {
-            Ok(Ev::Guest(ev)) => {
-                let m = core.event(now_ns(), ev);
-                if o.verbose {
-                    if let Some(Message::Help { reason, .. }) = &m {
-                        if logged != Some(*reason) {
-                            log(&format!("HELP {reason:?} after {ev:?}"));
-                            logged = Some(*reason);
-                        }
-                    }
-                }
-                m
-            }
-            Ok(Ev::HostClosed(id, why)) => {
-                if chan.as_ref().map(|c| c.id) == Some(id) {
-                    chan = None;
-                    match why {
-                        Some(r) => {
-                            log(&format!("host refused the channel: {r}"));
-                            retry_at = now_ns() + 5000 * MS;
-                        }
-                        None => {
-                            log("channel closed; reconnecting");
-                            retry_at = now_ns();
-                        }
-                    }
-                }
-                continue;
-            }
-            Err(RecvTimeoutError::Timeout) => core.tick(now_ns()),
+        d.connect_if_due(now);
+        let wake = d.wake(now);
+        let ev = match rx.recv_timeout(Duration::from_nanos(wake.saturating_sub(now))) {
+            Ok(ev) => Some(ev),
+            Err(RecvTimeoutError::Timeout) => None,
             Err(RecvTimeoutError::Disconnected) => break,
         };
-        if o.verbose && logged.is_some() && matches!(msg, Some(Message::NoHelp { .. })) {
-            log("NO-HELP");
-            logged = None;
-        }
-        if let (Some(m), Some(c)) = (msg, chan.as_mut()) {
-            if write_message(&mut c.w, &m).is_err() {
-                chan = None;
-                retry_at = now_ns();
-            }
-        }
+        let msgs = d.on_event(ev);
+        d.send(msgs);
     }
-    // Leaving: the host's lease would end the boost anyway; say so at once.
-    if let Some(mut c) = chan {
-        if core.client.is_helping() {
-            let _ = write_message(
-                &mut c.w,
-                &Message::NoHelp {
-                    resource: policy::Resource::Io,
-                },
-            );
-        }
-    }
-    let _ = std::fs::remove_file(&o.hint_socket);
+    d.leave();
     Ok(())
 }
 
@@ -408,12 +585,57 @@ mod tests {
 
     #[test]
     fn hints() {
-        assert_eq!(parse_hint("hint 3000\n"), Some((3000, None)));
-        assert_eq!(parse_hint("hint 3000 42"), Some((3000, Some(42))));
+        let h = |ms, pid, cpu| Some(Hint { ms, pid, cpu });
+        assert_eq!(parse_hint("hint 3000\n"), h(3000, None, false));
+        assert_eq!(parse_hint("hint 3000 42"), h(3000, Some(42), false));
+        assert_eq!(parse_hint("hint-cpu 500\n"), h(500, None, true));
+        assert_eq!(parse_hint("hint-cpu 500 42"), None);
         assert_eq!(parse_hint("hint 0"), None);
         assert_eq!(parse_hint("hint x"), None);
         assert_eq!(parse_hint("hint 5 6 7"), None);
         assert_eq!(parse_hint("help"), None);
+    }
+
+    /// A CPU hint goes out as a HELP for the CPU, through its own client,
+    /// and ends with a NO-HELP for the CPU; the I/O side stays quiet.
+    #[test]
+    fn cpu_hint_to_help_and_back() {
+        let mut c = GuestCore::new(1000 * MS, 250 * MS);
+        let m = c.cpu_event(
+            0,
+            CpuEvent::Explicit {
+                duration_ns: 300 * MS,
+            },
+        );
+        assert!(
+            matches!(
+                m,
+                Some(Message::Help {
+                    resource: Resource::Cpu,
+                    ..
+                })
+            ),
+            "{m:?}"
+        );
+        assert!(c.client.next_deadline().is_none());
+        let mut last = None;
+        let mut t = 0;
+        while let Some(d) = c.next_deadline() {
+            t = d;
+            if let Some(m) = c.cpu_tick(t) {
+                last = Some(m);
+            }
+            if t > 10_000 * MS {
+                break;
+            }
+        }
+        assert_eq!(
+            last,
+            Some(Message::NoHelp {
+                resource: Resource::Cpu
+            })
+        );
+        assert!(t >= 300 * MS);
     }
 
     #[test]

@@ -11,6 +11,7 @@
 //! latency benchmark ([`latency`]).
 
 pub mod actuator;
+pub mod cpuboost;
 pub mod guestd;
 pub mod hostd;
 pub mod hostile;

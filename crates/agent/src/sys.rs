@@ -485,3 +485,133 @@ mod tests {
         assert_eq!(parse_thread_cgroup(cg, "memory"), None);
     }
 }
+
+/// A thread's CPU scheduling: its policy (`SCHED_OTHER`, `SCHED_RR`, ...,
+/// with `SCHED_RESET_ON_FORK` if set), its real-time priority (0 outside
+/// the RT classes) and its nice value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SchedState {
+    pub policy: i32,
+    pub priority: i32,
+    pub nice: i32,
+}
+
+/// Thread `tid`'s scheduling policy, RT priority and nice value.
+pub fn sched_get(tid: u32) -> io::Result<SchedState> {
+    let pid = tid as libc::pid_t;
+    // SAFETY: plain system calls on a thread id; `param` is a valid
+    // sched_param for the kernel to fill.
+    unsafe {
+        let policy = libc::sched_getscheduler(pid);
+        if policy < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let mut param = libc::sched_param { sched_priority: 0 };
+        if libc::sched_getparam(pid, &mut param) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // getpriority may return -1 as a value: errno tells.
+        *libc::__errno_location() = 0;
+        let nice = libc::getpriority(libc::PRIO_PROCESS, tid);
+        if nice == -1 && *libc::__errno_location() != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(SchedState {
+            policy,
+            priority: param.sched_priority,
+            nice,
+        })
+    }
+}
+
+/// Sets thread `tid`'s scheduling policy and RT priority.
+pub fn sched_set_policy(tid: u32, policy: i32, priority: i32) -> io::Result<()> {
+    let param = libc::sched_param {
+        sched_priority: priority,
+    };
+    // SAFETY: a plain system call; `param` outlives it.
+    let r = unsafe { libc::sched_setscheduler(tid as libc::pid_t, policy, &param) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// Sets thread `tid`'s nice value (Linux applies `PRIO_PROCESS` to one thread).
+pub fn set_nice(tid: u32, nice: i32) -> io::Result<()> {
+    // SAFETY: a plain system call.
+    let r = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, nice) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// Puts thread `tid`'s policy, priority and nice back to `s`.
+pub fn sched_set(tid: u32, s: &SchedState) -> io::Result<()> {
+    sched_set_policy(tid, s.policy, s.priority)?;
+    set_nice(tid, s.nice)
+}
+
+/// `/proc/sys/kernel/sched_rt_runtime_us`: how much of each period the RT
+/// classes may run (-1: RT throttling is off, and an RT task may hold a CPU
+/// for ever).
+pub fn rt_runtime_us() -> io::Result<i64> {
+    let t = std::fs::read_to_string("/proc/sys/kernel/sched_rt_runtime_us")?;
+    t.trim()
+        .parse()
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, format!("{t:?}")))
+}
+
+/// Whether a `/proc/PID/task/TID/stat` line is of a runnable task (state
+/// R) in an RT class (policy, field 41, `SCHED_FIFO` or `SCHED_RR`).
+pub fn stat_is_rt_runnable(stat: &str) -> bool {
+    let Some(close) = stat.rfind(')') else {
+        return false;
+    };
+    // Fields from the state (field 3) on.
+    let f: Vec<&str> = stat[close + 1..].split_whitespace().collect();
+    let policy = f.get(41 - 3).and_then(|p| p.parse::<i32>().ok());
+    f.first() == Some(&"R") && matches!(policy, Some(libc::SCHED_FIFO | libc::SCHED_RR))
+}
+
+/// Tasks (threads) of an RT class that are runnable now, but `me`'s own.
+pub fn rt_runnable_tasks(me: u32) -> u32 {
+    let mut n = 0;
+    for pid in pids().into_iter().filter(|&p| p != me) {
+        let Ok(tasks) = threads(pid) else { continue };
+        for tid in tasks {
+            let path = format!("/proc/{pid}/task/{tid}/stat");
+            if std::fs::read_to_string(path).is_ok_and(|s| stat_is_rt_runnable(&s)) {
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
+#[cfg(test)]
+mod rt_tests {
+    #[test]
+    fn rt_runnable_from_stat() {
+        // A stat line with 52 fields: state R, policy 2 (SCHED_RR).
+        let line = |state: &str, policy: u32| {
+            let mut f: Vec<String> = vec!["7".into(), "(a b) c)".into(), state.into()];
+            f.extend((4..=52).map(|i| {
+                if i == 41 {
+                    policy.to_string()
+                } else {
+                    "0".into()
+                }
+            }));
+            f.join(" ")
+        };
+        assert!(super::stat_is_rt_runnable(&line("R", 2)));
+        assert!(super::stat_is_rt_runnable(&line("R", 1)));
+        assert!(!super::stat_is_rt_runnable(&line("S", 2)));
+        assert!(!super::stat_is_rt_runnable(&line("R", 0)));
+        assert!(!super::stat_is_rt_runnable("garbage"));
+    }
+}

@@ -205,18 +205,55 @@ impl Drop for FakeQemu {
     }
 }
 
-/// `tandem hostd fake-qemu`: a process with `threads` more threads, all
-/// idle, holding `read` open for reading and `write` for writing (as QEMU
-/// holds its disk images and logs); runs until killed.
-pub fn fake_qemu_main(
-    threads: usize,
-    read: &[std::path::PathBuf],
-    write: &[std::path::PathBuf],
-    qmp: Option<&Path>,
-) -> Result<()> {
-    if let Some(p) = qmp {
-        serve_qmp(p)?;
+/// What `tandem hostd fake-qemu` stands for.
+#[derive(Clone, Debug, Default)]
+pub struct FakeQemuSpec {
+    /// Idle threads beside the main one (QEMU's main loop, workers).
+    pub threads: usize,
+    /// vCPU threads, named as QEMU names them (`CPU N/KVM`), idle, and
+    /// listed by the QMP server's `query-cpus-fast`.
+    pub vcpus: usize,
+    /// Thread ids QMP lists as vCPUs too, though they are not this
+    /// process's (a lying or broken QEMU, for the refusal test).
+    pub foreign_vcpus: Vec<u32>,
+    /// Files held open for reading (as QEMU holds its disk images).
+    pub read: Vec<std::path::PathBuf>,
+    /// Files held open for writing (its logs).
+    pub write: Vec<std::path::PathBuf>,
+    /// Serve QMP on this unix socket.
+    pub qmp: Option<std::path::PathBuf>,
+}
+
+/// `tandem hostd fake-qemu`: a process with idle threads and vCPU threads,
+/// holding files open and serving QMP as `spec` says; runs until killed.
+pub fn fake_qemu_main(spec: &FakeQemuSpec) -> Result<()> {
+    let mut vcpus: Vec<(u32, u32)> = Vec::new();
+    for i in 0..spec.vcpus {
+        let (tx, rx) = std::sync::mpsc::channel();
+        thread::Builder::new()
+            .name(format!("CPU {i}/KVM"))
+            .spawn(move || {
+                // SAFETY: gettid has no preconditions.
+                let _ = tx.send(unsafe { libc::gettid() } as u32);
+                loop {
+                    thread::park();
+                }
+            })
+            .map_err(|e| err(format!("starting a vCPU thread: {e}")))?;
+        let tid = rx.recv().map_err(|_| err("a vCPU thread did not start"))?;
+        vcpus.push((i as u32, tid));
     }
+    let n = vcpus.len() as u32;
+    vcpus.extend(
+        spec.foreign_vcpus
+            .iter()
+            .enumerate()
+            .map(|(k, &t)| (n + k as u32, t)),
+    );
+    if let Some(p) = &spec.qmp {
+        serve_qmp(p, vcpus)?;
+    }
+    let (threads, read, write) = (spec.threads, &spec.read, &spec.write);
     let mut files = Vec::new();
     for p in read {
         files.push(File::open(p).map_err(|e| err(format!("{}: {e}", p.display())))?);
@@ -242,9 +279,17 @@ pub fn fake_qemu_main(
 }
 
 /// A QMP server on `path`, as QEMU's `-qmp unix:PATH,server=on,wait=off`:
-/// the greeting, then an empty answer to every command (no iothreads, no
-/// vCPUs named: hostd boosts every thread), one client at a time.
-fn serve_qmp(path: &Path) -> Result<()> {
+/// the greeting, then `vcpus` (index, thread id) to `query-cpus-fast` and
+/// an empty answer to every other command (no iothreads), one client at a
+/// time.
+fn serve_qmp(path: &Path, vcpus: Vec<(u32, u32)>) -> Result<()> {
+    let cpus = serde_json::Value::Array(
+        vcpus
+            .iter()
+            .map(|&(i, tid)| serde_json::json!({"cpu-index": i, "thread-id": tid, "target": "x86_64"}))
+            .collect(),
+    );
+    let cpus = format!(r#"{{"return": {cpus}}}"#);
     use std::io::{BufRead, BufReader, Write};
     let l = std::os::unix::net::UnixListener::bind(path)
         .map_err(|e| err(format!("QMP {}: {e}", path.display())))?;
@@ -256,6 +301,8 @@ fn serve_qmp(path: &Path) -> Result<()> {
                 for line in BufReader::new(s).lines().map_while(|l| l.ok()) {
                     let reply = if line.contains("qmp_capabilities") {
                         r#"{"return": {}}"#
+                    } else if line.contains("query-cpus-fast") {
+                        &cpus
                     } else {
                         r#"{"return": []}"#
                     };

@@ -106,6 +106,63 @@ pub struct HostdRunArgs {
     /// the time and the VM's use of its budget.
     #[arg(long)]
     log_boosts: bool,
+    #[command(flatten)]
+    cpu: CpuBoostArgs,
+}
+
+/// The CPU boost's flags (keys of the same names in the configuration).
+#[derive(Args, Clone)]
+pub struct CpuBoostArgs {
+    /// Boost a VM's vCPU threads (named by QMP: the VM needs qmp=) while its
+    /// guest asks for CPU help: off (default), rr (SCHED_RR), nice, or shares
+    /// (its QEMU's cgroup v1 cpu.shares).
+    #[arg(long, value_name = "KIND")]
+    cpu_boost: Option<agent::cpuboost::CpuBoostKind>,
+    /// SCHED_RR priority of a boosted vCPU (1-99, default 8 as pvsched).
+    #[arg(long, value_name = "PRIO")]
+    cpu_rt_priority: Option<i32>,
+    /// Nice value of a boosted vCPU with --cpu-boost nice (-20 to 19, default -10).
+    #[arg(long, value_name = "NICE", allow_hyphen_values = true)]
+    cpu_nice: Option<i32>,
+    /// cpu.shares of a boosted VM's group with --cpu-boost shares (default 8192).
+    #[arg(long, value_name = "SHARES")]
+    cpu_shares: Option<u64>,
+    /// The longest a CPU boost lasts at once (ms, at most 1000, the default).
+    #[arg(long, value_name = "MS")]
+    cpu_max_boost_ms: Option<u64>,
+    /// How long a CPU boost that reached that cap is held off (ms, default 1000).
+    #[arg(long, value_name = "MS")]
+    cpu_throttle_ms: Option<u64>,
+    /// Any HELP boosts both the VM's I/O threads and its vCPUs (needs --cpu-boost).
+    #[arg(long)]
+    help_all: bool,
+}
+
+impl CpuBoostArgs {
+    /// Sets the configuration's CPU boost keys that were given as flags.
+    fn apply(self, c: &mut agent::hostd::HostdConfig) {
+        if let Some(v) = self.cpu_boost {
+            c.cpu_boost = v;
+        }
+        if let Some(v) = self.cpu_rt_priority {
+            c.cpu_rt_priority = v;
+        }
+        if let Some(v) = self.cpu_nice {
+            c.cpu_nice = v;
+        }
+        if let Some(v) = self.cpu_shares {
+            c.cpu_shares = v;
+        }
+        if let Some(v) = self.cpu_max_boost_ms {
+            c.cpu_max_boost_ms = v;
+        }
+        if let Some(v) = self.cpu_throttle_ms {
+            c.cpu_throttle_ms = v;
+        }
+        if self.help_all {
+            c.help_all = true;
+        }
+    }
 }
 
 #[derive(Args)]
@@ -126,6 +183,9 @@ pub struct LatencyArgs {
     /// Seconds of the idle and of the load phase.
     #[arg(long, default_value_t = 10.0)]
     phase_s: f64,
+    /// Time CPU hints (a vCPU to SCHED_RR) instead of I/O ones.
+    #[arg(long)]
+    cpu: bool,
 }
 
 #[derive(Args)]
@@ -162,6 +222,12 @@ pub struct FakeQemuArgs {
     /// Serve QMP on this unix socket (as QEMU's -qmp unix:PATH,server=on).
     #[arg(long)]
     qmp: Option<PathBuf>,
+    /// vCPU threads named as QEMU's ("CPU N/KVM"), listed by QMP.
+    #[arg(long, default_value_t = 0)]
+    vcpus: usize,
+    /// A thread id QMP lists as a vCPU though it is not this process's (repeatable).
+    #[arg(long, value_name = "TID")]
+    foreign_vcpu: Vec<u32>,
 }
 
 #[derive(Args)]
@@ -202,6 +268,10 @@ pub struct GuestdArgs {
     /// Log each change between HELP and NO-HELP, with its reason and the event behind it.
     #[arg(long)]
     verbose: bool,
+    /// Ask for CPU help too: on a late wake-up of a 10 ms timer, a steal
+    /// time rise, runnable RT tasks, an exec or `tandem hint --cpu`.
+    #[arg(long)]
+    cpu: bool,
 }
 
 #[derive(Args)]
@@ -210,8 +280,11 @@ pub struct HintArgs {
     #[arg(long = "for", value_name = "DURATION", default_value = "3s")]
     duration: String,
     /// On behalf of this process (its exit ends the need).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "cpu")]
     pid: Option<u32>,
+    /// Ask for CPU help (the host boosts the VM's vCPUs) instead of I/O help.
+    #[arg(long)]
+    cpu: bool,
     /// guestd's hint socket.
     #[arg(long, default_value = agent::guestd::DEFAULT_HINT_SOCKET)]
     socket: PathBuf,
@@ -310,6 +383,7 @@ fn hostd_config(a: HostdRunArgs) -> Result<agent::hostd::HostdConfig, Failure> {
     if a.log_boosts {
         c.log_boosts = true;
     }
+    a.cpu.apply(&mut c);
     c.validate().map_err(|e| Failure::Usage(e.0))?;
     Ok(c)
 }
@@ -365,6 +439,7 @@ pub fn run_hostd(cmd: HostdCommand) -> Result<(), Failure> {
                 hints: a.hints,
                 rate: a.rate,
                 phase_s: a.phase_s,
+                cpu: a.cpu,
             };
             print!("{}", agent::latency::bench_latency(&o).map_err(fail)?);
             Ok(())
@@ -390,8 +465,15 @@ pub fn run_hostd(cmd: HostdCommand) -> Result<(), Failure> {
             agent::testkit::fake_vm_main(&a.image, a.threads, &a.control).map_err(fail)
         }
         HostdCommand::FakeQemu(a) => {
-            agent::testkit::fake_qemu_main(a.threads, &a.read, &a.write, a.qmp.as_deref())
-                .map_err(fail)
+            agent::testkit::fake_qemu_main(&agent::testkit::FakeQemuSpec {
+                threads: a.threads,
+                vcpus: a.vcpus,
+                foreign_vcpus: a.foreign_vcpu,
+                read: a.read,
+                write: a.write,
+                qmp: a.qmp,
+            })
+            .map_err(fail)
         }
         HostdCommand::FakeBurst(a) => {
             let s = agent::testkit::burst_main(&a.control, a.reads, a.kib, a.seed, a.run)
@@ -419,6 +501,7 @@ pub fn run_guestd(a: GuestdArgs) -> Result<(), Failure> {
         netlink: !a.no_netlink,
         lease_ms: a.lease_ms,
         verbose: a.verbose,
+        cpu: a.cpu,
     })
     .map_err(fail)
 }
@@ -430,7 +513,12 @@ pub fn run_hint(a: HintArgs) -> Result<(), Failure> {
             a.duration
         ))
     })?;
-    agent::guestd::send_hint(&a.socket, ms, a.pid).map_err(fail)
+    let hint = agent::guestd::Hint {
+        ms,
+        pid: a.pid,
+        cpu: a.cpu,
+    };
+    agent::guestd::send_hint(&a.socket, hint).map_err(fail)
 }
 
 #[cfg(test)]

@@ -212,6 +212,20 @@ impl Guest {
         };
         self.0.write_all(&m.encode()).unwrap();
     }
+    /// A HELP for `resource`.
+    fn ask(&mut self, resource: Resource, ms: u32) {
+        let m = Message::Help {
+            resource,
+            reason: HelpReason::Explicit,
+            duration_hint_ms: ms,
+        };
+        self.0.write_all(&m.encode()).unwrap();
+    }
+    fn no_help_for(&mut self, resource: Resource) {
+        self.0
+            .write_all(&Message::NoHelp { resource }.encode())
+            .unwrap();
+    }
 }
 
 /// Sends raw bytes, returns what hostd answered before closing.
@@ -1890,4 +1904,339 @@ fn guestd_logs_json_lines() {
     assert_eq!(o.status.code(), Some(2));
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(e.contains("xml") && e.contains("text, json"), "{e}");
+}
+
+/// A stand-in QEMU with one idle thread beside the main one and the QMP
+/// server's, and `vcpus` vCPU threads ("CPU N/KVM"), whose QMP socket (`qmp.sock` in `dir`) names
+/// those and the `foreign` thread ids as vCPUs; returned with its vCPU
+/// threads' ids once they all exist.
+fn cpu_vm(dir: &Scratch, vcpus: usize, foreign: &[u32]) -> (Proc, Vec<u32>) {
+    let mut c = fake_qemu(dir);
+    c.args(["hostd", "fake-qemu", "--threads", "1", "--vcpus"])
+        .arg(vcpus.to_string())
+        .arg("--qmp")
+        .arg(dir.p("qmp.sock"));
+    for t in foreign {
+        c.arg("--foreign-vcpu").arg(t.to_string());
+    }
+    let vm = Proc::spawn(&mut c);
+    agent::testkit::wait_exec(vm.pid());
+    wait_until("the threads and QMP", 10.0, || {
+        sys::threads(vm.pid()).map(|t| t.len()).unwrap_or(0) == 3 + vcpus
+            && dir.p("qmp.sock").exists()
+    });
+    let tids = sys::threads(vm.pid())
+        .unwrap()
+        .into_iter()
+        .filter(|t| {
+            std::fs::read_to_string(format!("/proc/{}/task/{t}/comm", vm.pid()))
+                .is_ok_and(|c| c.starts_with("CPU "))
+        })
+        .collect::<Vec<_>>();
+    assert_eq!(tids.len(), vcpus);
+    (vm, tids)
+}
+
+/// hostd serving VM `a` (pid, QMP socket in `dir`) with the CPU boost.
+fn cpu_hostd(dir: &Scratch, pid: u32, extra: &[&str]) -> Proc {
+    let mut c = Command::new(EXE);
+    c.args(["hostd", "run", "--vm"])
+        .arg(format!(
+            "name=a,socket={},pid={pid},qmp={}",
+            dir.p("a.sock").display(),
+            dir.p("qmp.sock").display()
+        ))
+        .arg("--control")
+        .arg(dir.p("control.sock"))
+        .arg("--state-file")
+        .arg(dir.p("hostd.state"))
+        .args(extra);
+    let p = Proc::spawn(&mut c);
+    let ctl = dir.p("control.sock");
+    wait_until("hostd's control socket", 10.0, || {
+        UnixStream::connect(&ctl).is_ok()
+    });
+    p
+}
+
+fn sched(tid: u32) -> sys::SchedState {
+    sys::sched_get(tid).unwrap()
+}
+
+fn is_rr(tid: u32, prio: i32) -> bool {
+    sys::sched_get(tid).is_ok_and(|s| s.policy == libc::SCHED_RR && s.priority == prio)
+}
+
+/// Every thread's scheduling and I/O priority, by thread.
+fn thread_sched(pid: u32) -> Vec<(u32, sys::SchedState, u32)> {
+    sys::threads(pid)
+        .unwrap()
+        .into_iter()
+        .map(|t| (t, sched(t), sys::ioprio_get(t).unwrap()))
+        .collect()
+}
+
+/// The CPU boost on a VM whose guest keeps asking: its vCPU threads (and
+/// only they) go to SCHED_RR 8; after 1 s the cap takes the boost away for
+/// the throttle time (1 s), then gives it back; SIGTERM of hostd restores
+/// every thread's policy, priority and nice.
+#[test]
+#[ignore = "needs root: runs hostd and sets SCHED_RR on a stand-in QEMU's threads"]
+fn cpu_boost_is_applied_to_the_vcpus_capped_after_1s_and_restored_on_exit() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    assert!(devemu::is_root(), "needs root");
+    let dir = Scratch::new("agent-cpu-cap");
+    let (vm, vcpus) = cpu_vm(&dir, 2, &[]);
+    let before = thread_sched(vm.pid());
+    let mut h = cpu_hostd(&dir, vm.pid(), &["--cpu-boost", "rr"]);
+    let mut g = Guest::connect(&dir, "a");
+    g.ask(Resource::Cpu, 1000);
+    wait_until("the vCPU boost", 5.0, || vcpus.iter().all(|&t| is_rr(t, 8)));
+    let on = Instant::now();
+    // The other threads keep their scheduling and I/O priority.
+    for (tid, s, io) in thread_sched(vm.pid()) {
+        if !vcpus.contains(&tid) {
+            assert!(before.contains(&(tid, s, io)), "thread {tid} changed");
+        }
+    }
+    // The guest keeps asking (renewals every 200 ms); the cap ends the boost.
+    let renew = |g: &mut Guest, until: &dyn Fn() -> bool, secs: f64, what: &str| {
+        let t = Instant::now();
+        while !until() {
+            assert!(t.elapsed().as_secs_f64() < secs, "timed out: {what}");
+            g.ask(Resource::Cpu, 1000);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    renew(
+        &mut g,
+        &|| vcpus.iter().all(|&t| !is_rr(t, 8)),
+        3.0,
+        "the cap",
+    );
+    let capped = on.elapsed().as_secs_f64();
+    assert!((0.9..1.5).contains(&capped), "capped after {capped} s");
+    assert!(status(&dir).contains("throttles 1"), "{}", status(&dir));
+    // Still asked for: boosted again once the throttle (1 s) is over.
+    let off = Instant::now();
+    renew(
+        &mut g,
+        &|| vcpus.iter().all(|&t| is_rr(t, 8)),
+        3.0,
+        "the boost after the throttle",
+    );
+    let throttled = off.elapsed().as_secs_f64();
+    assert!((0.9..1.5).contains(&throttled), "throttled {throttled} s");
+    // hostd stops while boosted: everything is back.
+    assert!(h.stop());
+    assert_eq!(thread_sched(vm.pid()), before);
+    assert!(!dir.p("hostd.state").exists());
+}
+
+/// A CPU boost (nice) left by a hostd killed with SIGKILL is in the state
+/// file and restored by the next start, nice value and policy both.
+#[test]
+#[ignore = "needs root: runs hostd and renices a stand-in QEMU's threads"]
+fn cpu_boost_is_restored_after_sigkill_and_restart() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    assert!(devemu::is_root(), "needs root");
+    let dir = Scratch::new("agent-cpu-kill");
+    let (vm, vcpus) = cpu_vm(&dir, 1, &[]);
+    // A nice value of its own, to be found again.
+    sys::set_nice(vcpus[0], 3).unwrap();
+    let before = thread_sched(vm.pid());
+    let mut h = cpu_hostd(&dir, vm.pid(), &["--cpu-boost", "nice"]);
+    let mut g = Guest::connect(&dir, "a");
+    g.ask(Resource::Cpu, 1000);
+    wait_until("the vCPU boost", 5.0, || sched(vcpus[0]).nice == -10);
+    h.signal(libc::SIGKILL);
+    let _ = h.0.wait();
+    drop(g);
+    assert_eq!(sched(vcpus[0]).nice, -10, "the boost outlives the daemon");
+    let state = std::fs::read_to_string(dir.p("hostd.state")).unwrap();
+    assert!(
+        state.contains("\"sched\"") && state.contains(&format!("\"tid\": {}", vcpus[0])),
+        "{state}"
+    );
+    let mut h2 = cpu_hostd(&dir, vm.pid(), &["--cpu-boost", "nice"]);
+    assert_eq!(thread_sched(vm.pid()), before);
+    assert!(!dir.p("hostd.state").exists());
+    assert!(h2.stop());
+}
+
+/// QMP names a thread of another process as a vCPU: hostd boosts the real
+/// vCPU and refuses that one, which keeps its scheduling; the refusal shows
+/// in `status`.
+#[test]
+#[ignore = "needs root: runs hostd and sets SCHED_RR on a stand-in QEMU's threads"]
+fn cpu_boost_refuses_a_thread_that_is_not_a_vcpu_of_the_vm() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    assert!(devemu::is_root(), "needs root");
+    let dir = Scratch::new("agent-cpu-refuse");
+    let other = sleeper(&Scratch::new("agent-cpu-other"));
+    let other_before = sched(other.pid());
+    let (vm, vcpus) = cpu_vm(&dir, 1, &[other.pid()]);
+    let mut h = cpu_hostd(&dir, vm.pid(), &["--cpu-boost", "rr"]);
+    let mut g = Guest::connect(&dir, "a");
+    g.ask(Resource::Cpu, 1000);
+    wait_until("the vCPU boost", 5.0, || is_rr(vcpus[0], 8));
+    wait_until("the refusal in status", 5.0, || {
+        status(&dir).contains(&format!(
+            "thread {} is not a thread of VM a's QEMU",
+            other.pid()
+        ))
+    });
+    assert_eq!(sched(other.pid()), other_before);
+    g.no_help_for(Resource::Cpu);
+    wait_until("the unboost", 5.0, || !is_rr(vcpus[0], 8));
+    assert!(h.stop());
+    assert_eq!(sched(other.pid()), other_before);
+}
+
+/// help-all: one I/O HELP boosts the VM's I/O threads (ioprio RT 4) and its
+/// vCPUs (SCHED_RR); the NO-HELP ends both.
+#[test]
+#[ignore = "needs root: runs hostd and boosts a stand-in QEMU's threads"]
+fn help_all_boosts_the_io_threads_and_the_vcpus() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    assert!(devemu::is_root(), "needs root");
+    let dir = Scratch::new("agent-help-all");
+    let (vm, vcpus) = cpu_vm(&dir, 1, &[]);
+    let before = thread_sched(vm.pid());
+    let mut h = cpu_hostd(&dir, vm.pid(), &["--cpu-boost", "rr", "--help-all"]);
+    let mut g = Guest::connect(&dir, "a");
+    g.help(1000);
+    wait_until("both boosts", 5.0, || {
+        is_rr(vcpus[0], 8) && sys::ioprio_get(vm.pid()).unwrap() == rt4()
+    });
+    g.no_help();
+    wait_until("both unboosts", 5.0, || thread_sched(vm.pid()) == before);
+    assert!(h.stop());
+}
+
+/// `cpu.shares`: a VM's QEMU in a cgroup v1 cpu group of its own gets the
+/// boost's shares while boosted, and its own back after.
+#[test]
+#[ignore = "needs root and a cgroup v1 cpu hierarchy"]
+fn cpu_shares_are_raised_and_restored() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    assert!(devemu::is_root(), "needs root");
+    let mount = sys::cgroup_v1_mount("cpu").expect("a cgroup v1 cpu hierarchy");
+    let dir = Scratch::new("agent-cpu-shares");
+    let (vm, _) = cpu_vm(&dir, 1, &[]);
+    let cg = mount.join(format!("tandem-test-shares-{}", std::process::id()));
+    std::fs::create_dir(&cg).unwrap();
+    struct Rm(PathBuf);
+    impl Drop for Rm {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir(&self.0);
+        }
+    }
+    let _rm = Rm(cg.clone());
+    std::fs::write(cg.join("cpu.shares"), "512").unwrap();
+    for t in sys::threads(vm.pid()).unwrap() {
+        std::fs::write(cg.join("tasks"), t.to_string()).unwrap();
+    }
+    let shares = || std::fs::read_to_string(cg.join("cpu.shares")).unwrap();
+    let mut h = cpu_hostd(&dir, vm.pid(), &["--cpu-boost", "shares"]);
+    let mut g = Guest::connect(&dir, "a");
+    g.ask(Resource::Cpu, 1000);
+    wait_until("the shares", 5.0, || shares().trim() == "8192");
+    g.no_help_for(Resource::Cpu);
+    wait_until("the shares restored", 5.0, || shares().trim() == "512");
+    assert!(h.stop());
+    // The group goes (`_rm`) once the stand-in is gone from it.
+    drop(vm);
+    wait_until("an empty group", 5.0, || {
+        std::fs::read_to_string(cg.join("cgroup.procs")).is_ok_and(|s| s.trim().is_empty())
+    });
+}
+
+/// `tandem hint --cpu` in the guest: guestd sends a HELP for the CPU and
+/// hostd puts the VM's vCPU (only it) at SCHED_RR; the hint's end (400 ms)
+/// sends the NO-HELP and everything is back. guestd runs without --cpu (no
+/// watcher, whose late wake-ups on a loaded machine would ask too), so the
+/// hint is the only CPU signal.
+#[test]
+#[ignore = "needs root: runs hostd and sets SCHED_RR on a stand-in QEMU's threads"]
+fn a_cpu_hint_in_the_guest_boosts_the_vcpus() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    assert!(devemu::is_root(), "needs root");
+    let dir = Scratch::new("agent-cpu-hint");
+    let (vm, vcpus) = cpu_vm(&dir, 1, &[]);
+    let before = thread_sched(vm.pid());
+    let mut h = cpu_hostd(&dir, vm.pid(), &["--cpu-boost", "rr"]);
+    let _gd = Proc::spawn(
+        Command::new(EXE)
+            .args(["guestd", "--name", "a", "--no-netlink", "--connect"])
+            .arg(format!("unix:{}", dir.p("a.sock").display()))
+            .arg("--hint-socket")
+            .arg(dir.p("hint.sock")),
+    );
+    wait_until("guestd's channel", 10.0, || {
+        status(&dir).contains("connected")
+    });
+    assert!(!is_rr(vcpus[0], 8));
+    let o = Command::new(EXE)
+        .args(["hint", "--cpu", "--for", "400ms", "--socket"])
+        .arg(dir.p("hint.sock"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    wait_until("the vCPU boost", 5.0, || is_rr(vcpus[0], 8));
+    // An I/O boost it is not: the other threads keep their I/O priority.
+    for (tid, s, io) in thread_sched(vm.pid()) {
+        if tid != vcpus[0] {
+            assert!(before.contains(&(tid, s, io)), "thread {tid} changed");
+        }
+    }
+    wait_until("the end of the hint", 5.0, || {
+        thread_sched(vm.pid()) == before
+    });
+    assert!(h.stop());
+}
+
+/// A guest that asks for CPU help all the time gets no more than its
+/// budget: with 20% of a 5 s window (1 s) and a cap that throttles only
+/// 10 ms, 3 s of asking give about 1 s of SCHED_RR, sampled every 2 ms.
+#[test]
+#[ignore = "needs root: runs hostd and sets SCHED_RR on a stand-in QEMU's threads"]
+fn a_greedy_guest_gets_no_more_cpu_boost_than_its_budget() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    assert!(devemu::is_root(), "needs root");
+    let dir = Scratch::new("agent-cpu-budget");
+    let (vm, vcpus) = cpu_vm(&dir, 1, &[]);
+    let mut h = cpu_hostd(
+        &dir,
+        vm.pid(),
+        &[
+            "--cpu-boost",
+            "rr",
+            "--cpu-throttle-ms",
+            "10",
+            "--budget-fraction",
+            "0.2",
+            "--budget-window-s",
+            "5",
+        ],
+    );
+    let mut g = Guest::connect(&dir, "a");
+    let t0 = Instant::now();
+    let (mut on, mut samples, mut last_ask) = (0u32, 0u32, None::<Instant>);
+    while t0.elapsed() < Duration::from_secs(3) {
+        if last_ask.is_none_or(|t| t.elapsed() >= Duration::from_millis(100)) {
+            g.ask(Resource::Cpu, 1000);
+            last_ask = Some(Instant::now());
+        }
+        samples += 1;
+        on += is_rr(vcpus[0], 8) as u32;
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let boosted_s = 3.0 * on as f64 / samples as f64;
+    assert!(
+        (0.6..1.4).contains(&boosted_s),
+        "boosted {boosted_s:.2} s of 3 s with a 1 s budget"
+    );
+    assert!(h.stop());
+    assert!(!is_rr(vcpus[0], 8));
 }

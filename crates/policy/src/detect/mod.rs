@@ -15,6 +15,7 @@
 //! messages with leases.
 
 mod bfq_state;
+pub mod cpu;
 mod guest_signal;
 pub mod io_class;
 mod softrt;
