@@ -42,8 +42,6 @@ pub struct Entity {
     pub seq: u64,
     /// EEVDF's request size (`se->slice`).
     pub slice: i64,
-    /// Its tracked load (`se->avg`).
-    pub avg: SchedAvg,
 }
 
 /// A fair run queue (`struct cfs_rq`).
@@ -66,8 +64,6 @@ pub struct Rq {
     /// The next buddy (`cfs_rq->next`): the entity whose wake-up just
     /// preempted, which CFS picks unless that is too unfair.
     pub next: Option<EntId>,
-    /// Its tracked load.
-    pub avg: RqAvg,
 }
 
 /// A CPU cgroup (`struct task_group`).
@@ -86,6 +82,11 @@ pub struct Group {
 #[derive(Default)]
 pub struct FairCore {
     pub ents: Vec<Entity>,
+    /// Each entity's tracked load (`se->avg`), apart from [`Entity`] so
+    /// that the hot paths, which do not read it, stay in fewer cache lines.
+    pub avgs: Vec<SchedAvg>,
+    /// Each queue's tracked load, apart from [`Rq`] likewise.
+    pub rq_avgs: Vec<RqAvg>,
     pub rqs: Vec<Rq>,
     pub root: Vec<RqId>,
     pub groups: Vec<Group>,
@@ -168,6 +169,7 @@ impl FairCore {
             tg,
             ..Default::default()
         });
+        self.rq_avgs.push(RqAvg::default());
         self.rqs.len() - 1
     }
 
@@ -177,6 +179,7 @@ impl FairCore {
             rq,
             ..Default::default()
         });
+        self.avgs.push(SchedAvg::default());
         self.ents.len() - 1
     }
 
@@ -360,7 +363,8 @@ impl FairCore {
         };
         let r = &self.rqs[rq];
         let shares = self.groups[g].shares;
-        let tg_weight = (self.groups[g].load_avg + r.load).saturating_sub(r.avg.tg_load_contrib);
+        let tg_weight =
+            (self.groups[g].load_avg + r.load).saturating_sub(self.rq_avgs[rq].tg_load_contrib);
         let w = (shares * r.load)
             .checked_div(tg_weight)
             .unwrap_or(shares * r.load)
@@ -385,19 +389,19 @@ impl FairCore {
     /// carry the change into its queue's runnable or blocked load.
     fn update_entity_load_avg(&mut self, se: EntId, to_rq: bool) {
         let on = self.ents[se].on_rq;
-        if !self.ents[se].avg.update(self.now, on) {
+        if !self.avgs[se].update(self.now, on) {
             return;
         }
-        let old = self.ents[se].avg.contrib;
+        let old = self.avgs[se].contrib;
         let new = match self.ents[se].my_rq {
-            None => self.ents[se].avg.task_contrib(self.ents[se].weight),
+            None => self.avgs[se].task_contrib(self.ents[se].weight),
             Some(my) => self.group_entity_contrib(se, my),
         };
-        self.ents[se].avg.contrib = new;
+        self.avgs[se].contrib = new;
         if !to_rq {
             return;
         }
-        let a = &mut self.rqs[self.ents[se].rq].avg;
+        let a = &mut self.rq_avgs[self.ents[se].rq];
         if on {
             a.runnable_load_avg = (a.runnable_load_avg + new).saturating_sub(old);
         } else if new < old {
@@ -412,21 +416,21 @@ impl FairCore {
     /// the group's load.
     fn group_entity_contrib(&mut self, se: EntId, my: RqId) -> u64 {
         let g = self.rqs[my].tg.expect("a group entity's queue has a group");
-        let d = pelt::tg_runnable_delta(&self.ents[se].avg, &mut self.rqs[my].avg);
+        let d = pelt::tg_runnable_delta(&self.avgs[se], &mut self.rq_avgs[my]);
         let grp = &mut self.groups[g];
         grp.runnable_avg = grp.runnable_avg.saturating_add_signed(d);
-        let rq_tg = self.rqs[my].avg.tg_load_contrib;
+        let rq_tg = self.rq_avgs[my].tg_load_contrib;
         pelt::group_contrib(rq_tg, grp.shares, grp.load_avg, grp.runnable_avg)
     }
 
     /// `update_cfs_rq_blocked_load()`: decay the blocked load by the
     /// milliseconds passed, then update the group's `load_avg`.
     fn update_rq_blocked_load(&mut self, rq: RqId, force: bool) {
-        if !self.rqs[rq].avg.decay_blocked(self.now, force) {
+        if !self.rq_avgs[rq].decay_blocked(self.now, force) {
             return;
         }
         if let Some(g) = self.rqs[rq].tg {
-            let d = self.rqs[rq].avg.tg_load_delta(force);
+            let d = self.rq_avgs[rq].tg_load_delta(force);
             let grp = &mut self.groups[g];
             grp.load_avg = grp.load_avg.saturating_add_signed(d);
         }
@@ -437,9 +441,9 @@ impl FairCore {
     /// starts from its history.
     fn enqueue_load_avg(&mut self, rq: RqId, se: EntId, wakeup: bool) {
         let mut wakeup = wakeup;
-        match self.ents[se].avg.decay {
+        match self.avgs[se].decay {
             pelt::Decay::Synced => {
-                self.ents[se].avg.last = self.now;
+                self.avgs[se].last = self.now;
                 wakeup = false;
             }
             pelt::Decay::Moved => {
@@ -448,18 +452,18 @@ impl FairCore {
                 wakeup = false;
             }
             pelt::Decay::Blocked(at) => {
-                let decays = self.rqs[rq].avg.decay_counter.saturating_sub(at);
-                let a = &mut self.ents[se].avg;
+                let decays = self.rq_avgs[rq].decay_counter.saturating_sub(at);
+                let a = &mut self.avgs[se];
                 a.contrib = pelt::decay_load(a.contrib, decays);
             }
         }
-        self.ents[se].avg.decay = pelt::Decay::Synced;
+        self.avgs[se].decay = pelt::Decay::Synced;
         if wakeup {
-            let c = self.ents[se].avg.contrib;
-            self.rqs[rq].avg.subtract_blocked(c);
+            let c = self.avgs[se].contrib;
+            self.rq_avgs[rq].subtract_blocked(c);
             self.update_entity_load_avg(se, false);
         }
-        self.rqs[rq].avg.runnable_load_avg += self.ents[se].avg.contrib;
+        self.rq_avgs[rq].runnable_load_avg += self.avgs[se].contrib;
         self.update_rq_blocked_load(rq, !wakeup);
     }
 
@@ -468,12 +472,12 @@ impl FairCore {
     fn dequeue_load_avg(&mut self, rq: RqId, se: EntId, sleep: bool) {
         self.update_entity_load_avg(se, true);
         self.update_rq_blocked_load(rq, !sleep);
-        let c = self.ents[se].avg.contrib;
-        let a = &mut self.rqs[rq].avg;
+        let c = self.avgs[se].contrib;
+        let a = &mut self.rq_avgs[rq];
         a.runnable_load_avg = a.runnable_load_avg.saturating_sub(c);
         if sleep {
             a.blocked_load_avg += c;
-            self.ents[se].avg.decay = pelt::Decay::Blocked(a.decay_counter);
+            self.avgs[se].decay = pelt::Decay::Blocked(a.decay_counter);
         }
     }
 
@@ -484,12 +488,12 @@ impl FairCore {
         if !self.load_tracking {
             return;
         }
-        if let pelt::Decay::Blocked(at) = self.ents[se].avg.decay {
-            let decays = self.rqs[old].avg.decay_counter.saturating_sub(at);
-            let a = &mut self.ents[se].avg;
+        if let pelt::Decay::Blocked(at) = self.avgs[se].decay {
+            let decays = self.rq_avgs[old].decay_counter.saturating_sub(at);
+            let a = &mut self.avgs[se];
             a.contrib = pelt::decay_load(a.contrib, decays);
             a.decay = pelt::Decay::Moved;
-            self.rqs[old].avg.removed_load += a.contrib;
+            self.rq_avgs[old].removed_load += a.contrib;
         }
     }
 
@@ -529,18 +533,18 @@ impl FairCore {
             return self.task_h_weight(t);
         }
         let se = self.task_se[t.idx()];
-        let mut frac = (self.ents[se].avg.contrib as u128, 1u128);
+        let mut frac = (self.avgs[se].contrib as u128, 1u128);
         let mut e = se;
         loop {
             let rq = self.ents[e].rq;
-            frac.1 *= self.rqs[rq].avg.runnable_load_avg as u128 + 1;
+            frac.1 *= self.rq_avgs[rq].runnable_load_avg as u128 + 1;
             match self.rqs[rq].se {
                 Some(p) => {
-                    frac.0 *= self.ents[p].avg.contrib as u128;
+                    frac.0 *= self.avgs[p].contrib as u128;
                     e = p;
                 }
                 None => {
-                    frac.0 *= self.rqs[rq].avg.runnable_load_avg as u128;
+                    frac.0 *= self.rq_avgs[rq].runnable_load_avg as u128;
                     break;
                 }
             }
@@ -564,11 +568,11 @@ impl FairCore {
     /// `weighted_cpuload()` (3.x): a CPU's tracked runnable load, or its
     /// instantaneous weight without load tracking.
     pub fn cpu_load(&self, cpu: usize) -> u64 {
-        let root = &self.rqs[self.root[cpu]];
+        let root = self.root[cpu];
         if self.load_tracking {
-            root.avg.runnable_load_avg
+            self.rq_avgs[root].runnable_load_avg
         } else {
-            root.load
+            self.rqs[root].load
         }
     }
 }
@@ -685,7 +689,7 @@ impl<P: FairPolicy> SchedClass for Fair<P> {
         let rq = self.core.task_rq(ctx, t, cpu);
         let se = self.core.new_ent(ctx.tasks[t.idx()].weight, rq);
         self.core.ents[se].task = Some(t);
-        self.core.ents[se].avg = SchedAvg::new_task(ctx.now);
+        self.core.avgs[se] = SchedAvg::new_task(ctx.now);
         self.core.task_se.push(se);
     }
 
