@@ -3,9 +3,11 @@
 //! the slice, `GENTLE_FAIR_SLEEPERS` placement of a waking task, and
 //! wake-up preemption beyond the wake-up granularity.
 //!
-//! Left out: the next/last/skip buddies (they act only once
-//! `nr_running >= sched_nr_latency`, 8 tasks on one queue) and `HRTICK`
-//! (off by default: preemption waits for the tick).
+//! The next buddy is kept: a woken entity that preempts is picked next
+//! unless it is more than a wake-up grain behind the leftmost one. Left
+//! out: the last buddy (set only once `nr_running >= sched_nr_latency`, 8
+//! tasks on one queue), the skip buddy (a yield queues the task last
+//! instead), and `HRTICK` (off by default: preemption waits for the tick).
 
 use crate::class::{Dequeue, Enqueue};
 use crate::fair::{EntId, Fair, FairCore, FairPolicy, RqId};
@@ -112,10 +114,18 @@ impl FairPolicy for Cfs {
         }
     }
 
-    /// `pick_next_entity()` without buddies: the smallest vruntime.
+    /// `pick_next_entity()`: the smallest vruntime, or the next buddy if
+    /// it is not more than a grain behind it
+    /// (`wakeup_preempt_entity(next, left) < 1`).
     fn pick(&self, f: &FairCore, rq: RqId) -> Option<EntId> {
-        f.entities(rq)
-            .min_by_key(|&e| (f.ents[e].vruntime, f.ents[e].seq))
+        let left = f
+            .entities(rq)
+            .min_by_key(|&e| (f.ents[e].vruntime, f.ents[e].seq))?;
+        let next = f.rqs[rq].next.filter(|&n| f.ents[n].on_rq && n != left);
+        match next {
+            Some(n) if !self.wakeup_preempt(f, rq, n, left) => Some(n),
+            _ => Some(left),
+        }
     }
 
     /// `check_preempt_tick()`.

@@ -80,6 +80,9 @@ pub fn host_i7_2600() -> Platform {
         vm_entry_ns: 2 * US,
         max_vcpus: 8,
         rt_runtime_share: true,
+        // Linux 3.16: per-entity load tracking (3.8+) and CFS's next buddy.
+        load_tracking: true,
+        next_buddy: true,
     }
 }
 

@@ -23,6 +23,10 @@ pub struct KernelCfg {
     pub balance_busy_ns: Nanos,
     /// `sched_feat(RT_RUNTIME_SHARE)` (on until Linux 5.17).
     pub rt_runtime_share: bool,
+    /// [`crate::Platform::load_tracking`].
+    pub load_tracking: bool,
+    /// [`crate::Platform::next_buddy`].
+    pub next_buddy: bool,
 }
 
 impl KernelCfg {

@@ -92,11 +92,27 @@ pub struct CpuModel {
 /// A kernel's classes: RT over the chosen fair class.
 fn make_kernel(cfg: KernelCfg, fair: FairKind) -> Kernel {
     let n = cfg.cpus;
+    let detail = |core: &mut crate::fair::FairCore| {
+        core.load_tracking = cfg.load_tracking;
+        core.next_buddy = cfg.next_buddy;
+    };
     let fair: Box<dyn SchedClass> = match fair {
-        FairKind::Cfs => Box::new(cfs::new(n)),
-        FairKind::Eevdf => Box::new(eevdf::new(n)),
+        FairKind::Cfs => {
+            let mut c = cfs::new(n);
+            detail(&mut c.core);
+            Box::new(c)
+        }
+        FairKind::Eevdf => {
+            let mut c = eevdf::new(n);
+            detail(&mut c.core);
+            Box::new(c)
+        }
         FairKind::Bfs => Box::new(bfs::Bfs::new()),
-        FairKind::CfsV(o) => Box::new(cfsv::new(n, o)),
+        FairKind::CfsV(o) => {
+            let mut c = cfsv::new(n, o);
+            detail(&mut c.fair.core);
+            Box::new(c)
+        }
     };
     let share = cfg.rt_runtime_share;
     Kernel::new(cfg, Box::new(Rt::new(n, share)), fair)

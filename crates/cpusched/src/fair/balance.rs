@@ -39,40 +39,103 @@ fn queued_tasks(f: &FairCore, ctx: &Ctx, cpu: usize) -> Vec<TaskId> {
     v.into_iter().map(|(_, t)| t).collect()
 }
 
+/// `sysctl_sched_migration_cost`: a task that ran within the last 0.5 ms
+/// is cache hot (kernel/sched/core.c, 3.x).
+const MIGRATION_COST_NS: u64 = 500_000;
+/// `cache_nice_tries` of the MC domain (3.x `sd_init()` /
+/// `SD_MC_INIT`): hot tasks move once this many passes in a row failed.
+const CACHE_NICE_TRIES: u32 = 1;
+
+/// `can_migrate_task()`'s cache test (`task_hot()`): a task that ran
+/// within the migration cost stays, unless passes keep failing.
+fn can_migrate(f: &FairCore, t: TaskId, failed: u32) -> bool {
+    if !f.load_tracking {
+        return true;
+    }
+    let se = f.task_se[t.idx()];
+    let hot = f.now.saturating_sub(f.ents[se].exec_start) < MIGRATION_COST_NS;
+    !hot || failed > CACHE_NICE_TRIES
+}
+
 /// `load_balance()` reduced to two CPUs' worth of logic applied to the
 /// busiest CPU: newly idle CPUs pull any waiting task; the periodic pass
 /// moves a task if the busiest CPU's load exceeds this one's by
 /// `IMBALANCE_PCT` and the task's load is at most twice the imbalance
-/// (`detach_tasks()`: `load/2 > imbalance` skips a task).
+/// (`detach_tasks()`: `load/2 > imbalance` skips a task). Loads are the
+/// tracked ones of 3.x (`weighted_cpuload()` and `task_h_load()` read
+/// `runnable_load_avg` and `load_avg_contrib`), refreshed first
+/// (`update_blocked_averages()`), so a brief burst of wake-ups on a CPU
+/// does not look like an imbalance.
 pub fn find_task_to_pull(
-    f: &FairCore,
+    f: &mut FairCore,
     ctx: &Ctx,
     cpu: usize,
     why: Balance,
 ) -> Option<(TaskId, usize)> {
-    let load = |c: usize| f.rqs[f.root[c]].load;
+    f.update_blocked_averages(cpu);
+    let pass = one_pass(f, ctx, cpu, why);
+    // `load_balance()`: a periodic pass that found an imbalance and moved
+    // nothing counts as failed; one that moved a task or found none
+    // starts over.
+    let failed = &mut f.nr_balance_failed[cpu];
+    match pass {
+        Pass::Pull(t, src) => {
+            *failed = 0;
+            Some((t, src))
+        }
+        Pass::Failed => {
+            *failed += u32::from(why == Balance::Periodic);
+            None
+        }
+        Pass::Balanced => {
+            if why == Balance::Periodic {
+                *failed = 0;
+            }
+            None
+        }
+    }
+}
+
+/// What one balancing pass found.
+enum Pass {
+    Pull(TaskId, usize),
+    Failed,
+    Balanced,
+}
+
+fn one_pass(f: &FairCore, ctx: &Ctx, cpu: usize, why: Balance) -> Pass {
+    let load = |c: usize| f.cpu_load(c);
     let this = load(cpu);
     let busiest = (0..f.ncpus)
         .filter(|&c| c != cpu && !queued_tasks(f, ctx, c).is_empty())
-        .max_by_key(|&c| (load(c), std::cmp::Reverse(c)))?;
-    let tasks = queued_tasks(f, ctx, busiest);
+        .max_by_key(|&c| (load(c), std::cmp::Reverse(c)));
+    let Some(busiest) = busiest else {
+        return Pass::Balanced;
+    };
+    let failed = f.nr_balance_failed.get(cpu).copied().unwrap_or(0);
+    let tasks: Vec<TaskId> = queued_tasks(f, ctx, busiest)
+        .into_iter()
+        .filter(|&t| can_migrate(f, t, failed))
+        .collect();
     match why {
         Balance::NewlyIdle => {
             if !ctx.idle(cpu) {
-                return None;
+                return Pass::Balanced;
             }
-            tasks.first().map(|&t| (t, busiest))
+            tasks
+                .first()
+                .map_or(Pass::Balanced, |&t| Pass::Pull(t, busiest))
         }
         Balance::Periodic => {
             let b = load(busiest);
             if b * 100 <= this * IMBALANCE_PCT {
-                return None;
+                return Pass::Balanced;
             }
             let imbalance = (b - this) / 2;
             tasks
                 .into_iter()
                 .find(|&t| f.task_h_load(t) / 2 <= imbalance)
-                .map(|t| (t, busiest))
+                .map_or(Pass::Failed, |t| Pass::Pull(t, busiest))
         }
     }
 }

@@ -9,11 +9,13 @@
 //! saves.
 
 mod balance;
+pub mod pelt;
 
 use crate::class::{Balance, Ctx, Dequeue, Enqueue, SchedClass};
 use crate::task::{GroupId, TaskId};
 use crate::weights::{calc_delta_fair, MIN_SHARES};
 use crate::Nanos;
+use pelt::{RqAvg, SchedAvg};
 
 pub type EntId = usize;
 pub type RqId = usize;
@@ -57,6 +59,11 @@ pub struct Rq {
     pub min_vruntime: i64,
     /// The group entity that stands for this queue in its parent.
     pub se: Option<EntId>,
+    /// The group this queue belongs to (`cfs_rq->tg`), `None` for a root.
+    pub tg: Option<usize>,
+    /// The next buddy (`cfs_rq->next`): the entity whose wake-up just
+    /// preempted, which CFS picks unless that is too unfair.
+    pub next: Option<EntId>,
 }
 
 /// A CPU cgroup (`struct task_group`).
@@ -65,12 +72,21 @@ pub struct Group {
     pub shares: u64,
     pub rq: Vec<RqId>,
     pub se: Vec<EntId>,
+    /// `tg->load_avg`: the sum of its queues' `tg_load_contrib`.
+    pub load_avg: u64,
+    /// `tg->runnable_avg`: the sum of its entities' runnable shares.
+    pub runnable_avg: u64,
 }
 
 /// The state CFS and EEVDF share.
 #[derive(Default)]
 pub struct FairCore {
     pub ents: Vec<Entity>,
+    /// Each entity's tracked load (`se->avg`), apart from [`Entity`] so
+    /// that the hot paths, which do not read it, stay in fewer cache lines.
+    pub avgs: Vec<SchedAvg>,
+    /// Each queue's tracked load, apart from [`Rq`] likewise.
+    pub rq_avgs: Vec<RqAvg>,
     pub rqs: Vec<Rq>,
     pub root: Vec<RqId>,
     pub groups: Vec<Group>,
@@ -79,6 +95,14 @@ pub struct FairCore {
     pub now: Nanos,
     pub tick_ns: Nanos,
     seq: u64,
+    /// Per CPU: periodic balancing passes in a row that moved nothing
+    /// (`sd->nr_balance_failed` of its one domain).
+    pub nr_balance_failed: Vec<u32>,
+    /// 3.x load tracking for group shares and balancing
+    /// ([`crate::Platform::load_tracking`]); off: instantaneous weights.
+    pub load_tracking: bool,
+    /// CFS's next buddy ([`crate::Platform::next_buddy`]).
+    pub next_buddy: bool,
 }
 
 /// What makes a fair scheduler CFS or EEVDF.
@@ -138,12 +162,14 @@ impl FairCore {
         e.on_rq.then(|| self.avg_vruntime(e.rq) - e.vruntime)
     }
 
-    fn new_rq(&mut self, cpu: usize, se: Option<EntId>) -> RqId {
+    fn new_rq(&mut self, cpu: usize, se: Option<EntId>, tg: Option<usize>) -> RqId {
         self.rqs.push(Rq {
             cpu,
             se,
+            tg,
             ..Default::default()
         });
+        self.rq_avgs.push(RqAvg::default());
         self.rqs.len() - 1
     }
 
@@ -153,6 +179,7 @@ impl FairCore {
             rq,
             ..Default::default()
         });
+        self.avgs.push(SchedAvg::default());
         self.ents.len() - 1
     }
 
@@ -223,9 +250,14 @@ impl FairCore {
         p.after_update_curr(self, rq, se)
     }
 
+    /// `enqueue_entity()`: charge `curr`, place, account the load (tracked
+    /// and instantaneous), reweight the group entity that stands for `rq`.
     fn enqueue_entity<P: FairPolicy>(&mut self, p: &P, rq: RqId, se: EntId, how: Enqueue) {
         self.update_curr_rq(p, rq);
         p.place(self, rq, se, how);
+        if self.load_tracking {
+            self.enqueue_load_avg(rq, se, how == Enqueue::Wakeup);
+        }
         self.seq += 1;
         let w = self.ents[se].weight;
         let e = &mut self.ents[se];
@@ -237,14 +269,21 @@ impl FairCore {
         if r.curr != Some(se) {
             r.queue.push(se);
         }
+        if self.load_tracking {
+            self.update_cfs_shares(p, rq);
+        }
     }
 
     fn dequeue_entity<P: FairPolicy>(&mut self, p: &P, rq: RqId, se: EntId, how: Dequeue) {
         self.update_curr_rq(p, rq);
+        if self.load_tracking {
+            self.dequeue_load_avg(rq, se, how == Dequeue::Sleep);
+        }
         // EEVDF takes the lag against an average that still counts `se`;
         // CFS normalises a migrating entity by the `min_vruntime` before
         // it moves (`dequeue_entity()` orders them so too).
         p.on_dequeue(self, rq, se, how);
+        self.clear_next_buddy(rq, se);
         let w = self.ents[se].weight;
         let r = &mut self.rqs[rq];
         r.queue.retain(|&e| e != se);
@@ -252,14 +291,15 @@ impl FairCore {
         r.nr_running -= 1;
         self.ents[se].on_rq = false;
         self.update_min_vruntime(rq);
+        if self.load_tracking {
+            self.update_cfs_shares(p, rq);
+        }
     }
 
-    /// `update_cfs_shares()` / `calc_cfs_shares()`: a group entity's weight
-    /// on a CPU is the group's shares times that CPU's part of the group's
-    /// load. (Linux 3.x uses tracked load averages; with busy loops and
-    /// sleepers of short bursts the instantaneous weights used here give
-    /// the same split.)
-    fn update_shares(&mut self, g: usize) {
+    /// Without load tracking: every CPU's entity of group `g` weighs the
+    /// group's shares times that CPU's part of the group's instantaneous
+    /// load, recomputed after each enqueue, dequeue and tick.
+    fn update_shares_instant(&mut self, g: usize) {
         let grp = &self.groups[g];
         let total: u64 = grp.rq.iter().map(|&r| self.rqs[r].load).sum();
         for cpu in 0..self.ncpus {
@@ -280,9 +320,196 @@ impl FairCore {
         }
     }
 
-    fn group_of_rq(&self, rq: RqId) -> Option<usize> {
-        let se = self.rqs[rq].se?;
-        self.groups.iter().position(|g| g.se.contains(&se))
+    /// `clear_buddies()` for the next buddy: if `se` is `rq`'s next buddy,
+    /// it and the ancestors that point to it stop being one
+    /// (`__clear_buddies_next()`).
+    fn clear_next_buddy(&mut self, rq: RqId, se: EntId) {
+        if self.rqs[rq].next != Some(se) {
+            return;
+        }
+        let mut e = Some(se);
+        while let Some(s) = e {
+            let q = self.ents[s].rq;
+            if self.rqs[q].next != Some(s) {
+                break;
+            }
+            self.rqs[q].next = None;
+            e = self.rqs[q].se;
+        }
+    }
+
+    /// `set_next_buddy()`: `se` and its ancestors become their queues'
+    /// next buddies.
+    fn set_next_buddy(&mut self, se: EntId) {
+        let mut e = Some(se);
+        while let Some(s) = e {
+            let q = self.ents[s].rq;
+            self.rqs[q].next = Some(s);
+            e = self.rqs[q].se;
+        }
+    }
+
+    /// `update_cfs_shares()` / `calc_cfs_shares()` (3.x): the weight of
+    /// the group entity that stands for `rq` is the group's shares times
+    /// this queue's instantaneous load over the group's tracked load
+    /// (`tg->load_avg`, with this queue's own part taken instantaneously:
+    /// `calc_tg_weight()`), clamped to `MIN_SHARES..=shares`. Threads of
+    /// the group that ran or waited recently on other CPUs, blocked ones
+    /// included, keep that total up; a thread that wakes alone on a CPU
+    /// thus gets a small entity.
+    fn update_cfs_shares<P: FairPolicy>(&mut self, p: &P, rq: RqId) {
+        let (Some(g), Some(se)) = (self.rqs[rq].tg, self.rqs[rq].se) else {
+            return;
+        };
+        let r = &self.rqs[rq];
+        let shares = self.groups[g].shares;
+        let tg_weight =
+            (self.groups[g].load_avg + r.load).saturating_sub(self.rq_avgs[rq].tg_load_contrib);
+        let w = (shares * r.load)
+            .checked_div(tg_weight)
+            .unwrap_or(shares * r.load)
+            .clamp(MIN_SHARES, shares);
+        let old = self.ents[se].weight;
+        if old == w {
+            return;
+        }
+        // `reweight_entity()`: charge the parent's curr at the old weight.
+        let parent = self.ents[se].rq;
+        if self.ents[se].on_rq {
+            if self.rqs[parent].curr == Some(se) {
+                self.update_curr_rq(p, parent);
+            }
+            self.rqs[parent].load = self.rqs[parent].load - old + w;
+        }
+        self.ents[se].weight = w;
+    }
+
+    /// `update_entity_load_avg()`: accrue `se`'s runnable history; past a
+    /// period boundary, recompute its contribution and, with `to_rq`,
+    /// carry the change into its queue's runnable or blocked load.
+    fn update_entity_load_avg(&mut self, se: EntId, to_rq: bool) {
+        let on = self.ents[se].on_rq;
+        if !self.avgs[se].update(self.now, on) {
+            return;
+        }
+        let old = self.avgs[se].contrib;
+        let new = match self.ents[se].my_rq {
+            None => self.avgs[se].task_contrib(self.ents[se].weight),
+            Some(my) => self.group_entity_contrib(se, my),
+        };
+        self.avgs[se].contrib = new;
+        if !to_rq {
+            return;
+        }
+        let a = &mut self.rq_avgs[self.ents[se].rq];
+        if on {
+            a.runnable_load_avg = (a.runnable_load_avg + new).saturating_sub(old);
+        } else if new < old {
+            a.subtract_blocked(old - new);
+        } else {
+            a.blocked_load_avg += new - old;
+        }
+    }
+
+    /// `__update_entity_load_avg_contrib()` of a group entity: push its
+    /// runnable share into the group's `runnable_avg`, then its part of
+    /// the group's load.
+    fn group_entity_contrib(&mut self, se: EntId, my: RqId) -> u64 {
+        let g = self.rqs[my].tg.expect("a group entity's queue has a group");
+        let d = pelt::tg_runnable_delta(&self.avgs[se], &mut self.rq_avgs[my]);
+        let grp = &mut self.groups[g];
+        grp.runnable_avg = grp.runnable_avg.saturating_add_signed(d);
+        let rq_tg = self.rq_avgs[my].tg_load_contrib;
+        pelt::group_contrib(rq_tg, grp.shares, grp.load_avg, grp.runnable_avg)
+    }
+
+    /// `update_cfs_rq_blocked_load()`: decay the blocked load by the
+    /// milliseconds passed, then update the group's `load_avg`.
+    fn update_rq_blocked_load(&mut self, rq: RqId, force: bool) {
+        if !self.rq_avgs[rq].decay_blocked(self.now, force) {
+            return;
+        }
+        if let Some(g) = self.rqs[rq].tg {
+            let d = self.rq_avgs[rq].tg_load_delta(force);
+            let grp = &mut self.groups[g];
+            grp.load_avg = grp.load_avg.saturating_add_signed(d);
+        }
+    }
+
+    /// `enqueue_entity_load_avg()`: a woken entity's blocked contribution
+    /// (decayed while it slept) becomes runnable load; a new or moved one
+    /// starts from its history.
+    fn enqueue_load_avg(&mut self, rq: RqId, se: EntId, wakeup: bool) {
+        let mut wakeup = wakeup;
+        match self.avgs[se].decay {
+            pelt::Decay::Synced => {
+                self.avgs[se].last = self.now;
+                wakeup = false;
+            }
+            pelt::Decay::Moved => {
+                // Woken on another CPU: the sleep counts as not runnable.
+                self.update_entity_load_avg(se, false);
+                wakeup = false;
+            }
+            pelt::Decay::Blocked(at) => {
+                let decays = self.rq_avgs[rq].decay_counter.saturating_sub(at);
+                let a = &mut self.avgs[se];
+                a.contrib = pelt::decay_load(a.contrib, decays);
+            }
+        }
+        self.avgs[se].decay = pelt::Decay::Synced;
+        if wakeup {
+            let c = self.avgs[se].contrib;
+            self.rq_avgs[rq].subtract_blocked(c);
+            self.update_entity_load_avg(se, false);
+        }
+        self.rq_avgs[rq].runnable_load_avg += self.avgs[se].contrib;
+        self.update_rq_blocked_load(rq, !wakeup);
+    }
+
+    /// `dequeue_entity_load_avg()`: a sleeping entity's contribution moves
+    /// to its queue's blocked load, where it decays.
+    fn dequeue_load_avg(&mut self, rq: RqId, se: EntId, sleep: bool) {
+        self.update_entity_load_avg(se, true);
+        self.update_rq_blocked_load(rq, !sleep);
+        let c = self.avgs[se].contrib;
+        let a = &mut self.rq_avgs[rq];
+        a.runnable_load_avg = a.runnable_load_avg.saturating_sub(c);
+        if sleep {
+            a.blocked_load_avg += c;
+            self.avgs[se].decay = pelt::Decay::Blocked(a.decay_counter);
+        }
+    }
+
+    /// `migrate_task_rq_fair()`: a blocked task about to wake on another
+    /// CPU takes its (decayed) contribution out of its old queue's blocked
+    /// load (`removed_load`).
+    fn migrate_blocked(&mut self, old: RqId, se: EntId) {
+        if !self.load_tracking {
+            return;
+        }
+        if let pelt::Decay::Blocked(at) = self.avgs[se].decay {
+            let decays = self.rq_avgs[old].decay_counter.saturating_sub(at);
+            let a = &mut self.avgs[se];
+            a.contrib = pelt::decay_load(a.contrib, decays);
+            a.decay = pelt::Decay::Moved;
+            self.rq_avgs[old].removed_load += a.contrib;
+        }
+    }
+
+    /// `update_blocked_averages()` of one CPU (before each balancing
+    /// pass): decay every group queue's blocked load and refresh the
+    /// group entities' contributions.
+    fn update_blocked_averages(&mut self, cpu: usize) {
+        if !self.load_tracking {
+            return;
+        }
+        self.update_rq_blocked_load(self.root[cpu], true);
+        for g in 0..self.groups.len() {
+            let (rq, se) = (self.groups[g].rq[cpu], self.groups[g].se[cpu]);
+            self.update_rq_blocked_load(rq, true);
+            self.update_entity_load_avg(se, false);
+        }
     }
 
     /// `set_next_entity()`: `se` leaves `rq`'s queue to run; returns its
@@ -296,8 +523,38 @@ impl FairCore {
         e.my_rq
     }
 
-    /// The load a task puts on its CPU's root queue (`task_h_load`).
+    /// The tracked load a task puts on its CPU's root queue
+    /// (`task_h_load()` with `update_cfs_rq_h_load()`, 3.x): its
+    /// contribution over its queue's runnable load, times that queue's
+    /// `h_load` (the root's runnable load, scaled down each level by the
+    /// group entity's part of its parent's).
     pub fn task_h_load(&self, t: TaskId) -> u64 {
+        if !self.load_tracking {
+            return self.task_h_weight(t);
+        }
+        let se = self.task_se[t.idx()];
+        let mut frac = (self.avgs[se].contrib as u128, 1u128);
+        let mut e = se;
+        loop {
+            let rq = self.ents[e].rq;
+            frac.1 *= self.rq_avgs[rq].runnable_load_avg as u128 + 1;
+            match self.rqs[rq].se {
+                Some(p) => {
+                    frac.0 *= self.avgs[p].contrib as u128;
+                    e = p;
+                }
+                None => {
+                    frac.0 *= self.rq_avgs[rq].runnable_load_avg as u128;
+                    break;
+                }
+            }
+        }
+        (frac.0 / frac.1) as u64
+    }
+
+    /// Without load tracking: the task's weight scaled down each level
+    /// by its group entity's part of the parent queue's weight.
+    fn task_h_weight(&self, t: TaskId) -> u64 {
         let mut se = self.task_se[t.idx()];
         let mut load = self.ents[se].weight as u128;
         while let Some(p) = self.parent(se) {
@@ -306,6 +563,17 @@ impl FairCore {
             se = p;
         }
         load as u64
+    }
+
+    /// `weighted_cpuload()` (3.x): a CPU's tracked runnable load, or its
+    /// instantaneous weight without load tracking.
+    pub fn cpu_load(&self, cpu: usize) -> u64 {
+        let root = self.root[cpu];
+        if self.load_tracking {
+            self.rq_avgs[root].runnable_load_avg
+        } else {
+            self.rqs[root].load
+        }
     }
 }
 
@@ -338,10 +606,11 @@ impl<P: FairPolicy> Fair<P> {
         policy.configure(cpus);
         let mut core = FairCore {
             ncpus: cpus,
+            nr_balance_failed: vec![0; cpus],
             ..Default::default()
         };
         for cpu in 0..cpus {
-            let rq = core.new_rq(cpu, None);
+            let rq = core.new_rq(cpu, None, None);
             core.root.push(rq);
         }
         Fair { core, policy }
@@ -381,10 +650,30 @@ impl<P: FairPolicy> Fair<P> {
         Some(t)
     }
 
-    fn refresh_shares(&mut self, chain: &[EntId]) {
+    /// The second loop of `enqueue_task_fair()` / `dequeue_task_fair()`:
+    /// the ancestors left on their queues count the task, reweight, and
+    /// accrue their load.
+    fn update_ancestors(&mut self, chain: &[EntId], add: bool) {
         for &se in chain {
-            if let Some(g) = self.core.group_of_rq(self.core.ents[se].rq) {
-                self.core.update_shares(g);
+            let rq = self.core.ents[se].rq;
+            let h = &mut self.core.rqs[rq].h_nr_running;
+            *h = if add { *h + 1 } else { *h - 1 };
+            if self.core.load_tracking {
+                self.core.update_cfs_shares(&self.policy, rq);
+                self.core.update_entity_load_avg(se, true);
+            }
+        }
+    }
+
+    /// Without load tracking, the groups along `chain` are reweighted
+    /// after the whole enqueue, dequeue or tick.
+    fn refresh_shares_instant(&mut self, chain: &[EntId]) {
+        if self.core.load_tracking {
+            return;
+        }
+        for &se in chain {
+            if let Some(g) = self.core.rqs[self.core.ents[se].rq].tg {
+                self.core.update_shares_instant(g);
             }
         }
     }
@@ -400,6 +689,7 @@ impl<P: FairPolicy> SchedClass for Fair<P> {
         let rq = self.core.task_rq(ctx, t, cpu);
         let se = self.core.new_ent(ctx.tasks[t.idx()].weight, rq);
         self.core.ents[se].task = Some(t);
+        self.core.avgs[se] = SchedAvg::new_task(ctx.now);
         self.core.task_se.push(se);
     }
 
@@ -410,11 +700,13 @@ impl<P: FairPolicy> SchedClass for Fair<P> {
             shares,
             rq: vec![],
             se: vec![],
+            load_avg: 0,
+            runnable_avg: 0,
         };
         for cpu in 0..self.core.ncpus {
             let root = self.core.root[cpu];
             let se = self.core.new_ent(shares, root);
-            let rq = self.core.new_rq(cpu, Some(se));
+            let rq = self.core.new_rq(cpu, Some(se), Some(idx));
             self.core.ents[se].my_rq = Some(rq);
             grp.rq.push(rq);
             grp.se.push(se);
@@ -428,7 +720,7 @@ impl<P: FairPolicy> SchedClass for Fair<P> {
 
     fn enqueue_task(&mut self, ctx: &Ctx, cpu: usize, t: TaskId, how: Enqueue) {
         self.core.sync(ctx);
-        let mut se = self.core.task_se[t.idx()];
+        let se = self.core.task_se[t.idx()];
         let (old, new) = (self.core.ents[se].rq, self.core.task_rq(ctx, t, cpu));
         if how == Enqueue::Wakeup && old != new {
             // `task_waking_fair()` and `ENQUEUE_WAKING`: a task that wakes
@@ -436,47 +728,44 @@ impl<P: FairPolicy> SchedClass for Fair<P> {
             // `min_vruntime`, not its absolute value.
             let shift = self.core.rqs[new].min_vruntime - self.core.rqs[old].min_vruntime;
             self.core.ents[se].vruntime += shift;
+            self.core.migrate_blocked(old, se);
         }
         self.core.ents[se].rq = new;
         self.core.ents[se].weight = ctx.tasks[t.idx()].weight;
+        let chain = self.chain(t);
         let mut how = how;
-        loop {
-            if self.core.ents[se].on_rq {
-                break;
-            }
+        let mut level = 0;
+        while level < chain.len() && !self.core.ents[chain[level]].on_rq {
+            let se = chain[level];
             let rq = self.core.ents[se].rq;
             self.core.enqueue_entity(&self.policy, rq, se, how);
-            how = Enqueue::Wakeup;
-            match self.core.parent(se) {
-                Some(p) => se = p,
-                None => break,
-            }
-        }
-        let chain = self.chain(t);
-        for &e in chain.iter() {
-            let rq = self.core.ents[e].rq;
             self.core.rqs[rq].h_nr_running += 1;
+            how = Enqueue::Wakeup;
+            level += 1;
         }
-        self.refresh_shares(&chain);
+        self.update_ancestors(&chain[level..], true);
+        self.refresh_shares_instant(&chain);
     }
 
     fn dequeue_task(&mut self, ctx: &Ctx, _cpu: usize, t: TaskId, how: Dequeue) {
         self.core.sync(ctx);
         let chain = self.chain(t);
         let mut how = how;
-        for &se in chain.iter() {
+        let mut level = 0;
+        while level < chain.len() {
+            let se = chain[level];
             let rq = self.core.ents[se].rq;
             self.core.dequeue_entity(&self.policy, rq, se, how);
+            self.core.rqs[rq].h_nr_running -= 1;
+            level += 1;
+            // A parent that still has other entities stays queued.
             if self.core.rqs[rq].load > 0 {
                 break;
             }
             how = Dequeue::Sleep;
         }
-        for &e in chain.iter() {
-            let rq = self.core.ents[e].rq;
-            self.core.rqs[rq].h_nr_running -= 1;
-        }
-        self.refresh_shares(&chain);
+        self.update_ancestors(&chain[level..], false);
+        self.refresh_shares_instant(&chain);
     }
 
     fn wakeup_preempt(&mut self, ctx: &Ctx, cpu: usize, t: TaskId) -> bool {
@@ -504,7 +793,13 @@ impl<P: FairPolicy> SchedClass for Fair<P> {
         }
         let rq = self.core.ents[a].rq;
         self.core.update_curr_rq(&self.policy, rq);
-        self.policy.wakeup_preempt(&self.core, rq, a, b)
+        let preempt = self.policy.wakeup_preempt(&self.core, rq, a, b);
+        if preempt && self.core.next_buddy {
+            // "Bias pick_next to pick the sched entity that is triggering
+            // this preemption" (3.x `check_preempt_wakeup()`).
+            self.core.set_next_buddy(self.core.task_se[t.idx()]);
+        }
+        preempt
     }
 
     fn pick_next_task(&mut self, ctx: &Ctx, cpu: usize) -> Option<TaskId> {
@@ -512,6 +807,7 @@ impl<P: FairPolicy> SchedClass for Fair<P> {
         let mut rq = self.core.root[cpu];
         loop {
             let se = self.policy.pick(&self.core, rq)?;
+            self.core.clear_next_buddy(rq, se);
             match self.core.set_next_entity(rq, se) {
                 Some(q) => rq = q,
                 None => return self.core.ents[se].task,
@@ -529,6 +825,9 @@ impl<P: FairPolicy> SchedClass for Fair<P> {
             self.core.update_curr_rq(&self.policy, rq);
             if self.core.ents[se].on_rq {
                 self.core.rqs[rq].queue.push(se);
+                if self.core.load_tracking {
+                    self.core.update_entity_load_avg(se, true);
+                }
             }
             self.core.rqs[rq].curr = None;
         }
@@ -538,14 +837,20 @@ impl<P: FairPolicy> SchedClass for Fair<P> {
         self.core.sync(ctx);
         let chain = self.chain(t);
         let mut resched = false;
+        // `entity_tick()` at each level.
         for &se in chain.iter() {
             let rq = self.core.ents[se].rq;
             resched |= self.core.update_curr_rq(&self.policy, rq);
+            if self.core.load_tracking {
+                self.core.update_entity_load_avg(se, true);
+                self.core.update_rq_blocked_load(rq, true);
+                self.core.update_cfs_shares(&self.policy, rq);
+            }
             if self.core.rqs[rq].nr_running > 1 {
                 resched |= self.policy.tick_preempt(&self.core, rq, se);
             }
         }
-        self.refresh_shares(&chain);
+        self.refresh_shares_instant(&chain);
         resched
     }
 
@@ -577,6 +882,7 @@ impl<P: FairPolicy> SchedClass for Fair<P> {
     }
 
     fn balance(&mut self, ctx: &Ctx, cpu: usize, why: Balance) -> Option<(TaskId, usize)> {
-        balance::find_task_to_pull(&self.core, ctx, cpu, why)
+        self.core.sync(ctx);
+        balance::find_task_to_pull(&mut self.core, ctx, cpu, why)
     }
 }
