@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
-use policy::{Arbiter, BoostChange, Message, PolicyConfig, MS, PROTOCOL_VERSION};
+use policy::{Arbiter, BoostChange, IoprioBoost, Message, PolicyConfig, MS, PROTOCOL_VERSION};
 use serde::{Deserialize, Serialize};
 
 use crate::actuator::{
@@ -190,8 +190,8 @@ pub struct HostdConfig {
     #[serde(default)]
     pub vsock_port: Option<u32>,
     /// `ioprio-rt` (default), `ioprio-be0` or `none`.
-    #[serde(default = "default_actuator")]
-    pub ioprio: String,
+    #[serde(default)]
+    pub ioprio: IoprioBoost,
     /// Level of the RT class (0-7).
     #[serde(default = "default_level")]
     pub ioprio_level: u32,
@@ -252,9 +252,6 @@ fn default_state() -> PathBuf {
 }
 fn default_control() -> PathBuf {
     DEFAULT_CONTROL.into()
-}
-fn default_actuator() -> String {
-    "ioprio-rt".into()
 }
 fn default_level() -> u32 {
     4
@@ -430,12 +427,6 @@ impl HostdConfig {
                     "vsock_port {port}: no VM has cid=N, so no guest could be served there"
                 )));
             }
-        }
-        if !["ioprio-rt", "ioprio-be0", "none"].contains(&self.ioprio.as_str()) {
-            return Err(err(format!(
-                "ioprio = {:?}: accepted: ioprio-rt, ioprio-be0, none",
-                self.ioprio
-            )));
         }
         if self.ioprio_level > 7 {
             return Err(err("ioprio_level: 0 to 7"));
@@ -1259,10 +1250,10 @@ impl Hostd {
         cfg.validate()?;
         let mut arbiter = Arbiter::try_new(cfg.policy()?).map_err(err)?;
         let mut actuators: Vec<Box<dyn Actuator>> = Vec::new();
-        match cfg.ioprio.as_str() {
-            "ioprio-rt" => actuators.push(Box::new(IoprioActuator::rt(cfg.ioprio_level))),
-            "ioprio-be0" => actuators.push(Box::new(IoprioActuator::be0())),
-            _ => {}
+        match cfg.ioprio {
+            IoprioBoost::Rt => actuators.push(Box::new(IoprioActuator::rt(cfg.ioprio_level))),
+            IoprioBoost::Be0 => actuators.push(Box::new(IoprioActuator::be0())),
+            IoprioBoost::None => {}
         }
         // After the ioprio change: both take effect at the thread's next
         // request, the move re-queueing the queue with its new class.
@@ -2371,7 +2362,7 @@ mod tests {
         let qemu = crate::testkit::FakeQemu::spawn(&dir, Path::new("/bin/sleep"), &["60"]).unwrap();
         let mut c = config(vec![vm("a", None, Some(5))], Some(5000));
         c.vms[0].pid = Some(qemu.pid());
-        c.ioprio = "none".into();
+        c.ioprio = IoprioBoost::None;
         c.state_file = dir.join("state");
         c.control = dir.join("control");
         let mut h = Hostd::new(c).unwrap();
@@ -2455,7 +2446,7 @@ mod tests {
         let sock = dir.join("s.sock");
         let mut c = config(vec![vm(name, sock.to_str(), None)], None);
         c.vms[0].pid = Some(qemu.pid());
-        c.ioprio = "none".into();
+        c.ioprio = IoprioBoost::None;
         c.state_file = dir.join("state");
         c.control = dir.join("control");
         let h = Hostd::new(c).unwrap();

@@ -42,6 +42,7 @@ pub mod workers;
 pub use cleanup::{recover_interrupted, Cleanup};
 use cleanup::{RunId, SchedRecord};
 use devemu::run_cmd;
+use policy::{CoordMode, IoprioBoost};
 use workers::Kind;
 
 /// Failures are the device emulator's: usage errors (exit code 2) and run
@@ -86,7 +87,7 @@ pub fn accepted() -> experiment::Accepted {
         devices: devmodel::PRESETS.iter().map(|s| s.to_string()).collect(),
         host_scheds: SCHED_NAMES.iter().map(|(s, _)| s.to_string()).collect(),
         guest_scheds: SCHED_NAMES.iter().map(|(s, _)| s.to_string()).collect(),
-        coordination: COORDINATION.iter().map(|s| s.to_string()).collect(),
+        coordination: COORDINATION.iter().map(|m| m.name().to_string()).collect(),
         apps: experiment::apptrace::preset_names(),
         allow_cmd_apps: true,
         allow_vm: true,
@@ -98,7 +99,7 @@ pub fn accepted() -> experiment::Accepted {
 /// host (ioprio RT on the QEMU process's threads while helped).
 /// `help-weight` needs the VM in a cgroup of its own and `help-wr` a kernel
 /// patch; the simulator runs those.
-pub const COORDINATION: &[&str] = &["off", "help-rt"];
+pub const COORDINATION: &[CoordMode] = &[CoordMode::Off, CoordMode::HelpRt];
 
 /// How VM cells run their guest.
 #[derive(Clone, Debug)]
@@ -369,7 +370,7 @@ fn check_options(o: &Options) -> Result<Vec<String>> {
                 c.other_vms
             )));
         }
-        if c.is_native() && c.coordination != "off" {
+        if c.is_native() && c.coordination != CoordMode::Off.name() {
             return Err(Error::Usage(format!(
                 "coordination {:?} needs VM cells (matrix.guest_sched)",
                 c.coordination
@@ -1325,22 +1326,29 @@ fn start_coordination(
     guest: &mut vm::Guest,
     group: Option<&vm::VmGroup>,
 ) -> Result<Option<vm::Hostd>> {
-    match c.coordination.as_str() {
-        "off" => Ok(None),
-        "help-rt" => {
+    let mode = CoordMode::parse(&c.coordination).map_err(|e| Error::Usage(e.to_string()))?;
+    let ioprio = IoprioBoost::for_mode(mode);
+    match (mode, ioprio) {
+        (CoordMode::Off, _) => Ok(None),
+        (CoordMode::HelpRt, Some(ioprio)) => {
             let h = vm::Hostd::start(
                 &o.exe,
                 guest,
-                "ioprio-rt",
+                ioprio,
                 group.map(|g| g.root.as_path()),
                 o.vm.hostd_budget_fraction,
             )?;
             guest.call(serde_json::json!({"op": "guestd", "lease_ms": 1000}), None)?;
             Ok(Some(h))
         }
-        other => Err(Error::Usage(format!(
-            "coordination {other:?}: the real runner runs {}",
-            COORDINATION.join(", ")
+        (other, _) => Err(Error::Usage(format!(
+            "coordination {:?}: the real runner runs {}",
+            other.name(),
+            COORDINATION
+                .iter()
+                .map(|m| m.name())
+                .collect::<Vec<_>>()
+                .join(", ")
         ))),
     }
 }

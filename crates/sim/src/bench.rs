@@ -89,10 +89,9 @@ pub fn accepted() -> experiment::Accepted {
         devices: devices(),
         host_scheds: schedulers(),
         guest_scheds: schedulers(),
-        coordination: Coordination::NAMES
+        coordination: Coordination::ALL
             .iter()
-            .chain(experiment::scenario::CPU_COORDINATION)
-            .map(|s| s.to_string())
+            .map(|m| m.name().to_string())
             .collect(),
         apps: workload::preset_names(),
         allow_cmd_apps: false,
@@ -133,7 +132,7 @@ pub fn setup(cell: &Cell, opts: &SimOptions, seed: u64) -> Result<Setup, String>
         ..MachineConfig::default()
     };
     let mut m = Machine::new(&cfg, seed)?;
-    let mode = Coordination::parse(&cell.coordination)?;
+    let mode = Coordination::parse(&cell.coordination).map_err(|e| e.to_string())?;
     if mode != Coordination::Off && cell.guest_sched.is_none() {
         return Err(format!(
             "coordination \"{}\" needs VM cells (a guest_sched)",
