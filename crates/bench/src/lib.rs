@@ -42,6 +42,7 @@ pub mod workers;
 pub use cleanup::{recover_interrupted, Cleanup};
 use cleanup::{RunId, SchedRecord};
 use devemu::run_cmd;
+use experiment::IoSched;
 use policy::{CoordMode, IoprioBoost};
 use workers::Kind;
 
@@ -58,36 +59,18 @@ pub(crate) fn run_err(m: impl Into<String>) -> Error {
 use experiment::suite::SHORT_START_S;
 pub use experiment::suite::{PAUSE_BEFORE_START_S, SETTLE_S};
 
-/// Schedulers a scenario may name, and the kernel's name for each. `noop` and
-/// `deadline` are the legacy names of `none` and `mq-deadline`; `cfq` and
-/// `anticipatory` no longer exist in blk-mq kernels (refused at run time when
-/// the device lacks them).
-pub const SCHED_NAMES: &[(&str, &str)] = &[
-    ("noop", "none"),
-    ("none", "none"),
-    ("deadline", "mq-deadline"),
-    ("mq-deadline", "mq-deadline"),
-    ("bfq", "bfq"),
-    ("kyber", "kyber"),
-    ("cfq", "cfq"),
-    ("anticipatory", "anticipatory"),
-];
-
-/// The kernel's name of a scenario scheduler.
-pub fn kernel_sched(name: &str) -> &str {
-    SCHED_NAMES
-        .iter()
-        .find(|(s, _)| *s == name)
-        .map_or(name, |(_, k)| k)
-}
+/// Schedulers a scenario may name: every one tandem knows (their kernel names
+/// are [`IoSched::kernel_name`]). `cfq` and `anticipatory` no longer exist in
+/// blk-mq kernels (refused at run time when the device lacks them).
+pub const SCHEDULERS: &[IoSched] = &IoSched::ALL;
 
 /// What `tandem bench run` accepts in a scenario.
 pub fn accepted() -> experiment::Accepted {
     experiment::Accepted {
-        devices: devmodel::PRESETS.iter().map(|s| s.to_string()).collect(),
-        host_scheds: SCHED_NAMES.iter().map(|(s, _)| s.to_string()).collect(),
-        guest_scheds: SCHED_NAMES.iter().map(|(s, _)| s.to_string()).collect(),
-        coordination: COORDINATION.iter().map(|m| m.name().to_string()).collect(),
+        devices: experiment::Device::all().collect(),
+        host_scheds: SCHEDULERS.to_vec(),
+        guest_scheds: SCHEDULERS.to_vec(),
+        coordination: COORDINATION.to_vec(),
         apps: experiment::apptrace::preset_names(),
         allow_cmd_apps: true,
         allow_vm: true,
@@ -370,7 +353,7 @@ fn check_options(o: &Options) -> Result<Vec<String>> {
                 c.other_vms
             )));
         }
-        if c.is_native() && c.coordination != CoordMode::Off.name() {
+        if c.is_native() && !c.coordination.is_off() {
             return Err(Error::Usage(format!(
                 "coordination {:?} needs VM cells (matrix.guest_sched)",
                 c.coordination
@@ -394,8 +377,8 @@ fn check_options(o: &Options) -> Result<Vec<String>> {
     }
     let mut devices: Vec<String> = Vec::new();
     for c in &o.cells {
-        if !devices.contains(&c.device) {
-            devices.push(c.device.clone());
+        if !devices.contains(&c.device.to_string()) {
+            devices.push(c.device.to_string());
         }
     }
     if o.device.is_some() && devices.len() > 1 {
@@ -434,7 +417,11 @@ fn run_devices(
     // with the results.
     let steal = devemu::probe::StealMeter::start();
     for label in devices {
-        let cells: Vec<&Cell> = o.cells.iter().filter(|c| &c.device == label).collect();
+        let cells: Vec<&Cell> = o
+            .cells
+            .iter()
+            .filter(|c| c.device.name() == label)
+            .collect();
         let mut cleanup = Cleanup::default();
         let r = run_device(
             o,
@@ -476,7 +463,7 @@ fn run_devices(
 fn workload_files(cells: &[&Cell]) -> Result<u32> {
     let mut n = 0;
     for c in cells {
-        let w = c.host_workload_spec().map_err(Error::Usage)?;
+        let w = c.host_workload;
         n = n.max(w.readers + w.writers);
     }
     Ok(n)
@@ -486,8 +473,7 @@ fn workload_files(cells: &[&Cell]) -> Result<u32> {
 fn guest_workload_files(cells: &[&Cell]) -> Result<u32> {
     let mut n = 0;
     for c in cells {
-        if let Some(w) = c.guest_workload_spec() {
-            let w = w.map_err(Error::Usage)?;
+        if let Some(w) = c.guest_workload {
             n = n.max(w.readers + w.writers);
         }
     }
@@ -573,7 +559,7 @@ fn open_device(
 fn check_schedulers(cells: &[&Cell], dev: &str, sb: &SysBlock) -> Result<String> {
     let (available, original) = schedulers(&sb.queue);
     for c in cells {
-        let k = kernel_sched(&c.host_sched);
+        let k = c.host_sched.kernel_name();
         if !available.iter().any(|a| a == k) {
             return Err(Error::Usage(format!(
                 "host_sched {:?}: {dev} has no {k} scheduler; it offers: {} (run a subset with --only host_sched=...)",
@@ -842,7 +828,7 @@ fn run_cells(
     let mut results = Vec::new();
     let mut tunables = serde_json::Map::new();
     for (ci, c) in cells.iter().enumerate() {
-        let k = kernel_sched(&c.host_sched);
+        let k = c.host_sched.kernel_name();
         set_cell_sched(o, k, x.dev, x.sb)?;
         tunables.insert(
             k.to_string(),
@@ -1124,7 +1110,7 @@ fn run_repetition(
     rotational: bool,
     cleanup: &mut Cleanup,
 ) -> Result<RunResult> {
-    let w: WorkloadSpec = c.host_workload_spec().map_err(Error::Usage)?;
+    let w: WorkloadSpec = c.host_workload;
     let seed = experiment::splitmix64(c.seed ^ rep as u64);
     drop_caches()?;
     start_workload(&o.exe, &w, files, seed, rotational, &mut cleanup.workers)?;
@@ -1326,7 +1312,7 @@ fn start_coordination(
     guest: &mut vm::Guest,
     group: Option<&vm::VmGroup>,
 ) -> Result<Option<vm::Hostd>> {
-    let mode = CoordMode::parse(&c.coordination).map_err(|e| Error::Usage(e.to_string()))?;
+    let mode = c.coordination;
     let ioprio = IoprioBoost::for_mode(mode);
     match (mode, ioprio) {
         (CoordMode::Off, _) => Ok(None),
@@ -1387,12 +1373,13 @@ fn run_vm_cell(
     cleanup: &mut Cleanup,
 ) -> Result<Vec<RunResult>> {
     use serde_json::json;
-    let host_w: WorkloadSpec = c.host_workload_spec().map_err(Error::Usage)?;
-    let guest_w: WorkloadSpec = c
-        .guest_workload_spec()
-        .unwrap_or(Ok(WorkloadSpec::NONE))
-        .map_err(Error::Usage)?;
-    let gsched = kernel_sched(c.guest_sched.as_deref().unwrap_or("none")).to_string();
+    let host_w: WorkloadSpec = c.host_workload;
+    let guest_w: WorkloadSpec = c.guest_workload.unwrap_or(WorkloadSpec::NONE);
+    let gsched = c
+        .guest_sched
+        .unwrap_or(IoSched::None)
+        .kernel_name()
+        .to_string();
     progress(
         o,
         &format!(

@@ -200,7 +200,7 @@ fn sim_bench(a: BenchArgs) -> Result<(), Failure> {
     let mut cell = scenario
         .cells()
         .into_iter()
-        .find(|c| c.host_sched == "bfq" && c.host_workload == "5r-seq")
+        .find(|c| c.host_sched == experiment::IoSched::Bfq && c.host_workload.name() == "5r-seq")
         .ok_or_else(|| Failure::Run("native-hdd has no bfq 5r-seq cell".into()))?;
     cell.repetitions = a.repetitions.max(1);
     let opts = sim::bench::SimOptions::default();
@@ -235,7 +235,7 @@ fn sim_bench_cpu() -> Result<(), Failure> {
                 && c.cpu.host_cpu_load == 8
                 && c.cpu.guest_cpu_load == 1
                 && c.get("host_cpu_sched").as_deref() == Some("cfs")
-                && c.coordination == "off"
+                && c.coordination.is_off()
         })
         .ok_or_else(|| Failure::Run("fanguede2014 has no 8+1 loop CFS cell".into()))?;
     let started = std::time::Instant::now();
@@ -259,7 +259,7 @@ fn sim_bench_cpu() -> Result<(), Failure> {
 
 fn sim_list() {
     println!("devices:    {}", devmodel::PRESETS.join(", "));
-    println!("schedulers: {}", sim::sched::SCHEDULERS.join(", "));
+    println!("schedulers: {}", sim::bench::schedulers().join(", "));
     println!("apps:       {}", sim::workload::preset_names().join(", "));
     println!(
         "scenarios:  {}",

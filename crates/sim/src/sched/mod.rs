@@ -18,6 +18,7 @@
 
 use crate::request::{CgroupId, IoContext, Pid, Request, RequestTable, RqId};
 use devmodel::Nanos;
+use experiment::IoSched;
 
 pub mod anticipatory;
 pub mod bfq;
@@ -343,15 +344,16 @@ impl Default for SchedConfig {
     }
 }
 
-/// Scheduler names the simulator accepts, as the kernel spells them.
-pub const SCHEDULERS: &[&str] = &[
-    "noop",
-    "none",
-    "deadline",
-    "mq-deadline",
-    "anticipatory",
-    "cfq",
-    "bfq",
+/// The schedulers the simulator implements (their names live in
+/// [`IoSched`]).
+pub const SCHEDULERS: &[IoSched] = &[
+    IoSched::Noop,
+    IoSched::None,
+    IoSched::Deadline,
+    IoSched::MqDeadline,
+    IoSched::Anticipatory,
+    IoSched::Cfq,
+    IoSched::Bfq,
 ];
 
 /// Builds a scheduler by its kernel name.
@@ -365,7 +367,11 @@ pub fn by_name(name: &str, cfg: &SchedConfig) -> Result<Box<dyn IoScheduler>, St
         other => {
             return Err(format!(
                 "unknown I/O scheduler \"{other}\"; accepted: {}",
-                SCHEDULERS.join(", ")
+                SCHEDULERS
+                    .iter()
+                    .map(|s| s.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ))
         }
     })
