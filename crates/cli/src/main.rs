@@ -88,6 +88,48 @@ pub struct RunnerArgs {
     pub quiet: bool,
 }
 
+/// QEMU's `-drive aio=` mode, for `sim run --aio` and `bench run --vm-aio`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+pub enum QemuAio {
+    /// A pool of worker threads doing blocking, buffered I/O.
+    #[value(name = "threads")]
+    #[serde(rename = "threads")]
+    Threads,
+    /// One iothread with Linux AIO and O_DIRECT.
+    #[value(name = "native")]
+    #[serde(rename = "native")]
+    Native,
+    /// One iothread with io_uring and O_DIRECT (the simulator models it as native).
+    #[value(name = "io_uring")]
+    #[serde(rename = "io_uring")]
+    IoUring,
+}
+
+impl QemuAio {
+    /// The name QEMU takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            QemuAio::Threads => "threads",
+            QemuAio::Native => "native",
+            QemuAio::IoUring => "io_uring",
+        }
+    }
+
+    /// How the simulator models it.
+    pub fn sim(self) -> sim::vm::Aio {
+        match self {
+            QemuAio::Threads => sim::vm::Aio::Threads,
+            QemuAio::Native | QemuAio::IoUring => sim::vm::Aio::IoThread,
+        }
+    }
+}
+
+impl std::fmt::Display for QemuAio {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 // The command enums are built once per process from the command line: the
 // size of their largest variant costs nothing worth boxing for.
 #[allow(clippy::large_enum_variant)]

@@ -280,8 +280,8 @@ fn report_sets_a_run_against_a_baseline() {
     let d = tmpdir("two");
     let scenario = "name = \"idle\"\nbenchmark = \"startup\"\napp = \"bash\"\niterations = 1\nrepetitions = 1\n[matrix]\ndevice = [\"emmc\"]\nhost_sched = [\"bfq\", \"noop\"]\nhost_workload = [\"none\"]\n";
     let (a, b) = (d.join("hz250"), d.join("hz1000"));
-    sim_run(&d, scenario, &a, &["--hz", "250"]);
-    sim_run(&d, scenario, &b, &["--hz", "1000"]);
+    sim_run(&d, scenario, &a, &["--host-kernel-set", "hz=250"]);
+    sim_run(&d, scenario, &b, &["--host-kernel-set", "hz=1000"]);
     let o = tandem(&[
         "report",
         a.to_str().unwrap(),

@@ -270,22 +270,29 @@ fn sigterm_keeps_the_finished_cells() {
 #[test]
 fn results_json_records_every_option_and_the_provenance() {
     let given: &[(&str, Option<&str>, serde_json::Value)] = &[
-        ("hz", Some("300"), 300.into()),
-        ("no-softrt-slack", None, true.into()),
+        (
+            "host-kernel",
+            Some("linux-3.12-arm"),
+            "linux-3.12-arm".into(),
+        ),
+        (
+            "host-kernel-set",
+            Some("hz=300"),
+            serde_json::json!(["hz=300"]),
+        ),
         ("no-low-latency", None, true.into()),
-        ("host-bfq", Some("v7r2"), "v7r2".into()),
-        ("slice-idle-jiffies", None, true.into()),
         ("queue-depth", Some("4"), 4.into()),
         (
             "hdd-param",
             Some("rpm=5400"),
             serde_json::json!(["rpm=5400"]),
         ),
-        ("guest-hz", Some("250"), 250.into()),
-        ("guest-no-softrt-slack", None, true.into()),
-        ("guest-slice-idle-jiffies", None, true.into()),
-        ("guest-bfq", Some("mainline"), "mainline".into()),
-        ("guest-sync-writes-sync", None, true.into()),
+        ("guest-kernel", Some("linux-6.1"), "linux-6.1".into()),
+        (
+            "guest-kernel-set",
+            Some("softrt_slack=false"),
+            serde_json::json!(["softrt_slack=false"]),
+        ),
         ("guest-exact-ticks", None, true.into()),
         ("aio", Some("threads"), "threads".into()),
         ("virtqueue-depth", Some("64"), 64.into()),
@@ -354,6 +361,12 @@ fn results_json_records_every_option_and_the_provenance() {
         assert_eq!(&options[&key], want, "--{flag} in {options}");
     }
     assert_eq!(options["only"], serde_json::json!(["host_sched=bfq"]));
+    // The host's kernel as it ran: the profile with its override.
+    assert_eq!(
+        extra["host_kernel"],
+        serde_json::json!({"profile": "linux-3.12-arm", "hz": 300, "bfq": "v7r2",
+            "slice_idle_jiffies": true, "softrt_slack": true, "sync_writes_sync": false})
+    );
     let policy = &extra["coordination_policy"];
     assert_eq!(policy["max_lease_ns"], 500_000_000u64);
     assert_eq!(policy["weight_factor"], 5);

@@ -47,6 +47,12 @@ pub enum Channel {
     Polling,
 }
 
+impl std::fmt::Display for Channel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// Hypercall latency: 2000 cycles at 1.7 GHz.
 pub const HYPERCALL_NS: Nanos = 1_200;
 /// virtio-serial message latency: two notification hops of about 20 us.
@@ -59,17 +65,24 @@ impl Channel {
     pub const NAMES: &'static [&'static str] = &["hypercall", "virtio-serial", "polling"];
 
     pub fn parse(s: &str) -> Result<Channel, String> {
-        Ok(match s {
-            "hypercall" => Channel::Hypercall,
-            "virtio-serial" => Channel::VirtioSerial,
-            "polling" => Channel::Polling,
-            other => {
-                return Err(format!(
-                    "unknown coordination channel \"{other}\"; accepted: {}",
+        [Channel::Hypercall, Channel::VirtioSerial, Channel::Polling]
+            .into_iter()
+            .find(|c| c.name() == s)
+            .ok_or_else(|| {
+                format!(
+                    "unknown coordination channel \"{s}\"; accepted: {}",
                     Self::NAMES.join(", ")
-                ))
-            }
-        })
+                )
+            })
+    }
+
+    /// The name the command line and results.json give it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Channel::Hypercall => "hypercall",
+            Channel::VirtioSerial => "virtio-serial",
+            Channel::Polling => "polling",
+        }
     }
 
     /// When a message sent at `now` reaches the host's arbiter.

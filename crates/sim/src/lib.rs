@@ -12,6 +12,7 @@ pub mod coord;
 pub mod cpu_bench;
 pub mod engine;
 pub mod fs;
+pub mod kernel;
 pub mod request;
 pub mod sched;
 pub mod system;

@@ -261,8 +261,8 @@ pub struct SchedConfig {
     /// at HZ=250 or 1000, but 0 at HZ=100, where integer division leaves
     /// the elevator with no idling at all. Later kernels count it in
     /// nanoseconds (`NSEC_PER_SEC / 125`), 8 ms at any HZ. Off by
-    /// default (`tandem sim run --slice-idle-jiffies` for the host,
-    /// `--guest-slice-idle-jiffies` for the guests): the published
+    /// default (`tandem sim run --host-kernel-set slice_idle_jiffies=true`
+    /// for the host, `--guest-kernel-set` for the guests): the published
     /// guests ran Linux 3.12 at HZ=100, yet their BFQ must have idled
     /// (README, "Linux 3.12's idle slice at HZ=100").
     pub slice_idle_in_jiffies: bool,
