@@ -53,6 +53,16 @@ impl std::fmt::Display for Channel {
     }
 }
 
+#[cfg(feature = "clap")]
+impl clap::ValueEnum for Channel {
+    fn value_variants<'a>() -> &'a [Self] {
+        &Self::ALL
+    }
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        Some(clap::builder::PossibleValue::new(self.name()))
+    }
+}
+
 /// Hypercall latency: 2000 cycles at 1.7 GHz.
 pub const HYPERCALL_NS: Nanos = 1_200;
 /// virtio-serial message latency: two notification hops of about 20 us.
@@ -62,16 +72,18 @@ pub const VIRTIO_SERIAL_NS: Nanos = 40_000;
 pub const POLL_PERIOD_NS: Nanos = 10_000_000;
 
 impl Channel {
-    pub const NAMES: &'static [&'static str] = &["hypercall", "virtio-serial", "polling"];
+    /// Every channel.
+    pub const ALL: [Channel; 3] = [Channel::Hypercall, Channel::VirtioSerial, Channel::Polling];
 
     pub fn parse(s: &str) -> Result<Channel, String> {
-        [Channel::Hypercall, Channel::VirtioSerial, Channel::Polling]
+        Self::ALL
             .into_iter()
             .find(|c| c.name() == s)
             .ok_or_else(|| {
+                let names: Vec<&str> = Self::ALL.iter().map(|c| c.name()).collect();
                 format!(
                     "unknown coordination channel \"{s}\"; accepted: {}",
-                    Self::NAMES.join(", ")
+                    names.join(", ")
                 )
             })
     }

@@ -191,6 +191,16 @@ impl KernelProfile {
     }
 }
 
+#[cfg(feature = "clap")]
+impl clap::ValueEnum for KernelName {
+    fn value_variants<'a>() -> &'a [Self] {
+        &KernelName::ALL
+    }
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        Some(clap::builder::PossibleValue::new(self.name()))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -225,32 +235,6 @@ mod tests {
         assert!(p.set("hz").unwrap_err().contains("KEY=VALUE"));
         for k in KernelName::ALL {
             assert_eq!(k.name().parse::<KernelName>(), Ok(k));
-        }
-    }
-}
-
-#[cfg(feature = "clap")]
-mod clap_values {
-    use super::KernelName;
-    use crate::coord::Channel;
-
-    impl clap::ValueEnum for KernelName {
-        fn value_variants<'a>() -> &'a [Self] {
-            &KernelName::ALL
-        }
-        fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
-            Some(clap::builder::PossibleValue::new(self.name()))
-        }
-    }
-
-    const CHANNELS: [Channel; 3] = [Channel::Hypercall, Channel::VirtioSerial, Channel::Polling];
-
-    impl clap::ValueEnum for Channel {
-        fn value_variants<'a>() -> &'a [Self] {
-            &CHANNELS
-        }
-        fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
-            Some(clap::builder::PossibleValue::new(self.name()))
         }
     }
 }
