@@ -52,7 +52,7 @@ HOSTS = {
     # The paper's host as far as it is known: Linux 3.12 on an ARM
     # Chromebook (ARM's default HZ is 100), BFQ v7r2, whose slice_idle is
     # HZ / 125 jiffies (none at HZ=100), and QEMU's 2014 default aio=threads.
-    "2014": ["--host-bfq", "v7r2", "--hz", "100", "--slice-idle-jiffies", "--aio", "threads"],
+    "2014": ["--host-kernel", "linux-3.12-arm", "--aio", "threads"],
 }
 
 DEFAULT_SHARES = [0, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.25]

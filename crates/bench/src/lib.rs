@@ -44,6 +44,8 @@ pub mod workers;
 pub use cleanup::{recover_interrupted, Cleanup};
 use cleanup::{RunId, SchedRecord};
 use devemu::run_cmd;
+use experiment::IoSched;
+use policy::{CoordMode, IoprioBoost};
 use workers::Kind;
 
 /// Failures are the device emulator's: usage errors (exit code 2) and run
@@ -59,36 +61,18 @@ pub(crate) fn run_err(m: impl Into<String>) -> Error {
 use experiment::suite::SHORT_START_S;
 pub use experiment::suite::{PAUSE_BEFORE_START_S, SETTLE_S};
 
-/// Schedulers a scenario may name, and the kernel's name for each. `noop` and
-/// `deadline` are the legacy names of `none` and `mq-deadline`; `cfq` and
-/// `anticipatory` no longer exist in blk-mq kernels (refused at run time when
-/// the device lacks them).
-pub const SCHED_NAMES: &[(&str, &str)] = &[
-    ("noop", "none"),
-    ("none", "none"),
-    ("deadline", "mq-deadline"),
-    ("mq-deadline", "mq-deadline"),
-    ("bfq", "bfq"),
-    ("kyber", "kyber"),
-    ("cfq", "cfq"),
-    ("anticipatory", "anticipatory"),
-];
-
-/// The kernel's name of a scenario scheduler.
-pub fn kernel_sched(name: &str) -> &str {
-    SCHED_NAMES
-        .iter()
-        .find(|(s, _)| *s == name)
-        .map_or(name, |(_, k)| k)
-}
+/// Schedulers a scenario may name: every one tandem knows (their kernel names
+/// are [`IoSched::kernel_name`]). `cfq` and `anticipatory` no longer exist in
+/// blk-mq kernels (refused at run time when the device lacks them).
+pub const SCHEDULERS: &[IoSched] = &IoSched::ALL;
 
 /// What `tandem bench run` accepts in a scenario.
 pub fn accepted() -> experiment::Accepted {
     experiment::Accepted {
-        devices: devmodel::PRESETS.iter().map(|s| s.to_string()).collect(),
-        host_scheds: SCHED_NAMES.iter().map(|(s, _)| s.to_string()).collect(),
-        guest_scheds: SCHED_NAMES.iter().map(|(s, _)| s.to_string()).collect(),
-        coordination: COORDINATION.iter().map(|s| s.to_string()).collect(),
+        devices: experiment::Device::all().collect(),
+        host_scheds: SCHEDULERS.to_vec(),
+        guest_scheds: SCHEDULERS.to_vec(),
+        coordination: COORDINATION.to_vec(),
         apps: experiment::apptrace::preset_names(),
         allow_cmd_apps: true,
         allow_vm: true,
@@ -100,7 +84,7 @@ pub fn accepted() -> experiment::Accepted {
 /// host (ioprio RT on the QEMU process's threads while helped).
 /// `help-weight` needs the VM in a cgroup of its own and `help-wr` a kernel
 /// patch; the simulator runs those.
-pub const COORDINATION: &[&str] = &["off", "help-rt"];
+pub const COORDINATION: &[CoordMode] = &[CoordMode::Off, CoordMode::HelpRt];
 
 /// How VM cells run their guest.
 #[derive(Clone, Debug)]
@@ -371,7 +355,7 @@ fn check_options(o: &Options) -> Result<Vec<String>> {
                 c.other_vms
             )));
         }
-        if c.is_native() && c.coordination != "off" {
+        if c.is_native() && !c.coordination.is_off() {
             return Err(Error::Usage(format!(
                 "coordination {:?} needs VM cells (matrix.guest_sched)",
                 c.coordination
@@ -395,8 +379,8 @@ fn check_options(o: &Options) -> Result<Vec<String>> {
     }
     let mut devices: Vec<String> = Vec::new();
     for c in &o.cells {
-        if !devices.contains(&c.device) {
-            devices.push(c.device.clone());
+        if !devices.contains(&c.device.to_string()) {
+            devices.push(c.device.to_string());
         }
     }
     if o.device.is_some() && devices.len() > 1 {
@@ -435,7 +419,11 @@ fn run_devices(
     // with the results.
     let steal = devemu::probe::StealMeter::start();
     for label in devices {
-        let cells: Vec<&Cell> = o.cells.iter().filter(|c| &c.device == label).collect();
+        let cells: Vec<&Cell> = o
+            .cells
+            .iter()
+            .filter(|c| c.device.name() == label)
+            .collect();
         let mut cleanup = Cleanup::default();
         let r = run_device(
             o,
@@ -477,7 +465,7 @@ fn run_devices(
 fn workload_files(cells: &[&Cell]) -> Result<u32> {
     let mut n = 0;
     for c in cells {
-        let w = c.host_workload_spec().map_err(Error::Usage)?;
+        let w = c.host_workload;
         n = n.max(w.readers + w.writers);
     }
     Ok(n)
@@ -487,8 +475,7 @@ fn workload_files(cells: &[&Cell]) -> Result<u32> {
 fn guest_workload_files(cells: &[&Cell]) -> Result<u32> {
     let mut n = 0;
     for c in cells {
-        if let Some(w) = c.guest_workload_spec() {
-            let w = w.map_err(Error::Usage)?;
+        if let Some(w) = c.guest_workload {
             n = n.max(w.readers + w.writers);
         }
     }
@@ -574,7 +561,7 @@ fn open_device(
 fn check_schedulers(cells: &[&Cell], dev: &str, sb: &SysBlock) -> Result<String> {
     let (available, original) = schedulers(&sb.queue);
     for c in cells {
-        let k = kernel_sched(&c.host_sched);
+        let k = c.host_sched.kernel_name();
         if !available.iter().any(|a| a == k) {
             return Err(Error::Usage(format!(
                 "host_sched {:?}: {dev} has no {k} scheduler; it offers: {} (run a subset with --only host_sched=...)",
@@ -843,7 +830,7 @@ fn run_cells(
     let mut results = Vec::new();
     let mut tunables = serde_json::Map::new();
     for (ci, c) in cells.iter().enumerate() {
-        let k = kernel_sched(&c.host_sched);
+        let k = c.host_sched.kernel_name();
         set_cell_sched(o, k, x.dev, x.sb)?;
         tunables.insert(
             k.to_string(),
@@ -1125,7 +1112,7 @@ fn run_repetition(
     rotational: bool,
     cleanup: &mut Cleanup,
 ) -> Result<RunResult> {
-    let w: WorkloadSpec = c.host_workload_spec().map_err(Error::Usage)?;
+    let w: WorkloadSpec = c.host_workload;
     let seed = experiment::splitmix64(c.seed ^ rep as u64);
     drop_caches()?;
     start_workload(&o.exe, &w, files, seed, rotational, &mut cleanup.workers)?;
@@ -1327,22 +1314,29 @@ fn start_coordination(
     guest: &mut vm::Guest,
     group: Option<&vm::VmGroup>,
 ) -> Result<Option<vm::Hostd>> {
-    match c.coordination.as_str() {
-        "off" => Ok(None),
-        "help-rt" => {
+    let mode = c.coordination;
+    let ioprio = IoprioBoost::for_mode(mode);
+    match (mode, ioprio) {
+        (CoordMode::Off, _) => Ok(None),
+        (CoordMode::HelpRt, Some(ioprio)) => {
             let h = vm::Hostd::start(
                 &o.exe,
                 guest,
-                "ioprio-rt",
+                ioprio,
                 group.map(|g| g.root.as_path()),
                 o.vm.hostd_budget_fraction,
             )?;
             guest.call(serde_json::json!({"op": "guestd", "lease_ms": 1000}), None)?;
             Ok(Some(h))
         }
-        other => Err(Error::Usage(format!(
-            "coordination {other:?}: the real runner runs {}",
-            COORDINATION.join(", ")
+        (other, _) => Err(Error::Usage(format!(
+            "coordination {:?}: the real runner runs {}",
+            other.name(),
+            COORDINATION
+                .iter()
+                .map(|m| m.name())
+                .collect::<Vec<_>>()
+                .join(", ")
         ))),
     }
 }
@@ -1381,12 +1375,13 @@ fn run_vm_cell(
     cleanup: &mut Cleanup,
 ) -> Result<Vec<RunResult>> {
     use serde_json::json;
-    let host_w: WorkloadSpec = c.host_workload_spec().map_err(Error::Usage)?;
-    let guest_w: WorkloadSpec = c
-        .guest_workload_spec()
-        .unwrap_or(Ok(WorkloadSpec::NONE))
-        .map_err(Error::Usage)?;
-    let gsched = kernel_sched(c.guest_sched.as_deref().unwrap_or("none")).to_string();
+    let host_w: WorkloadSpec = c.host_workload;
+    let guest_w: WorkloadSpec = c.guest_workload.unwrap_or(WorkloadSpec::NONE);
+    let gsched = c
+        .guest_sched
+        .unwrap_or(IoSched::None)
+        .kernel_name()
+        .to_string();
     progress(
         o,
         &format!(

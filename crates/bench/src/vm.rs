@@ -631,7 +631,7 @@ impl Hostd {
     pub fn start(
         exe: &Path,
         guest: &Guest,
-        ioprio: &str,
+        ioprio: policy::IoprioBoost,
         boost_cgroup: Option<&Path>,
         budget_fraction: Option<f64>,
     ) -> Result<Hostd> {
@@ -652,7 +652,7 @@ impl Hostd {
             .arg(dir.join("hostd.state"))
             .arg("--control")
             .arg(&control)
-            .args(["--ioprio", ioprio])
+            .args(["--ioprio", ioprio.name()])
             .arg("--bfq-idling")
             // hostd.log, kept in OUT/vm-logs, then tells when each boost
             // began and ended and what the budget allowed.

@@ -55,9 +55,9 @@ pub struct HostdRunArgs {
     /// Prometheus metrics on unix:PATH (default: hostd-metrics.sock beside the control socket), HOST:PORT (TCP), or off.
     #[arg(long)]
     metrics: Option<String>,
-    /// ioprio actuator: ioprio-rt, ioprio-be0 or none.
-    #[arg(long)]
-    ioprio: Option<String>,
+    /// ioprio actuator (ioprio-rt sets help-rt's knob).
+    #[arg(long, value_enum)]
+    ioprio: Option<policy::IoprioBoost>,
     /// Level of the RT class the ioprio-rt actuator sets (0-7, default 4).
     #[arg(long, value_name = "LEVEL")]
     ioprio_level: Option<u32>,

@@ -66,9 +66,9 @@ pub struct BenchRunArgs {
     /// VM cells: a guest image made by `tandem vm image` (default: one is built for the run).
     #[arg(long, value_name = "DIR")]
     vm_image: Option<PathBuf>,
-    /// VM cells: QEMU's aio mode for the guest disk (native, io_uring, threads).
-    #[arg(long, default_value = "native")]
-    vm_aio: String,
+    /// VM cells: QEMU's aio mode for the guest disk.
+    #[arg(long, value_enum, default_value_t = crate::QemuAio::Native)]
+    vm_aio: crate::QemuAio,
     /// VM cells: QEMU's cache mode for the guest disk (none bypasses the host page cache).
     #[arg(long, default_value = "none")]
     vm_cache: String,
@@ -81,8 +81,8 @@ pub struct BenchRunArgs {
     /// VM cells: `own` puts QEMU in a cgroup v1 blkio group of its own (as libvirt
     /// does), from which tandem hostd moves its I/O threads to the root while
     /// boosting; `root` leaves QEMU in the root group (RT class alone).
-    #[arg(long, value_name = "own|root", default_value = "own")]
-    vm_group: String,
+    #[arg(long, value_enum, default_value_t = VmGroup::Own)]
+    vm_group: VmGroup,
     /// VM cells, help-rt: the share of each 60 s window tandem hostd lets the
     /// VM spend boosted, in (0, 1] (default: hostd's, 0.5).
     #[arg(long, value_name = "F")]
@@ -90,6 +90,15 @@ pub struct BenchRunArgs {
     /// A host scheduler tunable set for every cell, e.g. low_latency=0 (repeatable).
     #[arg(long = "host-tunable", value_name = "KEY=VALUE")]
     host_tunables: Vec<String>,
+}
+
+/// Where `bench run` puts QEMU among the cgroup v1 blkio groups.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum VmGroup {
+    /// A group of its own, as libvirt does.
+    Own,
+    /// The root group.
+    Root,
 }
 
 #[derive(Args)]
@@ -238,20 +247,12 @@ pub fn run(cmd: BenchCommand) -> Result<(), Failure> {
                 vm: bench::VmOptions {
                     image: a.vm_image,
                     disk: bench::vm::DiskOptions {
-                        aio: a.vm_aio,
+                        aio: a.vm_aio.to_string(),
                         cache: a.vm_cache,
                     },
                     mem_mib: a.vm_mem_mib,
                     accel: a.vm_accel,
-                    own_group: match a.vm_group.as_str() {
-                        "own" => true,
-                        "root" => false,
-                        other => {
-                            return Err(Failure::Usage(format!(
-                                "--vm-group {other:?}: own or root"
-                            )))
-                        }
-                    },
+                    own_group: a.vm_group == VmGroup::Own,
                     // Checked here, before a guest boots, the way hostd
                     // will check it (its policy, with its default window).
                     hostd_budget_fraction: match a.hostd_budget_fraction {

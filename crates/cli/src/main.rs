@@ -88,6 +88,48 @@ pub struct RunnerArgs {
     pub quiet: bool,
 }
 
+/// QEMU's `-drive aio=` mode, for `sim run --aio` and `bench run --vm-aio`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+pub enum QemuAio {
+    /// A pool of worker threads doing blocking, buffered I/O.
+    #[value(name = "threads")]
+    #[serde(rename = "threads")]
+    Threads,
+    /// One iothread with Linux AIO and O_DIRECT.
+    #[value(name = "native")]
+    #[serde(rename = "native")]
+    Native,
+    /// One iothread with io_uring and O_DIRECT (the simulator models it as native).
+    #[value(name = "io_uring")]
+    #[serde(rename = "io_uring")]
+    IoUring,
+}
+
+impl QemuAio {
+    /// The name QEMU takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            QemuAio::Threads => "threads",
+            QemuAio::Native => "native",
+            QemuAio::IoUring => "io_uring",
+        }
+    }
+
+    /// How the simulator models it.
+    pub fn sim(self) -> sim::vm::Aio {
+        match self {
+            QemuAio::Threads => sim::vm::Aio::Threads,
+            QemuAio::Native | QemuAio::IoUring => sim::vm::Aio::IoThread,
+        }
+    }
+}
+
+impl std::fmt::Display for QemuAio {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 // The command enums are built once per process from the command line: the
 // size of their largest variant costs nothing worth boxing for.
 #[allow(clippy::large_enum_variant)]
@@ -200,7 +242,7 @@ fn sim_bench(a: BenchArgs) -> Result<(), Failure> {
     let mut cell = scenario
         .cells()
         .into_iter()
-        .find(|c| c.host_sched == "bfq" && c.host_workload == "5r-seq")
+        .find(|c| c.host_sched == experiment::IoSched::Bfq && c.host_workload.name() == "5r-seq")
         .ok_or_else(|| Failure::Run("native-hdd has no bfq 5r-seq cell".into()))?;
     cell.repetitions = a.repetitions.max(1);
     let opts = sim::bench::SimOptions::default();
@@ -235,7 +277,7 @@ fn sim_bench_cpu() -> Result<(), Failure> {
                 && c.cpu.host_cpu_load == 8
                 && c.cpu.guest_cpu_load == 1
                 && c.get("host_cpu_sched").as_deref() == Some("cfs")
-                && c.coordination == "off"
+                && c.coordination.is_off()
         })
         .ok_or_else(|| Failure::Run("fanguede2014 has no 8+1 loop CFS cell".into()))?;
     let started = std::time::Instant::now();
@@ -259,7 +301,7 @@ fn sim_bench_cpu() -> Result<(), Failure> {
 
 fn sim_list() {
     println!("devices:    {}", devmodel::PRESETS.join(", "));
-    println!("schedulers: {}", sim::iosched::SCHEDULERS.join(", "));
+    println!("schedulers: {}", sim::bench::schedulers().join(", "));
     println!("apps:       {}", sim::workload::preset_names().join(", "));
     println!(
         "scenarios:  {}",

@@ -11,6 +11,8 @@ use experiment::estimate::{default_memory_limit, estimate, Calibration, Estimate
 use experiment::{Cell, CellResult, Filter, IncrementalWriter, Provenance, RunMeta, Scenario};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
+use sim::coord::Channel;
+use sim::kernel::{KernelName, KernelProfile};
 
 use crate::sim_pool::{Pool, Signals};
 use crate::{Failure, EMBEDDED_SCENARIOS};
@@ -52,24 +54,28 @@ pub struct RunArgs {
 /// `results.json` (`meta.extra.options`).
 #[derive(Args, Clone, Serialize)]
 pub struct SimKnobs {
-    /// Kernel tick rate of the simulated machine (CONFIG_HZ).
-    #[arg(long, default_value_t = 250)]
-    hz: u32,
-    /// Turn off the "+4 ticks" slack of BFQ's soft real-time test.
-    #[arg(long)]
-    no_softrt_slack: bool,
+    /// The host's kernel (CONFIG_HZ, BFQ release, slice_idle in jiffies, BFQ's
+    /// soft real-time slack, sync write-back).
+    #[arg(long, value_enum, default_value_t = KernelName::HOST_DEFAULT)]
+    #[serde(serialize_with = "by_name")]
+    host_kernel: KernelName,
+    /// Override one field of the host's kernel profile (repeatable): hz=N,
+    /// bfq=v7r2|mainline, slice_idle_jiffies=BOOL, softrt_slack=BOOL,
+    /// sync_writes_sync=BOOL.
+    #[arg(long = "host-kernel-set", value_name = "KEY=VALUE")]
+    host_kernel_set: Vec<String>,
+    /// The guests' kernel (the default is the published guests' 3.12 as they
+    /// behaved: HZ=100, BFQ v7r2, slice_idle 8 ms, async sync write-back).
+    #[arg(long, value_enum, default_value_t = KernelName::GUEST_DEFAULT)]
+    #[serde(serialize_with = "by_name")]
+    guest_kernel: KernelName,
+    /// Override one field of the guests' kernel profile (repeatable), as
+    /// --host-kernel-set.
+    #[arg(long = "guest-kernel-set", value_name = "KEY=VALUE")]
+    guest_kernel_set: Vec<String>,
     /// Turn off BFQ's low_latency heuristics.
     #[arg(long)]
     no_low_latency: bool,
-    /// Which BFQ the host runs: mainline (this machine's) or v7r2 (Linux
-    /// 3.12's, the published runs').
-    #[arg(long, default_value = "mainline")]
-    host_bfq: String,
-    /// The host's CFQ and BFQ count `slice_idle` in whole jiffies (HZ /
-    /// 125), as Linux before 4.10 and BFQ v7 did: 8 ms at HZ=250, none at
-    /// HZ=100.
-    #[arg(long)]
-    slice_idle_jiffies: bool,
     /// Override the device's command queue depth (NCQ).
     #[arg(long)]
     queue_depth: Option<usize>,
@@ -81,37 +87,20 @@ pub struct SimKnobs {
     #[arg(long = "hdd-param", value_name = "NAME=VALUE")]
     #[serde(rename = "hdd_param")]
     hdd_params: Vec<String>,
-    /// Kernel tick rate of the guests (CONFIG_HZ; the published ARM guests ran at 100).
-    #[arg(long, default_value_t = sim::vm::DEFAULT_GUEST_HZ)]
-    guest_hz: u32,
-    /// Turn off the "+4 ticks" slack of the guests' BFQ soft real-time test.
-    #[arg(long)]
-    guest_no_softrt_slack: bool,
-    /// The guests' CFQ and BFQ count `slice_idle` in whole jiffies (HZ /
-    /// 125, so none at the default --guest-hz 100), as Linux 3.12 did.
-    #[arg(long)]
-    guest_slice_idle_jiffies: bool,
-    /// Which BFQ the guests run: v7r2 (Linux 3.12's, the published guests')
-    /// or mainline.
-    #[arg(long, default_value = "v7r2")]
-    guest_bfq: String,
-    /// `sync` in the guests as since Linux 4.15: its write-back is REQ_SYNC
-    /// (the published 3.12 guests wrote it back async).
-    #[arg(long)]
-    guest_sync_writes_sync: bool,
     /// Guest jiffies that never lag (by default they catch up only after the
     /// interrupt that wakes an idle guest has been handled).
     #[arg(long)]
     guest_exact_ticks: bool,
-    /// How QEMU issues guest I/O on the host: threads, native or io_uring.
-    #[arg(long, default_value = "native")]
-    aio: String,
+    /// How QEMU issues guest I/O on the host.
+    #[arg(long, value_enum, default_value_t = crate::QemuAio::Native)]
+    aio: crate::QemuAio,
     /// virtio-blk queue size of the guests.
     #[arg(long, default_value_t = sim::virtio::DEFAULT_VIRTQUEUE_DEPTH)]
     virtqueue_depth: usize,
-    /// Coordination channel from guests to host: hypercall, virtio-serial or polling.
-    #[arg(long, default_value = "virtio-serial")]
-    channel: String,
+    /// Coordination channel from guests to host.
+    #[arg(long, value_enum, default_value_t = Channel::VirtioSerial)]
+    #[serde(serialize_with = "by_name")]
+    channel: Channel,
     /// Longest help lease, in ms: a HELP not renewed ends after it.
     #[arg(long, value_name = "MS")]
     lease_ms: Option<u64>,
@@ -154,52 +143,52 @@ pub struct SimKnobs {
     app_metadata_share: Option<f64>,
 }
 
+/// Writes a typed flag value into results.json by its name.
+fn by_name<T: std::fmt::Display, S: serde::Serializer>(v: &T, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(v)
+}
+
+/// The host's and the guests' kernels: their profiles with the overrides.
+pub fn kernels(k: &SimKnobs) -> Result<(KernelProfile, KernelProfile), Failure> {
+    let resolve = |name: KernelName, sets: &[String], flag: &str| {
+        let mut p = name.profile();
+        for s in sets {
+            p.set(s)
+                .map_err(|e| Failure::Usage(format!("{flag} {e}")))?;
+        }
+        Ok::<_, Failure>(p)
+    };
+    Ok((
+        resolve(k.host_kernel, &k.host_kernel_set, "--host-kernel-set")?,
+        resolve(k.guest_kernel, &k.guest_kernel_set, "--guest-kernel-set")?,
+    ))
+}
+
 pub fn knobs_to_opts(k: &SimKnobs) -> Result<sim::bench::SimOptions, Failure> {
-    if !(10..=10_000).contains(&k.hz) {
-        return Err(Failure::Usage(format!(
-            "--hz {}: out of range; accepted: 10 to 10000",
-            k.hz
-        )));
-    }
+    let (host_kernel, guest_kernel) = kernels(k)?;
     if k.queue_depth == Some(0) {
         return Err(Failure::Usage(
             "--queue-depth 0: the device queue depth must be at least 1".into(),
         ));
-    }
-    if !(10..=10_000).contains(&k.guest_hz) {
-        return Err(Failure::Usage(format!(
-            "--guest-hz {}: out of range; accepted: 10 to 10000",
-            k.guest_hz
-        )));
     }
     if k.virtqueue_depth == 0 {
         return Err(Failure::Usage(
             "--virtqueue-depth 0: the virtqueue must hold at least 1 request".into(),
         ));
     }
-    let aio = sim::vm::Aio::parse(&k.aio).map_err(|e| Failure::Usage(format!("--aio: {e}")))?;
     let mut opts = sim::bench::SimOptions::default();
-    opts.sched_cfg.hz = k.hz;
-    opts.sched_cfg.bfq.softrt_tick_slack = !k.no_softrt_slack;
+    host_kernel.apply(&mut opts.sched_cfg);
     opts.sched_cfg.low_latency = !k.no_low_latency;
-    opts.sched_cfg.slice_idle_in_jiffies = k.slice_idle_jiffies;
     opts.queue_depth = k.queue_depth;
     opts.hdd_params = devmodel::parse_hdd_params(&k.hdd_params)
         .map_err(|e| Failure::Usage(format!("--hdd-param {e}")))?;
-    opts.vm.sched_cfg.hz = k.guest_hz;
-    opts.vm.sched_cfg.bfq.softrt_tick_slack = !k.guest_no_softrt_slack;
+    guest_kernel.apply(&mut opts.vm.sched_cfg);
     opts.vm.sched_cfg.low_latency = !k.no_low_latency;
-    opts.vm.sched_cfg.slice_idle_in_jiffies = k.guest_slice_idle_jiffies;
+    opts.vm.sync_writes_async = !guest_kernel.sync_writes_sync;
     opts.vm.lagging_ticks = !k.guest_exact_ticks;
-    opts.vm.aio = aio;
+    opts.vm.aio = k.aio.sim();
     opts.vm.virtqueue_depth = k.virtqueue_depth;
-    opts.sched_cfg.bfq.version = sim::iosched::BfqVersion::parse(&k.host_bfq)
-        .map_err(|e| Failure::Usage(format!("--host-bfq: {e}")))?;
-    opts.vm.sched_cfg.bfq.version = sim::iosched::BfqVersion::parse(&k.guest_bfq)
-        .map_err(|e| Failure::Usage(format!("--guest-bfq: {e}")))?;
-    opts.vm.sync_writes_async = !k.guest_sync_writes_sync;
-    opts.coord.channel = sim::coord::Channel::parse(&k.channel)
-        .map_err(|e| Failure::Usage(format!("--channel: {e}")))?;
+    opts.coord.channel = k.channel;
     if let Some(ms) = k.lease_ms {
         opts.coord.policy.max_lease_ns = ms * 1_000_000;
     }
@@ -500,13 +489,33 @@ fn warn_overlapping(results: &[CellResult]) {
 }
 
 /// The run's metadata: the options that can change a result, resolved.
+/// A resolved kernel profile in results.json: its name and every field.
+fn kernel_json(p: &KernelProfile) -> serde_json::Value {
+    let mut m = serde_json::Map::new();
+    m.insert("profile".into(), p.name.name().into());
+    for (k, v) in p.fields() {
+        let v = match v.parse::<u64>() {
+            Ok(n) => n.into(),
+            Err(_) => match v.as_str() {
+                "true" => true.into(),
+                "false" => false.into(),
+                _ => v.into(),
+            },
+        };
+        m.insert(k.into(), v);
+    }
+    m.into()
+}
+
 fn run_meta(a: &RunArgs, opts: &sim::bench::SimOptions, scenario: &Scenario) -> RunMeta {
     let k = &a.knobs;
     let mut extra = serde_json::Map::new();
-    extra.insert("hz".into(), k.hz.into());
-    extra.insert("bfq_softrt_tick_slack".into(), (!k.no_softrt_slack).into());
+    // Resolved once already when the options were checked (knobs_to_opts).
+    let resolved = kernels(k).ok();
+    if let Some((host, _)) = &resolved {
+        extra.insert("host_kernel".into(), kernel_json(host));
+    }
     extra.insert("low_latency".into(), (!k.no_low_latency).into());
-    extra.insert("bfq_version".into(), k.host_bfq.clone().into());
     extra.insert("slice_idle_ns".into(), opts.sched_cfg.slice_idle().into());
     if let Some(d) = k.queue_depth {
         extra.insert("queue_depth".into(), d.into());
@@ -523,22 +532,15 @@ fn run_meta(a: &RunArgs, opts: &sim::bench::SimOptions, scenario: &Scenario) -> 
         extra.insert("app_metadata_share".into(), share.into());
     }
     if scenario.is_vm() {
-        extra.insert("guest_hz".into(), k.guest_hz.into());
-        extra.insert(
-            "guest_bfq_softrt_tick_slack".into(),
-            (!k.guest_no_softrt_slack).into(),
-        );
+        if let Some((_, guest)) = &resolved {
+            extra.insert("guest_kernel".into(), kernel_json(guest));
+        }
         extra.insert("guest_lagging_ticks".into(), (!k.guest_exact_ticks).into());
-        extra.insert("guest_bfq_version".into(), k.guest_bfq.clone().into());
         extra.insert(
             "guest_slice_idle_ns".into(),
             opts.vm.sched_cfg.slice_idle().into(),
         );
-        extra.insert(
-            "guest_sync_writes_async".into(),
-            (!k.guest_sync_writes_sync).into(),
-        );
-        extra.insert("aio".into(), k.aio.clone().into());
+        extra.insert("aio".into(), k.aio.to_string().into());
         extra.insert("virtqueue_depth".into(), k.virtqueue_depth.into());
     }
     let mut options = match serde_json::to_value(k) {
@@ -549,7 +551,7 @@ fn run_meta(a: &RunArgs, opts: &sim::bench::SimOptions, scenario: &Scenario) -> 
     extra.insert(experiment::OPTIONS_KEY.into(), options.into());
     let p = &opts.coord.policy;
     let policy = serde_json::json!({
-        "channel": k.channel,
+        "channel": k.channel.name(),
         "max_lease_ns": p.max_lease_ns,
         "budget_fraction": p.budget_fraction,
         "budget_window_ns": p.budget_window_ns,

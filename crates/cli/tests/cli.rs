@@ -163,8 +163,17 @@ fn bad_input_is_named_and_refused() {
     }
     let o = tandem(&["sim", "run", "/nonexistent/x.toml", "--out", "/tmp/x"]);
     assert_eq!(o.status.code(), Some(2));
-    let o = tandem(&["sim", "run", "--hz", "0"]);
+    let o = tandem(&["sim", "run", "--host-kernel-set", "hz=0"]);
     assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("--host-kernel-set hz=0: out of range; accepted: 10 to 10000"),
+        "{err}"
+    );
+    let o = tandem(&["sim", "run", "--guest-kernel", "linux-2.6"]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("linux-3.12-arm"), "{err}");
     let o = tandem(&["sim", "run", "--app-metadata-share", "1.5"]);
     assert_eq!(o.status.code(), Some(2));
     let err = String::from_utf8_lossy(&o.stderr);

@@ -35,7 +35,12 @@ fn stderr(o: &Output) -> String {
 /// experiment crate: guest bfq 1r-seq with an idle host (2.4 s, paper 2.2), guest cfq
 /// 5r-seq with an idle host (timed out, paper 30.0), and the idle cell (2.0 s).
 fn results_dir(name: &str) -> PathBuf {
-    let v = |xs: &[&str]| xs.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    fn v<T: std::str::FromStr>(xs: &[&str]) -> Vec<T>
+    where
+        T::Err: std::fmt::Debug,
+    {
+        xs.iter().map(|s| s.parse().unwrap()).collect()
+    }
     let accepted = Accepted {
         devices: v(&["hdd-1.8in"]),
         host_scheds: v(&["bfq"]),
@@ -54,7 +59,10 @@ fn results_dir(name: &str) -> PathBuf {
         .cells()
         .into_iter()
         .filter_map(|c| {
-            let run = match (c.guest_sched.as_deref()?, c.guest_workload.as_deref()?) {
+            let run = match (
+                c.guest_sched.map(|g| g.name())?,
+                c.guest_workload.map(|w| w.name()).as_deref()?,
+            ) {
                 ("bfq", "none") => RunResult {
                     values: vec![2.0, 2.0],
                     timeouts: 0,
@@ -272,8 +280,8 @@ fn report_sets_a_run_against_a_baseline() {
     let d = tmpdir("two");
     let scenario = "name = \"idle\"\nbenchmark = \"startup\"\napp = \"bash\"\niterations = 1\nrepetitions = 1\n[matrix]\ndevice = [\"emmc\"]\nhost_sched = [\"bfq\", \"noop\"]\nhost_workload = [\"none\"]\n";
     let (a, b) = (d.join("hz250"), d.join("hz1000"));
-    sim_run(&d, scenario, &a, &["--hz", "250"]);
-    sim_run(&d, scenario, &b, &["--hz", "1000"]);
+    sim_run(&d, scenario, &a, &["--host-kernel-set", "hz=250"]);
+    sim_run(&d, scenario, &b, &["--host-kernel-set", "hz=1000"]);
     let o = tandem(&[
         "report",
         a.to_str().unwrap(),
@@ -319,10 +327,10 @@ fn report_agrees_with_itself_whichever_run_is_the_baseline() {
     let scenario = Scenario::from_toml_str(
         "benchmark = \"startup\"\napp = \"xterm\"\n[matrix]\ndevice = \"hdd-1.8in\"\nhost_sched = [\"bfq\", \"cfq\"]\nhost_workload = [\"none\", \"5r-seq\"]\n",
         &Accepted {
-            devices: vec!["hdd-1.8in".into()],
-            host_scheds: vec!["bfq".into(), "cfq".into()],
+            devices: vec!["hdd-1.8in".parse().unwrap()],
+            host_scheds: vec!["bfq".parse().unwrap(), "cfq".parse().unwrap()],
             guest_scheds: Vec::new(),
-            coordination: vec!["off".into()],
+            coordination: vec!["off".parse().unwrap()],
             apps: vec!["xterm".into()],
             allow_cmd_apps: false,
             allow_vm: false,

@@ -264,42 +264,9 @@ fn sigterm_keeps_the_finished_cells() {
     check_incomplete(&csv, &json, "SIGTERM");
 }
 
-/// Every option of `sim run` that can change a result, given a value other than its
-/// default, appears with that value in results.json; and the options `--help` lists
-/// are all covered, so that a new one cannot be left out silently.
-#[test]
-fn results_json_records_every_option_and_the_provenance() {
-    let given: &[(&str, Option<&str>, serde_json::Value)] = &[
-        ("hz", Some("300"), 300.into()),
-        ("no-softrt-slack", None, true.into()),
-        ("no-low-latency", None, true.into()),
-        ("host-bfq", Some("v7r2"), "v7r2".into()),
-        ("slice-idle-jiffies", None, true.into()),
-        ("queue-depth", Some("4"), 4.into()),
-        (
-            "hdd-param",
-            Some("rpm=5400"),
-            serde_json::json!(["rpm=5400"]),
-        ),
-        ("guest-hz", Some("250"), 250.into()),
-        ("guest-no-softrt-slack", None, true.into()),
-        ("guest-slice-idle-jiffies", None, true.into()),
-        ("guest-bfq", Some("mainline"), "mainline".into()),
-        ("guest-sync-writes-sync", None, true.into()),
-        ("guest-exact-ticks", None, true.into()),
-        ("aio", Some("threads"), "threads".into()),
-        ("virtqueue-depth", Some("64"), 64.into()),
-        ("channel", Some("hypercall"), "hypercall".into()),
-        ("lease-ms", Some("500"), 500.into()),
-        ("budget-fraction", Some("0.5"), 0.5.into()),
-        ("budget-window-s", Some("20"), 20.0.into()),
-        ("quantum-ms", Some("50"), 50.into()),
-        ("max-boosted", Some("2"), 2.into()),
-        ("help-per-raising-s", Some("1.5"), 1.5.into()),
-        ("no-help-delay-ms", Some("30"), 30.into()),
-        ("weight-factor", Some("5"), 5.into()),
-        ("app-metadata-share", Some("0.5"), 0.5.into()),
-    ];
+/// Every flag `sim run --help` lists is in `knobs` or is one of the options that do
+/// not change a result.
+fn assert_help_covers(knobs: Vec<&str>) {
     // options that do not change a result
     let not_knobs = [
         "out",
@@ -320,10 +287,53 @@ fn results_json_records_every_option_and_the_provenance() {
         };
         let flag = flag.trim_end_matches([',', '.']);
         assert!(
-            not_knobs.contains(&flag) || given.iter().any(|(f, _, _)| *f == flag),
+            not_knobs.contains(&flag) || knobs.contains(&flag),
             "--{flag} is not covered by this test"
         );
     }
+}
+
+/// Every option of `sim run` that can change a result, given a value other than its
+/// default, appears with that value in results.json; and the options `--help` lists
+/// are all covered, so that a new one cannot be left out silently.
+#[test]
+fn results_json_records_every_option_and_the_provenance() {
+    use serde_json::json;
+    let given: &[(&str, Option<&str>, serde_json::Value)] = &[
+        (
+            "host-kernel",
+            Some("linux-3.12-arm"),
+            "linux-3.12-arm".into(),
+        ),
+        ("host-kernel-set", Some("hz=300"), json!(["hz=300"])),
+        ("no-low-latency", None, true.into()),
+        ("queue-depth", Some("4"), 4.into()),
+        (
+            "hdd-param",
+            Some("rpm=5400"),
+            serde_json::json!(["rpm=5400"]),
+        ),
+        ("guest-kernel", Some("linux-6.1"), "linux-6.1".into()),
+        (
+            "guest-kernel-set",
+            Some("softrt_slack=0"),
+            json!(["softrt_slack=0"]),
+        ),
+        ("guest-exact-ticks", None, true.into()),
+        ("aio", Some("threads"), "threads".into()),
+        ("virtqueue-depth", Some("64"), 64.into()),
+        ("channel", Some("hypercall"), "hypercall".into()),
+        ("lease-ms", Some("500"), 500.into()),
+        ("budget-fraction", Some("0.5"), 0.5.into()),
+        ("budget-window-s", Some("20"), 20.0.into()),
+        ("quantum-ms", Some("50"), 50.into()),
+        ("max-boosted", Some("2"), 2.into()),
+        ("help-per-raising-s", Some("1.5"), 1.5.into()),
+        ("no-help-delay-ms", Some("30"), 30.into()),
+        ("weight-factor", Some("5"), 5.into()),
+        ("app-metadata-share", Some("0.5"), 0.5.into()),
+    ];
+    assert_help_covers(given.iter().map(|(f, _, _)| *f).collect());
     let d = Scratch::new("prov");
     let sc = write(
         &d,
@@ -354,6 +364,12 @@ fn results_json_records_every_option_and_the_provenance() {
         assert_eq!(&options[&key], want, "--{flag} in {options}");
     }
     assert_eq!(options["only"], serde_json::json!(["host_sched=bfq"]));
+    // The host's kernel as it ran: the profile with its override.
+    assert_eq!(
+        extra["host_kernel"],
+        serde_json::json!({"profile": "linux-3.12-arm", "hz": 300, "bfq": "v7r2",
+            "slice_idle_jiffies": true, "softrt_slack": true, "sync_writes_sync": false})
+    );
     let policy = &extra["coordination_policy"];
     assert_eq!(policy["max_lease_ns"], 500_000_000u64);
     assert_eq!(policy["weight_factor"], 5);

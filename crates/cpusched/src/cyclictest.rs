@@ -9,7 +9,7 @@
 
 use std::fmt::Write as _;
 
-use policy::PolicyConfig;
+use policy::{CoordMode, PolicyConfig};
 
 use crate::coord::{BoostChange, HelpCpu};
 use crate::model::{CompletionKind, CpuModel, KernelId};
@@ -150,23 +150,44 @@ pub enum CpuCoordination {
 }
 
 impl CpuCoordination {
-    pub fn name(self) -> &'static str {
+    /// The mode, as `policy` names it and describes it.
+    pub fn mode(self) -> CoordMode {
         match self {
-            CpuCoordination::Off => "off",
-            CpuCoordination::StaticCpu => "static-cpu",
-            CpuCoordination::HelpCpu => "help-cpu",
+            CpuCoordination::Off => CoordMode::Off,
+            CpuCoordination::StaticCpu => CoordMode::StaticCpu,
+            CpuCoordination::HelpCpu => CoordMode::HelpCpu,
         }
     }
 
-    pub fn parse(s: &str) -> Result<Self, String> {
-        match s {
-            "off" => Ok(CpuCoordination::Off),
-            "static-cpu" => Ok(CpuCoordination::StaticCpu),
-            "help-cpu" => Ok(CpuCoordination::HelpCpu),
-            _ => Err(format!(
-                "unknown CPU coordination '{s}' (accepted: off, static-cpu, help-cpu)"
-            )),
+    /// The CPU model's treatment of a mode: `None` for the I/O modes.
+    pub fn from_mode(mode: CoordMode) -> Option<Self> {
+        match mode {
+            CoordMode::Off => Some(CpuCoordination::Off),
+            CoordMode::StaticCpu => Some(CpuCoordination::StaticCpu),
+            CoordMode::HelpCpu => Some(CpuCoordination::HelpCpu),
+            _ => None,
         }
+    }
+
+    pub fn name(self) -> &'static str {
+        self.mode().name()
+    }
+
+    pub fn parse(s: &str) -> Result<Self, String> {
+        CoordMode::parse(s)
+            .ok()
+            .and_then(Self::from_mode)
+            .ok_or_else(|| {
+                let accepted: Vec<&str> = CoordMode::ALL
+                    .into_iter()
+                    .filter(|m| Self::from_mode(*m).is_some())
+                    .map(CoordMode::name)
+                    .collect();
+                format!(
+                    "unknown CPU coordination '{s}' (accepted: {})",
+                    accepted.join(", ")
+                )
+            })
     }
 }
 

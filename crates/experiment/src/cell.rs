@@ -3,33 +3,29 @@
 use serde::{Deserialize, Serialize};
 
 use crate::cpu::CpuCell;
-use crate::other_vms::{OtherVms, NO_OTHER_VMS};
+use crate::other_vms::OtherVms;
 use crate::scenario::{Benchmark, MATRIX_KEYS};
+use crate::vocab::{CoordMode, Device, IoSched};
 use crate::workload::WorkloadSpec;
-
-/// Serde default of [`Cell::other_vms`], so results written before the key existed
-/// still read back.
-fn default_other_vms() -> String {
-    NO_OTHER_VMS.to_string()
-}
 
 /// One point of a scenario's matrix, with everything a runner needs to run it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Cell {
     pub scenario: String,
-    pub device: String,
-    pub host_sched: String,
-    /// Canonical workload name (`none`, `5r-seq`, `2r2w-rand`, ...).
-    pub host_workload: String,
+    pub device: Device,
+    pub host_sched: IoSched,
+    /// Written by its canonical name (`none`, `5r-seq`, `2r2w-rand`, ...).
+    pub host_workload: WorkloadSpec,
     /// `None` for native cells (app and workload run on the host).
-    pub guest_sched: Option<String>,
+    pub guest_sched: Option<IoSched>,
     /// `None` for native cells.
-    pub guest_workload: Option<String>,
-    /// Canonical `other_vms` value (see [`OtherVms`]): `none` (only VM 1) or the VMs
-    /// besides VM 1, e.g. `3x5r-seq`. Always `none` for native cells.
-    #[serde(default = "default_other_vms")]
-    pub other_vms: String,
-    pub coordination: String,
+    pub guest_workload: Option<WorkloadSpec>,
+    /// The VMs besides VM 1 (see [`OtherVms`]), written by canonical value: `none`
+    /// (only VM 1, the default, so results written before the key existed still
+    /// read back) or e.g. `3x5r-seq`. Always none for native cells.
+    #[serde(default)]
+    pub other_vms: OtherVms,
+    pub coordination: CoordMode,
     /// The CPU model's settings (platform, CPU schedulers, busy loops, loops,
     /// caches); the default for scenarios without CPU keys, and then left out of
     /// `results.json`.
@@ -60,7 +56,7 @@ impl Cell {
 
     /// True when VMs other than VM 1 run.
     pub fn has_other_vms(&self) -> bool {
-        self.other_vms != NO_OTHER_VMS
+        !self.other_vms.is_none()
     }
 
     /// A stable, human-readable id: the cell's matrix values as `KEY=VALUE` pairs in
@@ -71,10 +67,10 @@ impl Cell {
     /// pair is also a valid `--only` argument.
     pub fn key(&self) -> String {
         let mut parts = vec![format!("device={}", self.device)];
-        if let Some(g) = &self.guest_sched {
+        if let Some(g) = self.guest_sched {
             parts.push(format!("guest_sched={g}"));
         }
-        if let Some(g) = &self.guest_workload {
+        if let Some(g) = self.guest_workload {
             parts.push(format!("guest_workload={g}"));
         }
         parts.push(format!("host_sched={}", self.host_sched));
@@ -98,13 +94,13 @@ impl Cell {
     /// cells give `Some("")`. Unknown keys give `None`.
     pub fn get(&self, key: &str) -> Option<String> {
         Some(match key {
-            "device" => self.device.clone(),
-            "host_sched" => self.host_sched.clone(),
-            "host_workload" => self.host_workload.clone(),
-            "guest_sched" => self.guest_sched.clone().unwrap_or_default(),
-            "guest_workload" => self.guest_workload.clone().unwrap_or_default(),
-            "other_vms" => self.other_vms.clone(),
-            "coordination" => self.coordination.clone(),
+            "device" => self.device.to_string(),
+            "host_sched" => self.host_sched.to_string(),
+            "host_workload" => self.host_workload.name(),
+            "guest_sched" => self.guest_sched.map(|g| g.to_string()).unwrap_or_default(),
+            "guest_workload" => self.guest_workload.map(|g| g.name()).unwrap_or_default(),
+            "other_vms" => self.other_vms.name(),
+            "coordination" => self.coordination.to_string(),
             "host_cpu_sched" => self.cpu.host_sched().as_str().to_string(),
             "host_cpu_load" => self.cpu.host_cpu_load.to_string(),
             "guest_cpu_sched" if self.is_native() => String::new(),
@@ -115,33 +111,15 @@ impl Cell {
         })
     }
 
-    /// The host workload, parsed.
-    pub fn host_workload_spec(&self) -> Result<WorkloadSpec, String> {
-        WorkloadSpec::parse(&self.host_workload)
-    }
-
-    /// The VMs besides VM 1, parsed: what a runner starts next to VM 1. Empty
-    /// ([`OtherVms::is_none`]) for native cells and for cells without other VMs.
-    pub fn other_vms_spec(&self) -> Result<OtherVms, String> {
-        OtherVms::parse(&self.other_vms)
-    }
-
-    /// The guest workload, parsed (`None` for native cells).
-    pub fn guest_workload_spec(&self) -> Option<Result<WorkloadSpec, String>> {
-        self.guest_workload.as_deref().map(WorkloadSpec::parse)
-    }
-
     /// The workload that shares the app's scheduler: the guest workload for VM cells,
     /// the host workload for native cells. This is the workload S names files after.
-    pub fn app_side_workload(&self) -> &str {
-        self.guest_workload
-            .as_deref()
-            .unwrap_or(&self.host_workload)
+    pub fn app_side_workload(&self) -> WorkloadSpec {
+        self.guest_workload.unwrap_or(self.host_workload)
     }
 
     /// The scheduler the app runs under: the guest's for VM cells, else the host's.
-    pub fn app_side_sched(&self) -> &str {
-        self.guest_sched.as_deref().unwrap_or(&self.host_sched)
+    pub fn app_side_sched(&self) -> IoSched {
+        self.guest_sched.unwrap_or(self.host_sched)
     }
 }
 
@@ -189,12 +167,15 @@ pub fn splitmix64(x: u64) -> u64 {
 pub fn cell_seed(scenario_seed: u64, cell: &Cell) -> u64 {
     let mut bytes = Vec::new();
     let fields = [
-        cell.device.as_str(),
-        cell.host_sched.as_str(),
-        cell.host_workload.as_str(),
-        cell.guest_sched.as_deref().unwrap_or(""),
-        cell.guest_workload.as_deref().unwrap_or(""),
-        cell.coordination.as_str(),
+        cell.device.name().to_string(),
+        cell.host_sched.name().to_string(),
+        cell.host_workload.name(),
+        cell.guest_sched
+            .map(IoSched::name)
+            .unwrap_or("")
+            .to_string(),
+        cell.guest_workload.map(|w| w.name()).unwrap_or_default(),
+        cell.coordination.name().to_string(),
     ];
     for (i, f) in fields.iter().enumerate() {
         if i > 0 {
@@ -204,7 +185,7 @@ pub fn cell_seed(scenario_seed: u64, cell: &Cell) -> u64 {
     }
     if cell.has_other_vms() {
         bytes.push(0x1f);
-        bytes.extend_from_slice(cell.other_vms.as_bytes());
+        bytes.extend_from_slice(cell.other_vms.name().as_bytes());
     }
     // CPU settings likewise only when they are not the default.
     if !cell.cpu.is_default() {

@@ -33,7 +33,7 @@ pub(crate) fn key_of(r: &CellResult) -> Key {
         metric: r.metric.label().into(),
         platform: c.platform.clone(),
         scheds,
-        coordination: r.cell.coordination.clone(),
+        coordination: r.cell.coordination.to_string(),
     }
 }
 

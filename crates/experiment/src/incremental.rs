@@ -158,12 +158,12 @@ mod tests {
 
     fn cells() -> Vec<Cell> {
         Scenario::from_toml_str(
-            "name = \"t\"\nbenchmark = \"startup\"\napp = \"bash\"\n[matrix]\ndevice = [\"hdd\"]\nhost_sched = [\"bfq\", \"noop\", \"cfq\"]\nhost_workload = [\"none\"]\n",
+            "name = \"t\"\nbenchmark = \"startup\"\napp = \"bash\"\n[matrix]\ndevice = [\"hdd-1.8in\"]\nhost_sched = [\"bfq\", \"noop\", \"cfq\"]\nhost_workload = [\"none\"]\n",
             &Accepted {
-                devices: vec!["hdd".into()],
-                host_scheds: vec!["bfq".into(), "noop".into(), "cfq".into()],
+                devices: vec!["hdd-1.8in".parse().unwrap()],
+                host_scheds: vec!["bfq".parse().unwrap(), "noop".parse().unwrap(), "cfq".parse().unwrap()],
                 guest_scheds: Vec::new(),
-                coordination: vec!["off".into()],
+                coordination: vec!["off".parse().unwrap()],
                 apps: vec!["bash".into()],
                 allow_cmd_apps: false,
                 allow_vm: false,
@@ -215,8 +215,8 @@ mod tests {
         assert_eq!(p.interrupted_by.as_deref(), Some("SIGINT"));
         assert!(p.finished.is_some());
         // in matrix order at the end
-        assert_eq!(back[0].cell.host_sched, "bfq");
-        assert_eq!(back[1].cell.host_sched, "cfq");
+        assert_eq!(back[0].cell.host_sched.name(), "bfq");
+        assert_eq!(back[1].cell.host_sched.name(), "cfq");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -26,6 +26,7 @@ pub mod side_by_side;
 pub mod stats;
 pub mod suite;
 pub mod table;
+pub mod vocab;
 pub mod workload;
 
 pub use cell::{cell_seed, fnv1a64, splitmix64, Cell, Filter};
@@ -52,4 +53,5 @@ pub use scenario::{
 };
 pub use stats::{percentiles, summarize, t_quantile, IntervalNote, Percentiles, Summary};
 pub use table::{cell_text, render_coordination_tables, render_tables};
+pub use vocab::{CoordMode, Device, IoSched};
 pub use workload::{Pattern, WorkloadSpec, ACCEPTED_WORKLOADS};

@@ -13,15 +13,6 @@ use crate::s_suite::{sections, COLUMNS_NOTE};
 use crate::scenario::Benchmark;
 use crate::workload::WorkloadSpec;
 
-/// The S suite's workload infix of a workload name (`5r-seq` -> `5r0w-seq`, `none` ->
-/// `0r0w-seq`); unparsable names are kept as they are (sanitized).
-pub(crate) fn s_workload(name: &str) -> String {
-    match WorkloadSpec::parse(name) {
-        Ok(w) => w.s_name(),
-        Err(_) => sanitize_component(name),
-    }
-}
-
 /// Formats seconds for file names as S does for integers (`60`), else shortest (`0.5`).
 pub(crate) fn secs(x: f64) -> String {
     if x.is_finite() && x.fract() == 0.0 && x.abs() < 1e15 {
@@ -79,18 +70,20 @@ pub fn sanitize_component(s: &str) -> String {
 /// names, tandem workload names and `+`).
 pub fn stat_file_name(cell: &Cell) -> String {
     let mut name = String::new();
-    if let (Some(gs), Some(gw)) = (&cell.guest_sched, &cell.guest_workload) {
-        name.push_str(&sanitize_component(gs));
+    if let (Some(gs), Some(gw)) = (cell.guest_sched, cell.guest_workload) {
+        name.push_str(&sanitize_component(gs.name()));
         name.push('-');
-        name.push_str(&s_workload(gw));
+        name.push_str(&gw.s_name());
         name.push_str("-host-");
     }
-    name.push_str(&sanitize_component(&cell.host_sched));
+    name.push_str(&sanitize_component(cell.host_sched.name()));
     name.push('-');
-    name.push_str(&s_workload(&cell.host_workload));
+    name.push_str(&cell.host_workload.s_name());
     if cell.has_other_vms() {
         name.push_str("-vms-");
-        name.push_str(&sanitize_component(&cell.other_vms.replace(',', "+")));
+        name.push_str(&sanitize_component(
+            &cell.other_vms.name().replace(',', "+"),
+        ));
     }
     // CPU model cells (latency, hot start-up): platform, CPU schedulers and
     // busy loops; nothing for other cells.
@@ -98,9 +91,9 @@ pub fn stat_file_name(cell: &Cell) -> String {
     if !cpu.is_empty() {
         name.push_str(&sanitize_component(&cpu));
     }
-    if cell.coordination != "off" {
+    if !cell.coordination.is_off() {
         name.push_str("-coord-");
-        name.push_str(&sanitize_component(&cell.coordination));
+        name.push_str(&sanitize_component(cell.coordination.name()));
     }
     match cell.benchmark {
         Benchmark::Startup => name.push_str("-lat_thr_stat.txt"),
@@ -161,8 +154,7 @@ fn strip_zeros(s: &str) -> String {
     }
 }
 
-fn rw_text(name: &str) -> String {
-    let w = WorkloadSpec::parse(name).unwrap_or(WorkloadSpec::NONE);
+fn rw_text(w: WorkloadSpec) -> String {
     let p = w.pattern.map(|p| p.as_str()).unwrap_or("seq");
     format!("{} {p} readers and {} {p} writers", w.readers, w.writers)
 }
@@ -186,15 +178,15 @@ pub fn stat_file_header(cell: &Cell) -> String {
         h.push_str(&format!(
             ", in a VM on host scheduler {} with {} in the host",
             cell.host_sched,
-            rw_text(&cell.host_workload)
+            rw_text(cell.host_workload)
         ));
     }
     if cell.has_other_vms() {
-        let n = cell.other_vms_spec().map(|v| v.count()).unwrap_or(0);
+        let n = cell.other_vms.count();
         let vms = if n == 1 { "VM" } else { "VMs" };
         h.push_str(&format!(", beside {n} other {vms} ({})", cell.other_vms));
     }
-    if cell.coordination != "off" {
+    if !cell.coordination.is_off() {
         h.push_str(&format!(", coordination {}", cell.coordination));
     }
     h

@@ -180,6 +180,15 @@ impl OtherVms {
     }
 }
 
+impl std::str::FromStr for OtherVms {
+    type Err = String;
+    fn from_str(s: &str) -> Result<OtherVms, String> {
+        OtherVms::parse(s)
+    }
+}
+
+crate::vocab::serde_by_name!(OtherVms);
+
 impl fmt::Display for OtherVms {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.name())

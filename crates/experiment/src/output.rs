@@ -16,6 +16,7 @@ use crate::s_suite::{s_tree, S_TREE};
 use crate::scenario::Benchmark;
 use crate::stats::{IntervalNote, Percentiles, Summary};
 use crate::table::render_tables;
+use crate::vocab::CoordMode;
 
 /// The columns `results.csv` starts with, in this order (the DESIGN.md contract).
 pub const CSV_COLUMNS: &[&str] = &[
@@ -90,15 +91,15 @@ pub fn stat_file_paths(results: &[CellResult]) -> Vec<String> {
 pub fn stat_file_paths_of<'a>(cells: impl Iterator<Item = &'a Cell> + Clone) -> Vec<String> {
     let mut devices: Vec<&str> = Vec::new();
     for c in cells.clone() {
-        if !devices.contains(&c.device.as_str()) {
-            devices.push(&c.device);
+        if !devices.contains(&c.device.name()) {
+            devices.push(c.device.name());
         }
     }
     cells
         .map(|c| {
             let name = stat_file_name(c);
             if devices.len() > 1 {
-                format!("{}/{}", sanitize_component(&c.device), name)
+                format!("{}/{}", sanitize_component(c.device.name()), name)
             } else {
                 name
             }
@@ -137,12 +138,12 @@ pub fn csv_record(r: &CellResult, stat_file: &str) -> Vec<String> {
     let p = r.percentiles();
     vec![
         r.runner.clone(),
-        c.device.clone(),
-        c.guest_sched.clone().unwrap_or_default(),
-        c.host_sched.clone(),
-        c.guest_workload.clone().unwrap_or_default(),
-        c.host_workload.clone(),
-        c.coordination.clone(),
+        c.device.to_string(),
+        c.guest_sched.map(|g| g.to_string()).unwrap_or_default(),
+        c.host_sched.to_string(),
+        c.guest_workload.map(|g| g.name()).unwrap_or_default(),
+        c.host_workload.name(),
+        c.coordination.to_string(),
         c.benchmark.as_str().to_string(),
         c.app.clone(),
         r.metric.as_str().to_string(),
@@ -154,7 +155,7 @@ pub fn csv_record(r: &CellResult, stat_file: &str) -> Vec<String> {
         interval(s.ci95_low),
         interval(s.ci95_high),
         r.timeouts().to_string(),
-        c.other_vms.clone(),
+        c.other_vms.name(),
         c.scenario.clone(),
         c.iterations.to_string(),
         c.repetitions.to_string(),
@@ -435,7 +436,7 @@ pub fn parse_results_csv(text: &str) -> Result<Vec<CsvRow>, String> {
             guest_workload: opt("guest_workload"),
             host_workload: get("host_workload"),
             other_vms,
-            coordination: opt("coordination").unwrap_or_else(|| "off".to_string()),
+            coordination: opt("coordination").unwrap_or_else(|| CoordMode::Off.to_string()),
             benchmark,
             app: get("app"),
             metric,

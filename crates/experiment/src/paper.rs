@@ -26,7 +26,6 @@ use std::path::Path;
 use serde::Deserialize;
 use toml::{Spanned, Value};
 
-use crate::other_vms::NO_OTHER_VMS;
 use crate::result::{CellResult, Metric};
 use crate::scenario::describe;
 use crate::side_by_side::within;
@@ -407,20 +406,20 @@ pub struct Comparison {
 fn matches(c: &ReferenceCell, r: &CellResult) -> bool {
     let cell = &r.cell;
     if r.metric != Metric::StartupS
-        || cell.device != c.device
+        || cell.device.name() != c.device
         || crate::apptrace::app_of(&cell.app) != c.app
-        || cell.coordination != "off"
-        || cell.other_vms != NO_OTHER_VMS
-        || cell.host_workload != c.host_workload
+        || !cell.coordination.is_off()
+        || cell.has_other_vms()
+        || cell.host_workload.name() != c.host_workload
     {
         return false;
     }
     if c.is_idle() {
-        return matches!(cell.guest_workload.as_deref(), None | Some("none"));
+        return cell.guest_workload.is_none_or(|w| w.is_none());
     }
-    cell.guest_sched == c.guest_sched
-        && cell.guest_workload.as_deref() == Some(c.guest_workload.as_str())
-        && Some(&cell.host_sched) == c.host_sched.as_ref()
+    cell.guest_sched.map(|g| g.name()) == c.guest_sched.as_deref()
+        && cell.guest_workload.map(|w| w.name()).as_deref() == Some(c.guest_workload.as_str())
+        && Some(cell.host_sched.name()) == c.host_sched.as_deref()
 }
 
 /// Refuses to set `results` against a reference of another kind: a reference of VM
@@ -437,8 +436,11 @@ pub fn check_comparable(reference: &Reference, results: &[CellResult]) -> Result
             results.len()
         ));
     }
-    if !results.iter().any(|r| r.cell.device == reference.device) {
-        let mut devices: Vec<&str> = results.iter().map(|r| r.cell.device.as_str()).collect();
+    if !results
+        .iter()
+        .any(|r| r.cell.device.name() == reference.device)
+    {
+        let mut devices: Vec<&str> = results.iter().map(|r| r.cell.device.name()).collect();
         devices.dedup();
         return Err(format!(
             "the reference is for device {} and the run measured {}: nothing to compare",
@@ -596,10 +598,11 @@ mod tests {
     use crate::cell::Cell;
     use crate::result::RunResult;
     use crate::scenario::Benchmark;
+    use crate::{CoordMode, OtherVms};
 
     const SMALL: &str = r#"
 [device]
-name = "hdd"
+name = "hdd-1.8in"
 model = "ignored"
 
 [idle]
@@ -615,13 +618,13 @@ guest_workloads = ["1r-seq", "5r0w-seq"]
     fn cell(gs: Option<&str>, gw: Option<&str>, hs: &str, hw: &str) -> Cell {
         Cell {
             scenario: "t".into(),
-            device: "hdd".into(),
-            host_sched: hs.into(),
-            host_workload: hw.into(),
-            guest_sched: gs.map(str::to_string),
-            guest_workload: gw.map(str::to_string),
-            other_vms: "none".into(),
-            coordination: "off".into(),
+            device: "hdd-1.8in".parse().unwrap(),
+            host_sched: hs.parse().unwrap(),
+            host_workload: hw.parse().unwrap(),
+            guest_sched: gs.map(|g| g.parse().unwrap()),
+            guest_workload: gw.map(|g| g.parse().unwrap()),
+            other_vms: OtherVms::none(),
+            coordination: CoordMode::Off,
             cpu: Default::default(),
             benchmark: Benchmark::Startup,
             app: "xterm".into(),
@@ -654,7 +657,7 @@ guest_workloads = ["1r-seq", "5r0w-seq"]
     #[test]
     fn parses_cells_in_file_order() {
         let r = parse_reference(SMALL).unwrap();
-        assert_eq!(r.device, "hdd");
+        assert_eq!(r.device, "hdd-1.8in");
         let got: Vec<(Option<&str>, &str, &str, PaperValue)> = r
             .cells
             .iter()
@@ -827,7 +830,7 @@ guest_workloads = ["1r-seq", "5r0w-seq"]
 
         let text = render_comparison(&cmp);
         let expected = "\
-== hdd | start-up time [s], tandem vs paper | ratio = tandem/paper ==
+== hdd-1.8in | start-up time [s], tandem vs paper | ratio = tandem/paper ==
 cell                                    paper   tandem  ratio  X-match
 xterm: idle disk (native bfq)            2.00     2.20   1.10  yes
 xterm: guest cfq 1r-seq, host bfq none   4.00     5.00   1.25  yes
@@ -910,8 +913,11 @@ xterm: guest bfq 5r-seq, host bfq none   3.00  missing
         let vm = result(cell(Some("bfq"), Some("none"), "bfq", "none"), &[&[2.0]], 0);
         assert_eq!(check_comparable(&reference, &[native, vm.clone()]), Ok(()));
         let mut other = vm;
-        other.cell.device = "emmc".into();
+        other.cell.device = "emmc".parse().unwrap();
         let e = check_comparable(&reference, &[other]).unwrap_err();
-        assert!(e.contains("device hdd and the run measured emmc"), "{e}");
+        assert!(
+            e.contains("device hdd-1.8in and the run measured emmc"),
+            "{e}"
+        );
     }
 }

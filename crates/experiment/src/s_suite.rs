@@ -23,7 +23,7 @@ use std::path::PathBuf;
 
 use statrs::distribution::{ContinuousCDF, StudentsT};
 
-use crate::naming::{format_g, s_workload, sanitize_component, secs, stat_file_header};
+use crate::naming::{format_g, sanitize_component, secs, stat_file_header};
 use crate::result::{CellResult, Metric, RunResult};
 use crate::scenario::Benchmark;
 use crate::stats::summarize;
@@ -193,7 +193,7 @@ conf95%: half width of the 95% Student's t interval of the mean\n";
 /// side: the guest's scheduler and workload in a VM (as S run in the guest names them).
 pub fn test_dir(result: &CellResult) -> String {
     let c = &result.cell;
-    let mut d = sanitize_component(&c.device);
+    let mut d = sanitize_component(c.device.name());
     match c.benchmark {
         Benchmark::Startup => {
             let app = c.app.strip_prefix("cmd:").unwrap_or(&c.app);
@@ -205,18 +205,21 @@ pub fn test_dir(result: &CellResult) -> String {
     if !c.is_native() {
         d.push_str(&format!(
             "-host-{}-{}",
-            sanitize_component(&c.host_sched),
-            s_workload(&c.host_workload)
+            sanitize_component(c.host_sched.name()),
+            c.host_workload.s_name()
         ));
     }
     if c.has_other_vms() {
         d.push_str(&format!(
             "-vms-{}",
-            sanitize_component(&c.other_vms.replace(',', "+"))
+            sanitize_component(&c.other_vms.name().replace(',', "+"))
         ));
     }
-    if c.coordination != "off" {
-        d.push_str(&format!("-coord-{}", sanitize_component(&c.coordination)));
+    if !c.coordination.is_off() {
+        d.push_str(&format!(
+            "-coord-{}",
+            sanitize_component(c.coordination.name())
+        ));
     }
     d
 }
@@ -227,8 +230,8 @@ pub fn s_file_name(result: &CellResult) -> String {
     let c = &result.cell;
     let base = format!(
         "{}-{}",
-        sanitize_component(c.app_side_sched()),
-        s_workload(c.app_side_workload())
+        sanitize_component(c.app_side_sched().name()),
+        c.app_side_workload().s_name()
     );
     match c.benchmark {
         Benchmark::Startup => format!("{base}-lat_thr_stat.txt"),

@@ -10,7 +10,8 @@ use crate::cell::{cell_seed, Cell};
 use crate::cpu::{
     Caches, CpuCell, CpuSched, ACCEPTED_CPU_SCHEDS, DEFAULT_LOOPS, MAX_CPU_LOAD, MAX_LOOPS,
 };
-use crate::other_vms::{OtherVms, ACCEPTED_OTHER_VMS, NO_OTHER_VMS};
+use crate::other_vms::{OtherVms, ACCEPTED_OTHER_VMS};
+use crate::vocab::{CoordMode, Device, IoSched};
 use crate::workload::WorkloadSpec;
 
 /// The benchmark a scenario runs.
@@ -59,10 +60,10 @@ impl fmt::Display for Benchmark {
 /// list the accepted values.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Accepted {
-    pub devices: Vec<String>,
-    pub host_scheds: Vec<String>,
-    pub guest_scheds: Vec<String>,
-    pub coordination: Vec<String>,
+    pub devices: Vec<Device>,
+    pub host_scheds: Vec<IoSched>,
+    pub guest_scheds: Vec<IoSched>,
+    pub coordination: Vec<CoordMode>,
     pub apps: Vec<String>,
     /// Whether `app = "cmd:<command line>"` is allowed (real runner only).
     pub allow_cmd_apps: bool,
@@ -89,20 +90,20 @@ pub struct Scenario {
     pub matrix: Matrix,
 }
 
-/// The `[matrix]` table. Workload lists hold canonical names (see
-/// [`WorkloadSpec::name`]), `other_vms` canonical values (see [`OtherVms::name`]).
-/// Empty `guest_sched`/`guest_workload` mean native cells.
+/// The `[matrix]` table, its values parsed (each type is written back by its
+/// canonical name). Empty `guest_sched`/`guest_workload` mean native cells; a `None`
+/// in `guest_sched` (`""` in the scenario) stands for native cells beside VM cells.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Matrix {
-    pub device: Vec<String>,
-    pub host_sched: Vec<String>,
-    pub host_workload: Vec<String>,
-    pub guest_sched: Vec<String>,
-    pub guest_workload: Vec<String>,
+    pub device: Vec<Device>,
+    pub host_sched: Vec<IoSched>,
+    pub host_workload: Vec<WorkloadSpec>,
+    pub guest_sched: Vec<Option<IoSched>>,
+    pub guest_workload: Vec<WorkloadSpec>,
     /// `["none"]` unless the scenario runs VMs besides VM 1.
     #[serde(default = "default_other_vms")]
-    pub other_vms: Vec<String>,
-    pub coordination: Vec<String>,
+    pub other_vms: Vec<OtherVms>,
+    pub coordination: Vec<CoordMode>,
     /// CPU schedulers of the host (empty: CFS) and of the guests (empty: the
     /// host's), busy loops in the host and in each guest (empty: none).
     #[serde(default)]
@@ -115,8 +116,8 @@ pub struct Matrix {
     pub guest_cpu_load: Vec<u8>,
 }
 
-fn default_other_vms() -> Vec<String> {
-    vec![NO_OTHER_VMS.to_string()]
+fn default_other_vms() -> Vec<OtherVms> {
+    vec![OtherVms::none()]
 }
 
 /// Longest scenario file accepted, in bytes: the largest shipped scenario is under
@@ -193,10 +194,6 @@ pub const MATRIX_KEYS: &[&str] = &[
     "guest_cpu_load",
 ];
 
-/// The coordination modes of the CPU model; the only ones (with `off`) that
-/// latency and hot start-up cells accept, and accepted nowhere else.
-pub const CPU_COORDINATION: &[&str] = &["static-cpu", "help-cpu"];
-
 /// Default values.
 pub mod defaults {
     pub const APP: &str = "xterm";
@@ -206,7 +203,7 @@ pub mod defaults {
     pub const DURATION_S: f64 = 60.0;
     pub const SAMPLE_S: f64 = 2.0;
     pub const SEED: u64 = 1;
-    pub const COORDINATION: &str = "off";
+    pub const COORDINATION: crate::vocab::CoordMode = crate::vocab::CoordMode::Off;
     /// Name used by [`super::Scenario::from_toml_str`] when `name` is absent
     /// ([`super::Scenario::load`] uses the file stem instead).
     pub const NAME: &str = "scenario";
@@ -283,7 +280,7 @@ impl Scenario {
 
     /// True when the matrix has guest schedulers (VM cells).
     pub fn is_vm(&self) -> bool {
-        self.matrix.guest_sched.iter().any(|g| !g.is_empty())
+        self.matrix.guest_sched.iter().any(Option::is_some)
     }
 
     /// True when the cells run on the CPU model: latency, and start-up with hot
@@ -343,18 +340,18 @@ impl Scenario {
     /// values, so running a subset (`--only`) gives the same per-cell results.
     pub fn cells(&self) -> Vec<Cell> {
         let m = &self.matrix;
-        let guests: Vec<(Option<String>, Option<String>)> = if m.guest_sched.is_empty() {
+        let guests: Vec<(Option<IoSched>, Option<WorkloadSpec>)> = if m.guest_sched.is_empty() {
             vec![(None, None)]
         } else {
             m.guest_sched
                 .iter()
-                .flat_map(|gs| -> Vec<(Option<String>, Option<String>)> {
-                    if gs.is_empty() {
+                .flat_map(|gs| -> Vec<(Option<IoSched>, Option<WorkloadSpec>)> {
+                    let Some(gs) = gs else {
                         return vec![(None, None)];
-                    }
+                    };
                     m.guest_workload
                         .iter()
-                        .map(|gw| (Some(gs.clone()), Some(gw.clone())))
+                        .map(|gw| (Some(*gs), Some(*gw)))
                         .collect()
                 })
                 .collect()
@@ -379,13 +376,13 @@ impl Scenario {
                             for coordination in &m.coordination {
                                 let mut cell = Cell {
                                     scenario: self.name.clone(),
-                                    device: device.clone(),
-                                    host_sched: host_sched.clone(),
-                                    host_workload: host_workload.clone(),
-                                    guest_sched: guest_sched.clone(),
-                                    guest_workload: guest_workload.clone(),
+                                    device: *device,
+                                    host_sched: *host_sched,
+                                    host_workload: *host_workload,
+                                    guest_sched: *guest_sched,
+                                    guest_workload: *guest_workload,
                                     other_vms: other_vms.clone(),
-                                    coordination: coordination.clone(),
+                                    coordination: *coordination,
                                     cpu: cpu.clone(),
                                     benchmark: self.benchmark,
                                     app: self.app.clone(),
@@ -538,28 +535,47 @@ fn check_duplicates(key: &str, values: &[String]) -> Result<(), ScenarioError> {
     Ok(())
 }
 
-fn check_member(
+/// The names of typed values, for error messages.
+fn names<T: fmt::Display>(values: &[T]) -> Vec<String> {
+    values.iter().map(ToString::to_string).collect()
+}
+
+/// The runner's accepted value named by each of `values`, or an error naming the key,
+/// the value and what the runner accepts.
+fn members<T: Copy + fmt::Display>(
     key: &str,
     what: &str,
     values: &[String],
-    accepted: &[String],
-) -> Result<(), ScenarioError> {
-    for v in values {
-        if !accepted.contains(v) {
-            return Err(ScenarioError::key(
-                key,
-                format!("unknown {what} \"{v}\"; accepted: {}", list(accepted)),
-            ));
-        }
-    }
-    Ok(())
-}
-
-fn canonical_workloads(key: &str, values: &[String]) -> Result<Vec<String>, ScenarioError> {
+    accepted: &[T],
+) -> Result<Vec<T>, ScenarioError> {
     values
         .iter()
-        .map(|v| WorkloadSpec::canonical(v).map_err(|e| ScenarioError::key(key, e)))
+        .map(|v| {
+            accepted
+                .iter()
+                .find(|a| a.to_string() == *v)
+                .copied()
+                .ok_or_else(|| {
+                    ScenarioError::key(
+                        key,
+                        format!(
+                            "unknown {what} \"{v}\"; accepted: {}",
+                            list(&names(accepted))
+                        ),
+                    )
+                })
+        })
         .collect()
+}
+
+/// Parsed workloads, refusing two spellings of the same one.
+fn parse_workloads(key: &str, values: &[String]) -> Result<Vec<WorkloadSpec>, ScenarioError> {
+    let parsed = values
+        .iter()
+        .map(|v| WorkloadSpec::parse(v).map_err(|e| ScenarioError::key(key, e)))
+        .collect::<Result<Vec<_>, _>>()?;
+    check_duplicates(key, &names(&parsed))?;
+    Ok(parsed)
 }
 
 fn check_app(app: &str, explicit: bool, accepted: &Accepted) -> Result<(), ScenarioError> {
@@ -603,7 +619,6 @@ fn check_app(app: &str, explicit: bool, accepted: &Accepted) -> Result<(), Scena
     Ok(())
 }
 
-#[allow(clippy::too_many_lines)] // TODO(issue 24): split
 fn parse_scenario(
     text: &str,
     accepted: &Accepted,
@@ -625,7 +640,41 @@ fn parse_scenario(
         }
     }
 
-    let name = match table.get("name") {
+    let name = parse_name(&table, default_name)?;
+    let benchmark = parse_benchmark(&table)?;
+    let (app, app_explicit) = match table.get("app") {
+        Some(v) => (get_string("app", v)?, true),
+        None => (defaults::APP.to_string(), false),
+    };
+    // The app matters only for start-up; still reject an explicit app nobody can run.
+    if benchmark == Benchmark::Startup || app_explicit {
+        check_app(&app, app_explicit, accepted)?;
+    }
+    let t = parse_timing(&table)?;
+    let seed = parse_seed(&table)?;
+    let matrix = parse_matrix(matrix_table(&table)?, accepted)?;
+    let cpu = parse_cpu_settings(&table, benchmark)?;
+    check_cpu_matrix(&matrix, benchmark, &cpu)?;
+    check_size(&matrix, t.repetitions)?;
+
+    Ok(Scenario {
+        name,
+        benchmark,
+        app,
+        iterations: t.iterations,
+        repetitions: t.repetitions,
+        timeout_s: t.timeout_s,
+        duration_s: t.duration_s,
+        sample_s: t.sample_s,
+        seed,
+        cpu,
+        matrix,
+    })
+}
+
+/// `name`, or the default (the file stem, or [`defaults::NAME`]).
+fn parse_name(table: &toml::Table, default_name: &str) -> Result<String, ScenarioError> {
+    Ok(match table.get("name") {
         Some(v) => {
             let s = get_string("name", v)?;
             if s.trim().is_empty() || s.chars().any(char::is_control) {
@@ -637,9 +686,12 @@ fn parse_scenario(
             s
         }
         None => default_name.to_string(),
-    };
+    })
+}
 
-    let benchmark = match table.get("benchmark") {
+/// `benchmark`, required.
+fn parse_benchmark(table: &toml::Table) -> Result<Benchmark, ScenarioError> {
+    Ok(match table.get("benchmark") {
         Some(v) => {
             let s = get_string("benchmark", v)?;
             Benchmark::parse(&s).ok_or_else(|| {
@@ -655,17 +707,20 @@ fn parse_scenario(
                 format!("missing required key; accepted: {ACCEPTED_BENCHMARKS}"),
             ))
         }
-    };
+    })
+}
 
-    let (app, app_explicit) = match table.get("app") {
-        Some(v) => (get_string("app", v)?, true),
-        None => (defaults::APP.to_string(), false),
-    };
-    // The app matters only for start-up; still reject an explicit app nobody can run.
-    if benchmark == Benchmark::Startup || app_explicit {
-        check_app(&app, app_explicit, accepted)?;
-    }
+/// The scenario's counts and durations.
+struct Timing {
+    iterations: u32,
+    repetitions: u32,
+    timeout_s: f64,
+    duration_s: f64,
+    sample_s: f64,
+}
 
+/// `iterations`, `repetitions`, `timeout_s`, `duration_s` and `sample_s`.
+fn parse_timing(table: &toml::Table) -> Result<Timing, ScenarioError> {
     let iterations = match table.get("iterations") {
         Some(v) => get_bounded_u32("iterations", v, MAX_ITERATIONS)?,
         None => defaults::ITERATIONS,
@@ -703,7 +758,18 @@ fn parse_scenario(
             ),
         ));
     }
-    let seed = match table.get("seed") {
+    Ok(Timing {
+        iterations,
+        repetitions,
+        timeout_s,
+        duration_s,
+        sample_s,
+    })
+}
+
+/// `seed`, a non-negative integer.
+fn parse_seed(table: &toml::Table) -> Result<u64, ScenarioError> {
+    Ok(match table.get("seed") {
         Some(Value::Integer(i)) if *i >= 0 => *i as u64,
         Some(Value::Integer(i)) => {
             return Err(ScenarioError::key(
@@ -713,9 +779,12 @@ fn parse_scenario(
         }
         Some(v) => return Err(wrong_type("seed", "a non-negative integer", v)),
         None => defaults::SEED,
-    };
+    })
+}
 
-    let matrix_table = match table.get("matrix") {
+/// The `[matrix]` table, required.
+fn matrix_table(table: &toml::Table) -> Result<&toml::Table, ScenarioError> {
+    Ok(match table.get("matrix") {
         Some(Value::Table(t)) => t,
         Some(v) => return Err(wrong_type("matrix", "a table ([matrix])", v)),
         None => {
@@ -727,24 +796,6 @@ fn parse_scenario(
                 ),
             ))
         }
-    };
-    let matrix = parse_matrix(matrix_table, accepted)?;
-    let cpu = parse_cpu_settings(&table, benchmark)?;
-    check_cpu_matrix(&matrix, benchmark, &cpu)?;
-    check_size(&matrix, repetitions)?;
-
-    Ok(Scenario {
-        name,
-        benchmark,
-        app,
-        iterations,
-        repetitions,
-        timeout_s,
-        duration_s,
-        sample_s,
-        seed,
-        cpu,
-        matrix,
     })
 }
 
@@ -855,17 +906,13 @@ fn check_cpu_matrix(m: &Matrix, benchmark: Benchmark, cpu: &CpuCell) -> Result<(
                 ),
             ));
         }
-        if let Some(c) = m
-            .coordination
-            .iter()
-            .find(|c| CPU_COORDINATION.contains(&c.as_str()))
-        {
+        if let Some(c) = m.coordination.iter().find(|c| c.is_cpu()) {
             return Err(ScenarioError::key(
                 "matrix.coordination",
                 format!("\"{c}\" boosts vCPUs, but {why}"),
             ));
         }
-        if m.guest_sched.iter().any(String::is_empty) {
+        if m.guest_sched.iter().any(Option::is_none) {
             return Err(ScenarioError::key(
                 "matrix.guest_sched",
                 format!("\"\" (native cells beside VM cells, the \"no guest\" reference) is accepted only where {why}"),
@@ -873,21 +920,22 @@ fn check_cpu_matrix(m: &Matrix, benchmark: Benchmark, cpu: &CpuCell) -> Result<(
         }
         return Ok(());
     }
-    if let Some(c) = m
-        .coordination
-        .iter()
-        .find(|c| c.as_str() != "off" && !CPU_COORDINATION.contains(&c.as_str()))
-    {
+    if let Some(c) = m.coordination.iter().find(|c| c.is_io()) {
+        let cpu_modes: Vec<&str> = CoordMode::ALL
+            .into_iter()
+            .filter(|m| !m.is_io())
+            .map(CoordMode::name)
+            .collect();
         return Err(ScenarioError::key(
             "matrix.coordination",
             format!(
                 "\"{c}\" coordinates I/O, which latency and hot start-up cells do not do; \
-                 accepted: off, {}",
-                CPU_COORDINATION.join(", ")
+                 accepted: {}",
+                cpu_modes.join(", ")
             ),
         ));
     }
-    if !m.guest_sched.iter().any(|g| !g.is_empty()) {
+    if !m.guest_sched.iter().any(Option::is_some) {
         for (k, set) in [
             ("matrix.guest_cpu_sched", !m.guest_cpu_sched.is_empty()),
             ("matrix.guest_cpu_load", !m.guest_cpu_load.is_empty()),
@@ -930,7 +978,7 @@ fn cell_count(m: &Matrix) -> u64 {
     let n = |l: usize| l.max(1) as u64;
     let host_cpu = n(m.host_cpu_sched.len()).saturating_mul(n(m.host_cpu_load.len()));
     let guest_cpu = n(m.guest_cpu_sched.len()).saturating_mul(n(m.guest_cpu_load.len()));
-    let native = m.guest_sched.iter().filter(|g| g.is_empty()).count() as u64;
+    let native = m.guest_sched.iter().filter(|g| g.is_none()).count() as u64;
     let vm = (m.guest_sched.len() as u64 - native)
         .saturating_mul(m.guest_workload.len() as u64)
         .saturating_mul(guest_cpu);
@@ -951,7 +999,44 @@ fn cell_count(m: &Matrix) -> u64 {
     .fold(guest, |acc, &n| acc.saturating_mul(n as u64))
 }
 
-#[allow(clippy::too_many_lines)] // TODO(issue 24): split
+/// The `[matrix]` table's string lists, read once each: `get` gives a list (a bare
+/// string is a one-element list) refusing duplicates, `required` refuses it missing
+/// or empty with `hint` (what is accepted).
+struct MatrixTable<'a>(&'a toml::Table);
+
+impl MatrixTable<'_> {
+    fn get(&self, k: &str) -> Result<Option<Vec<String>>, ScenarioError> {
+        let key = format!("matrix.{k}");
+        match self.0.get(k) {
+            Some(v) => {
+                let l = get_string_list(&key, v)?;
+                check_duplicates(&key, &l)?;
+                Ok(Some(l))
+            }
+            None => Ok(None),
+        }
+    }
+
+    fn required(&self, k: &str, hint: &str) -> Result<Vec<String>, ScenarioError> {
+        let key = format!("matrix.{k}");
+        match self.get(k)? {
+            None => Err(ScenarioError::key(
+                &key,
+                format!("missing required list; {hint}"),
+            )),
+            Some(l) if l.is_empty() => Err(ScenarioError::key(
+                &key,
+                format!("empty list; give at least one value; {hint}"),
+            )),
+            Some(l) => Ok(l),
+        }
+    }
+}
+
+fn accepted_hint<T: fmt::Display>(a: &[T]) -> String {
+    format!("accepted: {}", list(&names(a)))
+}
+
 fn parse_matrix(t: &toml::Table, accepted: &Accepted) -> Result<Matrix, ScenarioError> {
     for k in t.keys() {
         if !MATRIX_KEYS.contains(&k.as_str()) {
@@ -964,148 +1049,27 @@ fn parse_matrix(t: &toml::Table, accepted: &Accepted) -> Result<Matrix, Scenario
             ));
         }
     }
-    let get = |k: &str| -> Result<Option<Vec<String>>, ScenarioError> {
-        let key = format!("matrix.{k}");
-        match t.get(k) {
-            Some(v) => {
-                let l = get_string_list(&key, v)?;
-                check_duplicates(&key, &l)?;
-                Ok(Some(l))
-            }
-            None => Ok(None),
-        }
-    };
-    let required = |k: &str, v: Option<Vec<String>>, hint: &str| {
-        let key = format!("matrix.{k}");
-        match v {
-            None => Err(ScenarioError::key(
-                &key,
-                format!("missing required list; {hint}"),
-            )),
-            Some(l) if l.is_empty() => Err(ScenarioError::key(
-                &key,
-                format!("empty list; give at least one value; {hint}"),
-            )),
-            Some(l) => Ok(l),
-        }
-    };
-    let accepted_hint = |a: &[String]| format!("accepted: {}", list(a));
-
-    let device = required("device", get("device")?, &accepted_hint(&accepted.devices))?;
-    check_member("matrix.device", "device", &device, &accepted.devices)?;
-
-    let host_sched = required(
-        "host_sched",
-        get("host_sched")?,
-        &accepted_hint(&accepted.host_scheds),
-    )?;
-    check_member(
+    let mt = MatrixTable(t);
+    let device = mt.required("device", &accepted_hint(&accepted.devices))?;
+    let device = members("matrix.device", "device", &device, &accepted.devices)?;
+    let host_sched = mt.required("host_sched", &accepted_hint(&accepted.host_scheds))?;
+    let host_sched = members(
         "matrix.host_sched",
         "scheduler",
         &host_sched,
         &accepted.host_scheds,
     )?;
-
-    let host_workload = required(
+    let host_workload = mt.required(
         "host_workload",
-        get("host_workload")?,
         &format!("accepted: {}", crate::workload::ACCEPTED_WORKLOADS),
     )?;
-    let host_workload = canonical_workloads("matrix.host_workload", &host_workload)?;
-    check_duplicates("matrix.host_workload", &host_workload)?;
-
-    let guest_sched = get("guest_sched")?.unwrap_or_default();
-    let guest_workload = get("guest_workload")?.unwrap_or_default();
-    if !guest_sched.is_empty() {
-        if !accepted.allow_vm {
-            return Err(ScenarioError::key(
-                "matrix.guest_sched",
-                format!(
-                    "this runner cannot run VM cells (guest_sched = {}); \
-                     leave guest_sched and guest_workload out for native cells",
-                    guest_sched
-                        .iter()
-                        .map(|s| format!("\"{s}\""))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-            ));
-        }
-        let vm_scheds: Vec<String> = guest_sched
-            .iter()
-            .filter(|g| !g.is_empty())
-            .cloned()
-            .collect();
-        check_member(
-            "matrix.guest_sched",
-            "scheduler",
-            &vm_scheds,
-            &accepted.guest_scheds,
-        )?;
-        if guest_workload.is_empty() && !vm_scheds.is_empty() {
-            return Err(ScenarioError::key(
-                "matrix.guest_workload",
-                format!(
-                    "missing or empty, but matrix.guest_sched is set; give the guest \
-                     workloads (e.g. [\"none\", \"1r-seq\"]); accepted: {}",
-                    crate::workload::ACCEPTED_WORKLOADS
-                ),
-            ));
-        }
-    } else if !guest_workload.is_empty() {
-        return Err(ScenarioError::key(
-            "matrix.guest_workload",
-            format!(
-                "set to {}, but matrix.guest_sched is missing or empty; give guest \
-                 schedulers for VM cells (accepted: {}), or leave guest_workload out \
-                 for native cells",
-                guest_workload
-                    .iter()
-                    .map(|s| format!("\"{s}\""))
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                list(&accepted.guest_scheds)
-            ),
-        ));
-    }
-    let guest_workload = canonical_workloads("matrix.guest_workload", &guest_workload)?;
-    check_duplicates("matrix.guest_workload", &guest_workload)?;
-
-    let other_vms = parse_other_vms(get("other_vms")?, guest_sched.iter().any(|g| !g.is_empty()))?;
-
-    let coordination = match get("coordination")? {
-        None => {
-            let d = vec![defaults::COORDINATION.to_string()];
-            if !accepted.coordination.contains(&d[0]) {
-                return Err(ScenarioError::key(
-                    "matrix.coordination",
-                    format!(
-                        "the default \"{}\" is not accepted by this runner; accepted: {}",
-                        defaults::COORDINATION,
-                        list(&accepted.coordination)
-                    ),
-                ));
-            }
-            d
-        }
-        Some(l) if l.is_empty() => {
-            return Err(ScenarioError::key(
-                "matrix.coordination",
-                format!(
-                    "empty list; give at least one value (or leave it out for [\"off\"]); \
-                     accepted: {}",
-                    list(&accepted.coordination)
-                ),
-            ))
-        }
-        Some(l) => l,
-    };
-    check_member(
-        "matrix.coordination",
-        "coordination mode",
-        &coordination,
-        &accepted.coordination,
+    let host_workload = parse_workloads("matrix.host_workload", &host_workload)?;
+    let (guest_sched, guest_workload) = parse_guests(&mt, accepted)?;
+    let other_vms = parse_other_vms(
+        mt.get("other_vms")?,
+        guest_sched.iter().any(Option::is_some),
     )?;
+    let coordination = parse_coordination(&mt, accepted)?;
 
     let scheds = |k: &str| parse_cpu_list(t, k, ACCEPTED_CPU_SCHEDS, CpuSched::parse);
     let loads = |k: &str| {
@@ -1129,8 +1093,8 @@ fn parse_matrix(t: &toml::Table, accepted: &Accepted) -> Result<Matrix, Scenario
         other_vms,
         coordination,
     };
-    if matrix.guest_sched.iter().any(String::is_empty)
-        && matrix.other_vms.iter().any(|o| o != NO_OTHER_VMS)
+    if matrix.guest_sched.iter().any(Option::is_none)
+        && matrix.other_vms.iter().any(|o| !o.is_none())
     {
         return Err(ScenarioError::key(
             "matrix.guest_sched",
@@ -1140,12 +1104,121 @@ fn parse_matrix(t: &toml::Table, accepted: &Accepted) -> Result<Matrix, Scenario
     Ok(matrix)
 }
 
+/// `matrix.guest_sched` (a `""` in it is `None`: native cells) and
+/// `matrix.guest_workload`: both or neither, and only for a runner of VM cells.
+fn parse_guests(
+    mt: &MatrixTable,
+    accepted: &Accepted,
+) -> Result<(Vec<Option<IoSched>>, Vec<WorkloadSpec>), ScenarioError> {
+    let guest_sched = mt.get("guest_sched")?.unwrap_or_default();
+    let guest_workload = mt.get("guest_workload")?.unwrap_or_default();
+    let quoted = |l: &[String]| {
+        l.iter()
+            .map(|s| format!("\"{s}\""))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if guest_sched.is_empty() {
+        if !guest_workload.is_empty() {
+            return Err(ScenarioError::key(
+                "matrix.guest_workload",
+                format!(
+                    "set to {}, but matrix.guest_sched is missing or empty; give guest \
+                     schedulers for VM cells (accepted: {}), or leave guest_workload out \
+                     for native cells",
+                    quoted(&guest_workload),
+                    list(&names(&accepted.guest_scheds))
+                ),
+            ));
+        }
+        return Ok((Vec::new(), Vec::new()));
+    }
+    if !accepted.allow_vm {
+        return Err(ScenarioError::key(
+            "matrix.guest_sched",
+            format!(
+                "this runner cannot run VM cells (guest_sched = {}); \
+                 leave guest_sched and guest_workload out for native cells",
+                quoted(&guest_sched)
+            ),
+        ));
+    }
+    let vm_scheds: Vec<String> = guest_sched
+        .iter()
+        .filter(|g| !g.is_empty())
+        .cloned()
+        .collect();
+    let mut vm = members(
+        "matrix.guest_sched",
+        "scheduler",
+        &vm_scheds,
+        &accepted.guest_scheds,
+    )?
+    .into_iter();
+    if guest_workload.is_empty() && !vm_scheds.is_empty() {
+        return Err(ScenarioError::key(
+            "matrix.guest_workload",
+            format!(
+                "missing or empty, but matrix.guest_sched is set; give the guest \
+                 workloads (e.g. [\"none\", \"1r-seq\"]); accepted: {}",
+                crate::workload::ACCEPTED_WORKLOADS
+            ),
+        ));
+    }
+    let scheds = guest_sched
+        .iter()
+        .map(|g| if g.is_empty() { None } else { vm.next() })
+        .collect();
+    let workloads = parse_workloads("matrix.guest_workload", &guest_workload)?;
+    Ok((scheds, workloads))
+}
+
+/// `matrix.coordination`: `["off"]` when absent, if the runner accepts it.
+fn parse_coordination(
+    mt: &MatrixTable,
+    accepted: &Accepted,
+) -> Result<Vec<CoordMode>, ScenarioError> {
+    let accepted_list = || list(&names(&accepted.coordination));
+    match mt.get("coordination")? {
+        None => {
+            if !accepted.coordination.contains(&defaults::COORDINATION) {
+                return Err(ScenarioError::key(
+                    "matrix.coordination",
+                    format!(
+                        "the default \"{}\" is not accepted by this runner; accepted: {}",
+                        defaults::COORDINATION,
+                        accepted_list()
+                    ),
+                ));
+            }
+            Ok(vec![defaults::COORDINATION])
+        }
+        Some(l) if l.is_empty() => Err(ScenarioError::key(
+            "matrix.coordination",
+            format!(
+                "empty list; give at least one value (or leave it out for [\"off\"]); \
+                 accepted: {}",
+                accepted_list()
+            ),
+        )),
+        Some(l) => members(
+            "matrix.coordination",
+            "coordination mode",
+            &l,
+            &accepted.coordination,
+        ),
+    }
+}
+
 /// `matrix.other_vms`: canonical values, `["none"]` when absent. Other VMs run beside
 /// VM 1, so a native scenario (`is_vm` false) accepts only `none`.
-fn parse_other_vms(values: Option<Vec<String>>, is_vm: bool) -> Result<Vec<String>, ScenarioError> {
+fn parse_other_vms(
+    values: Option<Vec<String>>,
+    is_vm: bool,
+) -> Result<Vec<OtherVms>, ScenarioError> {
     let key = "matrix.other_vms";
     let values = match values {
-        None => return Ok(vec![NO_OTHER_VMS.to_string()]),
+        None => return Ok(vec![OtherVms::none()]),
         Some(l) if l.is_empty() => {
             return Err(ScenarioError::key(
                 key,
@@ -1157,17 +1230,13 @@ fn parse_other_vms(values: Option<Vec<String>>, is_vm: bool) -> Result<Vec<Strin
         }
         Some(l) => l,
     };
-    let canonical = values
+    let parsed = values
         .iter()
-        .map(|v| OtherVms::canonical(v).map_err(|e| ScenarioError::key(key, e)))
-        .collect::<Result<Vec<String>, ScenarioError>>()?;
-    check_duplicates(key, &canonical)?;
+        .map(|v| OtherVms::parse(v).map_err(|e| ScenarioError::key(key, e)))
+        .collect::<Result<Vec<OtherVms>, ScenarioError>>()?;
+    check_duplicates(key, &names(&parsed))?;
     if !is_vm {
-        if let Some((written, _)) = values
-            .iter()
-            .zip(&canonical)
-            .find(|(_, c)| c.as_str() != NO_OTHER_VMS)
-        {
+        if let Some((written, _)) = values.iter().zip(&parsed).find(|(_, c)| !c.is_none()) {
             return Err(ScenarioError::key(
                 key,
                 format!(
@@ -1179,5 +1248,5 @@ fn parse_other_vms(values: Option<Vec<String>>, is_vm: bool) -> Result<Vec<Strin
             ));
         }
     }
-    Ok(canonical)
+    Ok(parsed)
 }

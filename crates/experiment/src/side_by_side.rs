@@ -171,10 +171,10 @@ mod tests {
         let s = Scenario::from_toml_str(
             "name = \"t\"\nbenchmark = \"startup\"\napp = \"bash\"\n[matrix]\ndevice = [\"hdd-1.8in\"]\nhost_sched = [\"bfq\", \"noop\", \"cfq\", \"deadline\"]\nhost_workload = [\"5r-seq\"]\n",
             &crate::Accepted {
-                devices: vec!["hdd-1.8in".into()],
-                host_scheds: vec!["bfq".into(), "noop".into(), "cfq".into(), "deadline".into()],
+                devices: vec!["hdd-1.8in".parse().unwrap()],
+                host_scheds: vec!["bfq".parse().unwrap(), "noop".parse().unwrap(), "cfq".parse().unwrap(), "deadline".parse().unwrap()],
                 guest_scheds: Vec::new(),
-                coordination: vec!["off".into()],
+                coordination: vec!["off".parse().unwrap()],
                 apps: vec!["bash".into()],
                 allow_cmd_apps: false,
                 allow_vm: false,

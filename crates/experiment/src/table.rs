@@ -3,6 +3,7 @@
 use crate::naming::format_g;
 use crate::other_vms::NO_OTHER_VMS;
 use crate::result::{CellResult, Metric};
+use crate::vocab::CoordMode;
 
 /// Key of one table: results sharing it go into the same table. VM cells are keyed by
 /// everything but the guest scheduler and both workloads (the paper's layout); native
@@ -23,12 +24,12 @@ fn key_of(r: &CellResult) -> TableKey {
     let c = &r.cell;
     TableKey {
         runner: r.runner.clone(),
-        device: c.device.clone(),
+        device: c.device.to_string(),
         benchmark: c.benchmark.as_str().to_string(),
         app: c.app.clone(),
         metric: r.metric,
-        other_vms: c.other_vms.clone(),
-        vm: (!c.is_native()).then(|| (c.host_sched.clone(), c.coordination.clone())),
+        other_vms: c.other_vms.name(),
+        vm: (!c.is_native()).then(|| (c.host_sched.to_string(), c.coordination.to_string())),
     }
 }
 
@@ -57,7 +58,7 @@ fn table_head(key: &TableKey, members: &[&CellResult], layout: &str) -> String {
     let mut setup = match &key.vm {
         Some((hs, coord)) => {
             let mut s = format!("VM on host {hs}");
-            if coord != "off" {
+            if coord != CoordMode::Off.name() {
                 s.push_str(&format!(", coordination {coord}"));
             }
             s
@@ -95,14 +96,14 @@ fn table_head(key: &TableKey, members: &[&CellResult], layout: &str) -> String {
 fn vm_table(members: &[&CellResult]) -> Vec<Vec<String>> {
     let (mut host_wls, mut guest_scheds, mut guest_wls) = (Vec::new(), Vec::new(), Vec::new());
     for r in members {
-        push_unique(&mut host_wls, &r.cell.host_workload);
+        push_unique(&mut host_wls, &r.cell.host_workload.name());
         push_unique(
             &mut guest_scheds,
-            &r.cell.guest_sched.clone().unwrap_or_default(),
+            &r.cell.get("guest_sched").unwrap_or_default(),
         );
         push_unique(
             &mut guest_wls,
-            &r.cell.guest_workload.clone().unwrap_or_default(),
+            &r.cell.get("guest_workload").unwrap_or_default(),
         );
     }
     let mut header = vec!["host workload".to_string(), "guest sched".to_string()];
@@ -115,9 +116,9 @@ fn vm_table(members: &[&CellResult]) -> Vec<Vec<String>> {
                 let text = members
                     .iter()
                     .find(|r| {
-                        r.cell.host_workload == *hw
-                            && r.cell.guest_sched.as_deref() == Some(gs.as_str())
-                            && r.cell.guest_workload.as_deref() == Some(gw.as_str())
+                        r.cell.host_workload.name() == *hw
+                            && r.cell.guest_sched.map(|g| g.name()) == Some(gs.as_str())
+                            && r.cell.guest_workload.map(|w| w.name()).as_ref() == Some(gw)
                     })
                     .map(|r| cell_text(r))
                     .unwrap_or_default();
@@ -135,12 +136,15 @@ fn native_table(members: &[&CellResult]) -> (Vec<Vec<String>>, bool) {
     let (mut rows, mut scheds, mut coords) = (Vec::new(), Vec::new(), Vec::new());
     let mut cols: Vec<(String, String)> = Vec::new();
     for r in members {
-        push_unique(&mut rows, &r.cell.host_workload);
-        push_unique(&mut scheds, &r.cell.host_sched);
-        push_unique(&mut coords, &r.cell.coordination);
+        push_unique(&mut rows, &r.cell.host_workload.name());
+        push_unique(&mut scheds, &r.cell.host_sched.to_string());
+        push_unique(&mut coords, &r.cell.coordination.to_string());
         push_unique(
             &mut cols,
-            &(r.cell.host_sched.clone(), r.cell.coordination.clone()),
+            &(
+                r.cell.host_sched.to_string(),
+                r.cell.coordination.to_string(),
+            ),
         );
     }
     // Columns grouped by scheduler, then coordination, in first-appearance order.
@@ -166,9 +170,9 @@ fn native_table(members: &[&CellResult]) -> (Vec<Vec<String>>, bool) {
             let text = members
                 .iter()
                 .find(|r| {
-                    r.cell.host_workload == *row
-                        && r.cell.host_sched == *s
-                        && r.cell.coordination == *c
+                    r.cell.host_workload.name() == *row
+                        && r.cell.host_sched.name() == s
+                        && r.cell.coordination.name() == c
                 })
                 .map(|r| cell_text(r))
                 .unwrap_or_default();
@@ -275,7 +279,7 @@ pub(crate) fn render_grid(grid: &[Vec<String>], left: usize) -> String {
 pub fn render_coordination_tables(results: &[CellResult]) -> String {
     let mut modes: Vec<String> = Vec::new();
     for r in results {
-        push_unique(&mut modes, &r.cell.coordination);
+        push_unique(&mut modes, &r.cell.coordination.to_string());
     }
     if modes.len() < 2 {
         return String::new();
@@ -284,7 +288,7 @@ pub fn render_coordination_tables(results: &[CellResult]) -> String {
     let key = |r: &CellResult| -> Key {
         (
             r.runner.clone(),
-            r.cell.device.clone(),
+            r.cell.device.to_string(),
             r.cell.benchmark.as_str().to_string(),
             r.cell.app.clone(),
             r.metric,
@@ -296,7 +300,7 @@ pub fn render_coordination_tables(results: &[CellResult]) -> String {
             (Some(gs), Some(gw)) => format!("{gs} / {gw} / {} {}", c.host_sched, c.host_workload),
             _ => format!("native / {} {}", c.host_sched, c.host_workload),
         };
-        if c.other_vms != NO_OTHER_VMS {
+        if c.has_other_vms() {
             row.push_str(&format!(" / VMs {}", c.other_vms));
         }
         row
@@ -334,7 +338,7 @@ pub fn render_coordination_tables(results: &[CellResult]) -> String {
             for m in &modes {
                 let text = members
                     .iter()
-                    .find(|r| row_of(r) == *row && r.cell.coordination == *m)
+                    .find(|r| row_of(r) == *row && r.cell.coordination.name() == m)
                     .map(|r| cell_text(r))
                     .unwrap_or_default();
                 line.push(text);

@@ -143,6 +143,8 @@ impl fmt::Display for WorkloadSpec {
     }
 }
 
+crate::vocab::serde_by_name!(WorkloadSpec);
+
 impl FromStr for WorkloadSpec {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {

@@ -1,12 +1,17 @@
 use experiment::*;
 
 fn accepted() -> Accepted {
-    let v = |xs: &[&str]| xs.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    fn v<T: std::str::FromStr>(xs: &[&str]) -> Vec<T>
+    where
+        T::Err: std::fmt::Debug,
+    {
+        xs.iter().map(|s| s.parse().unwrap()).collect()
+    }
     Accepted {
-        devices: v(&["hdd", "ssd"]),
+        devices: v(&["hdd-1.8in", "ssd-sata"]),
         host_scheds: v(&["cfq", "bfq"]),
         guest_scheds: v(&["cfq", "bfq"]),
-        coordination: v(&["off", "vbfq"]),
+        coordination: v(&["off", "help-wr"]),
         apps: v(&["xterm"]),
         allow_cmd_apps: false,
         allow_vm: true,
@@ -18,12 +23,12 @@ fn cells() -> Vec<Cell> {
         r#"
 benchmark = "startup"
 [matrix]
-device = ["hdd", "ssd"]
+device = ["hdd-1.8in", "ssd-sata"]
 host_sched = ["bfq", "cfq"]
 host_workload = ["none", "1r-seq", "5r-seq"]
 guest_sched = ["bfq", "cfq"]
 guest_workload = ["none", "2r2w-rand"]
-coordination = ["off", "vbfq"]
+coordination = ["off", "help-wr"]
 "#,
         &accepted(),
     )
@@ -52,10 +57,10 @@ fn same_key_ors_different_keys_and() {
     let f = Filter::parse(&args(&["host_workload=1r-seq", "host_workload=5r-seq"])).unwrap();
     let sel = f.apply(&c);
     assert_eq!(sel.len(), c.len() * 2 / 3);
-    assert!(sel.iter().all(|x| x.host_workload != "none"));
+    assert!(sel.iter().all(|x| x.host_workload.to_string() != "none"));
     let f = Filter::parse(&args(&[
         "host_workload=1r-seq",
-        "device=ssd",
+        "device=ssd-sata",
         "host_workload=5r-seq",
         "guest_sched=cfq",
     ]))
@@ -64,7 +69,8 @@ fn same_key_ors_different_keys_and() {
     assert_eq!(sel.len(), c.len() * 2 / 3 / 2 / 2);
     assert!(sel
         .iter()
-        .all(|x| x.device == "ssd" && x.guest_sched.as_deref() == Some("cfq")));
+        .all(|x| x.device.to_string() == "ssd-sata"
+            && x.guest_sched.map(|g| g.name()) == Some("cfq")));
     assert_eq!(f.clauses().len(), 3);
     assert!(f.check(&c).is_ok());
 }
@@ -85,7 +91,7 @@ fn workload_values_are_canonicalized() {
 #[test]
 fn native_cells_and_empty_guest_values() {
     let native = Scenario::from_toml_str(
-        "benchmark = \"startup\"\n[matrix]\ndevice = [\"hdd\"]\nhost_sched = [\"bfq\"]\nhost_workload = [\"none\"]\n",
+        "benchmark = \"startup\"\n[matrix]\ndevice = [\"hdd-1.8in\"]\nhost_sched = [\"bfq\"]\nhost_workload = [\"none\"]\n",
         &accepted(),
     )
     .unwrap()
@@ -99,7 +105,7 @@ fn native_cells_and_empty_guest_values() {
     assert_eq!(native[0].get("nope"), None);
     assert_eq!(
         native[0].key(),
-        "device=hdd host_sched=bfq host_workload=none coordination=off"
+        "device=hdd-1.8in host_sched=bfq host_workload=none coordination=off"
     );
 }
 

@@ -3,13 +3,22 @@
 
 use experiment::*;
 
+fn names<T: ToString>(values: &[T]) -> Vec<String> {
+    values.iter().map(ToString::to_string).collect()
+}
+
 fn accepted() -> Accepted {
-    let v = |xs: &[&str]| xs.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    fn v<T: std::str::FromStr>(xs: &[&str]) -> Vec<T>
+    where
+        T::Err: std::fmt::Debug,
+    {
+        xs.iter().map(|s| s.parse().unwrap()).collect()
+    }
     Accepted {
         devices: v(&["hdd-1.8in"]),
         host_scheds: v(&["bfq", "cfq"]),
         guest_scheds: v(&["bfq", "cfq"]),
-        coordination: v(&["off", "vbfq"]),
+        coordination: v(&["off", "help-wr"]),
         apps: v(&["xterm"]),
         allow_cmd_apps: false,
         allow_vm: true,
@@ -32,10 +41,10 @@ fn scenario(matrix: &str) -> Result<Scenario, String> {
 fn default_is_none_everywhere() {
     for m in [VM, NATIVE] {
         let s = scenario(m).unwrap();
-        assert_eq!(s.matrix.other_vms, vec!["none"]);
-        assert!(s.cells().iter().all(|c| c.other_vms == "none"));
+        assert_eq!(names(&s.matrix.other_vms), vec!["none"]);
+        assert!(s.cells().iter().all(|c| c.other_vms.to_string() == "none"));
         assert!(s.cells().iter().all(|c| !c.has_other_vms()));
-        assert_eq!(s.cells()[0].other_vms_spec().unwrap().count(), 0);
+        assert_eq!(s.cells()[0].other_vms.count(), 0);
     }
     // explicit "none" is fine in a native scenario
     let s = scenario(&format!("{NATIVE}other_vms = [\"none\"]\n")).unwrap();
@@ -45,34 +54,38 @@ fn default_is_none_everywhere() {
 #[test]
 fn values_are_canonical_and_expanded_before_coordination() {
     let s = scenario(&format!(
-        "{VM}other_vms = [\"none\", \"1x5r0w-seq\", \"3x5r-seq\", \"1r-seq, 2x5r-rand\"]\ncoordination = [\"off\", \"vbfq\"]\n"
+        "{VM}other_vms = [\"none\", \"1x5r0w-seq\", \"3x5r-seq\", \"1r-seq, 2x5r-rand\"]\ncoordination = [\"off\", \"help-wr\"]\n"
     ))
     .unwrap();
     assert_eq!(
-        s.matrix.other_vms,
+        names(&s.matrix.other_vms),
         vec!["none", "5r-seq", "3x5r-seq", "1r-seq,2x5r-rand"]
     );
     let cells = s.cells();
     assert_eq!(cells.len(), s.cell_count());
     assert_eq!(cells.len(), 2 * 4 * 2);
     // innermost: coordination, then other_vms, then host_workload
-    let order: Vec<(&str, &str, &str)> = cells
+    let names: Vec<(String, String, &str)> = cells
         .iter()
         .map(|c| {
             (
-                c.host_workload.as_str(),
-                c.other_vms.as_str(),
-                c.coordination.as_str(),
+                c.host_workload.name(),
+                c.other_vms.name(),
+                c.coordination.name(),
             )
         })
         .collect();
+    let order: Vec<(&str, &str, &str)> = names
+        .iter()
+        .map(|(w, o, c)| (w.as_str(), o.as_str(), *c))
+        .collect();
     assert_eq!(order[0], ("none", "none", "off"));
-    assert_eq!(order[1], ("none", "none", "vbfq"));
+    assert_eq!(order[1], ("none", "none", "help-wr"));
     assert_eq!(order[2], ("none", "5r-seq", "off"));
-    assert_eq!(order[7], ("none", "1r-seq,2x5r-rand", "vbfq"));
+    assert_eq!(order[7], ("none", "1r-seq,2x5r-rand", "help-wr"));
     assert_eq!(order[8], ("1r-seq", "none", "off"));
     let c = &cells[7];
-    let vms = c.other_vms_spec().unwrap();
+    let vms = c.other_vms.clone();
     assert_eq!(vms.count(), 3);
     assert_eq!(
         vms.vms,
@@ -128,7 +141,7 @@ fn validation_errors_name_key_value_and_accepted_forms() {
 
     // a bare string is a one-element list, as for every matrix key
     let s = scenario(&format!("{VM}other_vms = \"2x1r-rand\"\n")).unwrap();
-    assert_eq!(s.matrix.other_vms, vec!["2x1r-rand"]);
+    assert_eq!(names(&s.matrix.other_vms), vec!["2x1r-rand"]);
 
     let e = scenario(&format!("{VM}other_vm = [\"none\"]\n")).unwrap_err();
     assert!(e.contains("other_vms"), "{e}");
@@ -145,7 +158,7 @@ fn filters_select_by_canonical_value() {
     let f = Filter::parse(&args(&["other_vms=3x5r-seq"])).unwrap();
     let sel = f.apply(&cells);
     assert_eq!(sel.len(), 2);
-    assert!(sel.iter().all(|c| c.other_vms == "3x5r-seq"));
+    assert!(sel.iter().all(|c| c.other_vms.to_string() == "3x5r-seq"));
     // other spellings of the same VMs
     for v in ["5r-seq,5r0w-seq,5r-seq", "2x5r-seq,1x5r-seq"] {
         let g = Filter::parse(&args(&[&format!("other_vms={v}")])).unwrap();
@@ -247,16 +260,16 @@ fn stat_file_names_and_headers() {
         "bfq-5r0w-seq-host-cfq-1r0w-seq-vms-3x5r-seq-lat_thr_stat.txt"
     );
     assert_eq!(
-        stat_file_name(&vm_cell("1r-seq,2x5r-rand", "vbfq", "startup")),
-        "bfq-5r0w-seq-host-cfq-1r0w-seq-vms-1r-seq+2x5r-rand-coord-vbfq-lat_thr_stat.txt"
+        stat_file_name(&vm_cell("1r-seq,2x5r-rand", "help-wr", "startup")),
+        "bfq-5r0w-seq-host-cfq-1r0w-seq-vms-1r-seq+2x5r-rand-coord-help-wr-lat_thr_stat.txt"
     );
     assert_eq!(
         stat_file_name(&vm_cell("2w-seq", "off", "throughput")),
         "bfq-5r0w-seq-host-cfq-1r0w-seq-vms-2w-seq-60sec-aggthr_stat.txt"
     );
     assert_eq!(
-        stat_file_header(&vm_cell("3x5r-seq", "vbfq", "startup")),
-        "Results for bfq, 5 xterm, 5 seq readers and 0 seq writers, in a VM on host scheduler cfq with 1 seq readers and 0 seq writers in the host, beside 3 other VMs (3x5r-seq), coordination vbfq"
+        stat_file_header(&vm_cell("3x5r-seq", "help-wr", "startup")),
+        "Results for bfq, 5 xterm, 5 seq readers and 0 seq writers, in a VM on host scheduler cfq with 1 seq readers and 0 seq writers in the host, beside 3 other VMs (3x5r-seq), coordination help-wr"
     );
     assert!(stat_file_header(&vm_cell("1r-rand", "off", "startup"))
         .ends_with(", beside 1 other VM (1r-rand)"));
@@ -337,7 +350,7 @@ fn csv_json_and_tables_carry_other_vms() {
         c["cell"].as_object_mut().unwrap().remove("other_vms");
     }
     let (_, back) = parse_results_json(&old.to_string()).unwrap();
-    assert!(back.iter().all(|r| r.cell.other_vms == "none"));
+    assert!(back.iter().all(|r| r.cell.other_vms.to_string() == "none"));
 
     // cells differing only by other_vms get separate tables
     let t = render_tables(&results);

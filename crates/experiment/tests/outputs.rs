@@ -3,12 +3,17 @@ use std::path::PathBuf;
 use experiment::*;
 
 fn accepted() -> Accepted {
-    let v = |xs: &[&str]| xs.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    fn v<T: std::str::FromStr>(xs: &[&str]) -> Vec<T>
+    where
+        T::Err: std::fmt::Debug,
+    {
+        xs.iter().map(|s| s.parse().unwrap()).collect()
+    }
     Accepted {
-        devices: v(&["hdd-1.8in", "emmc", "ssd"]),
+        devices: v(&["hdd-1.8in", "emmc", "ssd-sata"]),
         host_scheds: v(&["noop", "deadline", "cfq", "bfq", "mq-deadline"]),
         guest_scheds: v(&["noop", "cfq", "bfq"]),
-        coordination: v(&["off", "vbfq"]),
+        coordination: v(&["off", "help-wr"]),
         apps: v(&["bash", "xterm", "konsole"]),
         allow_cmd_apps: true,
         allow_vm: true,
@@ -73,8 +78,8 @@ fn vm_names_extend_s() {
         "bfq-5r0w-seq-host-cfq-1r0w-seq-lat_thr_stat.txt"
     );
     assert_eq!(
-        stat_file_name(&vm_cell("bfq", "none", "bfq", "none", "vbfq", "startup")),
-        "bfq-0r0w-seq-host-bfq-0r0w-seq-coord-vbfq-lat_thr_stat.txt"
+        stat_file_name(&vm_cell("bfq", "none", "bfq", "none", "help-wr", "startup")),
+        "bfq-0r0w-seq-host-bfq-0r0w-seq-coord-help-wr-lat_thr_stat.txt"
     );
     assert_eq!(
         stat_file_name(&vm_cell(
@@ -82,10 +87,10 @@ fn vm_names_extend_s() {
             "2r2w-rand",
             "bfq",
             "5r-seq",
-            "vbfq",
+            "help-wr",
             "throughput"
         )),
-        "cfq-2r2w-rand-host-bfq-5r0w-seq-coord-vbfq-60sec-aggthr_stat.txt"
+        "cfq-2r2w-rand-host-bfq-5r0w-seq-coord-help-wr-60sec-aggthr_stat.txt"
     );
 }
 
@@ -165,13 +170,13 @@ fn stat_file_layout() {
     assert!(lines[14].starts_with("conf99%: as S's calc_avg_and_co.sh 99"));
 
     let vm = startup_result(
-        vm_cell("bfq", "1r-seq", "cfq", "5r-seq", "vbfq", "startup"),
+        vm_cell("bfq", "1r-seq", "cfq", "5r-seq", "help-wr", "startup"),
         &[&[60.0, 3.0]],
         &[1],
     );
     let text = stat_file_contents(&vm);
     let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines[0], "Results for bfq, 5 xterm, 1 seq readers and 0 seq writers, in a VM on host scheduler cfq with 5 seq readers and 0 seq writers in the host, coordination vbfq");
+    assert_eq!(lines[0], "Results for bfq, 5 xterm, 1 seq readers and 0 seq writers, in a VM on host scheduler cfq with 5 seq readers and 0 seq writers in the host, coordination help-wr");
     assert_eq!(
         lines[3].split_whitespace().collect::<Vec<_>>(),
         ["X"; 6],
@@ -257,7 +262,8 @@ guest_workload = ["none", "5r-seq"]
         .enumerate()
         .map(|(i, c)| {
             let base = 1.9 + i as f64 * 0.37;
-            let timeout = c.host_sched == "cfq" && c.host_workload == "5r-seq";
+            let timeout =
+                c.host_sched.to_string() == "cfq" && c.host_workload.to_string() == "5r-seq";
             let runs: Vec<RunResult> = (0..3)
                 .map(|k| {
                     let mut values: Vec<f64> = (0..5)
@@ -351,9 +357,9 @@ fn csv_parses_back() {
     let rows = parse_results_csv(&results_csv(&results)).unwrap();
     assert_eq!(rows.len(), results.len());
     for (row, r) in rows.iter().zip(&results) {
-        assert_eq!(row.device, r.cell.device);
-        assert_eq!(row.guest_sched, r.cell.guest_sched);
-        assert_eq!(row.host_workload, r.cell.host_workload);
+        assert_eq!(row.device, r.cell.device.name());
+        assert_eq!(row.guest_sched, r.cell.guest_sched.map(|g| g.to_string()));
+        assert_eq!(row.host_workload, r.cell.host_workload.name());
         assert_eq!(row.metric, Metric::StartupS);
         assert_eq!(row.timeouts, Some(r.timeouts()));
         assert!((row.mean.unwrap() - r.summary().mean).abs() < 1e-4);
@@ -444,7 +450,7 @@ fn single_device_stat_files_at_top_level_and_collisions() {
     let (meta, results) = sample_results();
     let one: Vec<CellResult> = results
         .iter()
-        .filter(|r| r.cell.device == "emmc")
+        .filter(|r| r.cell.device.to_string() == "emmc")
         .cloned()
         .collect();
     let d = tmpdir("single");
@@ -488,7 +494,7 @@ fn table_text() {
 #[test]
 fn table_with_coordination_columns() {
     let s = scenario(
-        "benchmark = \"startup\"\n[matrix]\ndevice = [\"ssd\"]\nhost_sched = [\"bfq\"]\nhost_workload = [\"none\"]\ncoordination = [\"off\", \"vbfq\"]\n",
+        "benchmark = \"startup\"\n[matrix]\ndevice = [\"ssd-sata\"]\nhost_sched = [\"bfq\"]\nhost_workload = [\"none\"]\ncoordination = [\"off\", \"help-wr\"]\n",
     );
     let results: Vec<CellResult> = s
         .cells()
@@ -496,7 +502,7 @@ fn table_with_coordination_columns() {
         .map(|c| startup_result(c, &[&[1.0]], &[]))
         .collect();
     let t = render_tables(&results);
-    assert!(t.contains("host workload  bfq/off  bfq/vbfq"), "{t}");
+    assert!(t.contains("host workload  bfq/off  bfq/help-wr"), "{t}");
 }
 
 #[test]

@@ -10,12 +10,17 @@ use experiment::plot::{chart_size, paper_marks, render_svg, BarValue, Scale, OKA
 use experiment::*;
 
 fn accepted() -> Accepted {
-    let v = |xs: &[&str]| xs.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    fn v<T: std::str::FromStr>(xs: &[&str]) -> Vec<T>
+    where
+        T::Err: std::fmt::Debug,
+    {
+        xs.iter().map(|s| s.parse().unwrap()).collect()
+    }
     Accepted {
         devices: v(&["hdd-1.8in", "emmc"]),
         host_scheds: v(&["bfq", "cfq"]),
         guest_scheds: v(&["bfq", "cfq"]),
-        coordination: v(&["off", "vbfq"]),
+        coordination: v(&["off", "help-wr"]),
         apps: v(&["xterm"]),
         allow_cmd_apps: false,
         allow_vm: true,
@@ -40,9 +45,9 @@ fn startup_results(matrix: &str) -> Vec<CellResult> {
         .into_iter()
         .enumerate()
         .map(|(i, c)| {
-            let timeout = c.guest_sched.as_deref() == Some("cfq")
-                && c.guest_workload.as_deref() == Some("5r-rand")
-                && c.host_workload == "5r-seq";
+            let timeout = c.guest_sched.map(|g| g.name()) == Some("cfq")
+                && c.guest_workload.map(|w| w.name()).as_deref() == Some("5r-rand")
+                && c.host_workload.to_string() == "5r-seq";
             let base = 1.9 + 0.5 * i as f64;
             let runs = (0..2)
                 .map(|k| RunResult {
@@ -108,9 +113,9 @@ fn one_panel_per_host_workload_guest_schedulers_as_series() {
         let g = panel
             .groups
             .iter()
-            .position(|g| Some(g.as_str()) == c.guest_workload.as_deref())
+            .position(|g| Some(g.as_str()) == c.guest_workload.map(|w| w.name()).as_deref())
             .unwrap();
-        let s = usize::from(c.guest_sched.as_deref() == Some("cfq"));
+        let s = usize::from(c.guest_sched.map(|g| g.name()) == Some("cfq"));
         let bar = panel
             .bars
             .iter()
@@ -142,10 +147,13 @@ fn one_panel_per_host_workload_guest_schedulers_as_series() {
 #[test]
 fn coordination_modes_become_the_series_and_guest_schedulers_the_rows() {
     let results = startup_results(
-        "device = [\"hdd-1.8in\"]\nhost_sched = [\"bfq\"]\nhost_workload = [\"none\", \"5r-seq\"]\nguest_sched = [\"bfq\", \"cfq\"]\nguest_workload = [\"none\", \"1r-seq\"]\ncoordination = [\"off\", \"vbfq\"]\n",
+        "device = [\"hdd-1.8in\"]\nhost_sched = [\"bfq\"]\nhost_workload = [\"none\", \"5r-seq\"]\nguest_sched = [\"bfq\", \"cfq\"]\nguest_workload = [\"none\", \"1r-seq\"]\ncoordination = [\"off\", \"help-wr\"]\n",
     );
     let chart = build_chart("t", &results, &no_paper(), None);
-    assert_eq!(chart.series, vec!["coordination off", "coordination vbfq"]);
+    assert_eq!(
+        chart.series,
+        vec!["coordination off", "coordination help-wr"]
+    );
     assert_eq!(chart.panels.len(), 4);
     assert_eq!(chart.columns, 2, "one column per host workload");
     assert_eq!(
@@ -448,9 +456,9 @@ fn vm_tables_in_the_paper_layout() {
             results
                 .iter()
                 .find(|r| {
-                    r.cell.guest_sched.as_deref() == Some(gs)
-                        && r.cell.guest_workload.as_deref() == Some(gw)
-                        && r.cell.host_workload == hw
+                    r.cell.guest_sched.map(|g| g.name()) == Some(gs)
+                        && r.cell.guest_workload.map(|w| w.name()).as_deref() == Some(gw)
+                        && r.cell.host_workload.to_string() == hw
                 })
                 .unwrap(),
         )
@@ -477,12 +485,12 @@ fn vm_tables_in_the_paper_layout() {
 /// timed out. With a single mode there is no such table.
 #[test]
 fn coordination_modes_side_by_side_table() {
-    let matrix = "device = [\"hdd-1.8in\", \"emmc\"]\nhost_sched = [\"bfq\"]\nhost_workload = [\"5r-seq\"]\nguest_sched = [\"bfq\"]\nguest_workload = [\"1r-seq\", \"5r-seq\"]\ncoordination = [\"off\", \"vbfq\"]\n";
+    let matrix = "device = [\"hdd-1.8in\", \"emmc\"]\nhost_sched = [\"bfq\"]\nhost_workload = [\"5r-seq\"]\nguest_sched = [\"bfq\"]\nguest_workload = [\"1r-seq\", \"5r-seq\"]\ncoordination = [\"off\", \"help-wr\"]\n";
     let results: Vec<CellResult> = cells("startup", matrix)
         .into_iter()
         .map(|c| {
-            let off = c.coordination == "off";
-            let timeout = off && c.guest_workload.as_deref() == Some("5r-seq");
+            let off = c.coordination.is_off();
+            let timeout = off && c.guest_workload.map(|w| w.name()).as_deref() == Some("5r-seq");
             let v = if off { 20.0 } else { 2.5 };
             CellResult {
                 runs: vec![RunResult {
@@ -504,7 +512,10 @@ fn coordination_modes_side_by_side_table() {
     );
     let hdd = &t[t.find("== hdd-1.8in").unwrap()..t.find("== emmc").unwrap()];
     let header = hdd.lines().find(|l| l.starts_with("VM setup")).unwrap();
-    assert!(header.contains("off") && header.contains("vbfq"), "{hdd}");
+    assert!(
+        header.contains("off") && header.contains("help-wr"),
+        "{hdd}"
+    );
     let row = |w: &str| {
         hdd.lines()
             .find(|l| l.starts_with(&format!("bfq / {w} / bfq 5r-seq")))
@@ -519,7 +530,7 @@ fn coordination_modes_side_by_side_table() {
     assert!(render_tables(&results).contains("coordination modes side by side"));
     let single: Vec<CellResult> = results
         .into_iter()
-        .filter(|r| r.cell.coordination == "off")
+        .filter(|r| r.cell.coordination.is_off())
         .collect();
     assert_eq!(render_coordination_tables(&single), "");
 }

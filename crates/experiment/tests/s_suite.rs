@@ -9,12 +9,17 @@ use experiment::s_suite::{s_conf99, s_stats, s_tree, READ_MB_S, S_TREE, WRITE_MB
 use experiment::*;
 
 fn accepted() -> Accepted {
-    let v = |xs: &[&str]| xs.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    fn v<T: std::str::FromStr>(xs: &[&str]) -> Vec<T>
+    where
+        T::Err: std::fmt::Debug,
+    {
+        xs.iter().map(|s| s.parse().unwrap()).collect()
+    }
     Accepted {
         devices: v(&["hdd-1.8in", "emmc"]),
         host_scheds: v(&["bfq", "cfq"]),
         guest_scheds: v(&["bfq", "cfq"]),
-        coordination: v(&["off", "vbfq"]),
+        coordination: v(&["off", "help-wr"]),
         apps: v(&["xterm"]),
         allow_cmd_apps: false,
         allow_vm: true,
@@ -85,9 +90,9 @@ fn startup_results() -> Vec<CellResult> {
         .into_iter()
         .enumerate()
         .map(|(i, c)| {
-            let bad = c.guest_sched.as_deref() == Some("cfq")
-                && c.guest_workload.as_deref() == Some("5r-rand")
-                && c.host_workload == "5r-seq";
+            let bad = c.guest_sched.map(|g| g.name()) == Some("cfq")
+                && c.guest_workload.map(|w| w.name()).as_deref() == Some("5r-rand")
+                && c.host_workload.to_string() == "5r-seq";
             let runs = (0..3)
                 .map(|k| {
                     let v = 2.0 + i as f64 + 0.5 * k as f64;
@@ -201,9 +206,9 @@ fn s_reads_start_up_latency_and_throughput_and_x() {
     let cell = results
         .iter()
         .find(|r| {
-            r.cell.guest_sched.as_deref() == Some("bfq")
-                && r.cell.guest_workload.as_deref() == Some("1r-seq")
-                && r.cell.host_workload == "none"
+            r.cell.guest_sched.map(|g| g.name()) == Some("bfq")
+                && r.cell.guest_workload.map(|w| w.name()).as_deref() == Some("1r-seq")
+                && r.cell.host_workload.to_string() == "none"
         })
         .unwrap();
     let mean = cell.runs[1].mean().unwrap();

@@ -2,13 +2,22 @@ use std::path::Path;
 
 use experiment::*;
 
+fn names<T: ToString>(values: &[T]) -> Vec<String> {
+    values.iter().map(ToString::to_string).collect()
+}
+
 fn accepted() -> Accepted {
-    let v = |xs: &[&str]| xs.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    fn v<T: std::str::FromStr>(xs: &[&str]) -> Vec<T>
+    where
+        T::Err: std::fmt::Debug,
+    {
+        xs.iter().map(|s| s.parse().unwrap()).collect()
+    }
     Accepted {
-        devices: v(&["hdd-1.8in", "sdhc", "emmc"]),
+        devices: v(&["hdd-1.8in", "microsd-class6", "emmc"]),
         host_scheds: v(&["noop", "deadline", "anticipatory", "cfq", "bfq"]),
         guest_scheds: v(&["noop", "deadline", "cfq", "bfq"]),
-        coordination: v(&["off", "vbfq"]),
+        coordination: v(&["off", "help-wr"]),
         apps: v(&["bash", "xterm", "konsole"]),
         allow_cmd_apps: false,
         allow_vm: true,
@@ -54,8 +63,11 @@ fn parses_good_scenario() {
     assert_eq!((s.iterations, s.repetitions, s.seed), (5, 10, 42));
     assert_eq!((s.timeout_s, s.duration_s, s.sample_s), (60.0, 60.0, 2.0));
     // canonical workload names
-    assert_eq!(s.matrix.host_workload, vec!["none", "1r-seq", "5r-seq"]);
-    assert_eq!(s.matrix.coordination, vec!["off"]);
+    assert_eq!(
+        names(&s.matrix.host_workload),
+        vec!["none", "1r-seq", "5r-seq"]
+    );
+    assert_eq!(names(&s.matrix.coordination), vec!["off"]);
     assert!(s.is_vm());
     let cells = s.cells();
     assert_eq!(cells.len(), 2 * 3 * 2);
@@ -65,9 +77,9 @@ fn parses_good_scenario() {
         .iter()
         .map(|c| {
             (
-                c.guest_workload.clone().unwrap(),
-                c.host_sched.clone(),
-                c.host_workload.clone(),
+                c.guest_workload.unwrap().name(),
+                c.host_sched.to_string(),
+                c.host_workload.name(),
             )
         })
         .collect();
@@ -99,7 +111,7 @@ fn defaults_and_native() {
     assert_eq!(cells.len(), 1);
     assert!(cells[0].is_native());
     assert_eq!(cells[0].guest_sched, None);
-    assert_eq!(cells[0].coordination, "off");
+    assert_eq!(cells[0].coordination.name(), "off");
     // empty guest lists mean native too
     let s = Scenario::from_toml_str(
         &with_matrix("", &format!("{M}\nguest_sched = []\nguest_workload = []")),
@@ -116,7 +128,7 @@ fn defaults_and_native() {
         &accepted(),
     )
     .unwrap();
-    assert_eq!(s.matrix.device, vec!["hdd-1.8in"]);
+    assert_eq!(names(&s.matrix.device), vec!["hdd-1.8in"]);
 }
 
 #[test]
@@ -174,7 +186,7 @@ fn unknown_values_name_key_value_and_accepted() {
     ));
     assert_eq!(
         e,
-        "matrix.device: unknown device \"floppy\"; accepted: hdd-1.8in, sdhc, emmc"
+        "matrix.device: unknown device \"floppy\"; accepted: hdd-1.8in, microsd-class6, emmc"
     );
     let e = err(&with_matrix(
         "",
@@ -184,7 +196,7 @@ fn unknown_values_name_key_value_and_accepted() {
     let e = err(&with_matrix("", &format!("{M}\ncoordination = [\"on\"]")));
     assert_eq!(
         e,
-        "matrix.coordination: unknown coordination mode \"on\"; accepted: off, vbfq"
+        "matrix.coordination: unknown coordination mode \"on\"; accepted: off, help-wr"
     );
     let e = err(&with_matrix(
         "",
@@ -354,7 +366,7 @@ fn missing_and_empty_required() {
     ));
     assert_eq!(
         e,
-        "matrix.device: missing required list; accepted: hdd-1.8in, sdhc, emmc"
+        "matrix.device: missing required list; accepted: hdd-1.8in, microsd-class6, emmc"
     );
     let e = err(&with_matrix(
         "",

@@ -243,102 +243,47 @@ impl Arbiter {
     /// budget, and shares the slots among the VMs that want help. Returns the
     /// changes since the last call: unboosts first, then boosts, each in VM id
     /// order.
-    #[allow(clippy::too_many_lines)] // TODO(issue 24): split
     pub fn update(&mut self, now: Nanos) -> Vec<BoostChange> {
         let now = self.observe_time(now);
         self.charge(now);
         self.update_due = false;
 
+        let limits = Limits::of(&self.cfg);
         let mut unboosts = Vec::new();
         let mut candidates = Vec::new();
         let mut keepers: Vec<(Candidate, bool)> = Vec::new();
-        let window = self.cfg.budget_window_ns;
-        let budget = self.cfg.budget_ns();
-        let budget_binds = budget < window;
-        // Admission needs a quantum of budget, or the whole budget if it is
-        // smaller than a quantum.
-        let admit_below = budget - self.cfg.quantum_ns.min(budget);
         let system = self.system_vtime;
-
         let cfg = &self.cfg;
         for (&vm, s) in &mut self.vms {
-            let ended = s.lease.settle(now);
-            if ended == Some(LeaseEnd::Expired) {
-                s.stats.leases_expired += 1;
-            }
-            // A VM that starts asking for a start after a quiet spell (or
-            // for the first time) is raised, as BFQ raises a queue that
-            // restarts after `bfq_wr_min_idle_time`; the raise ends when it
-            // stops asking for a start. A VM already asking for another
-            // reason (a soft real-time stream) whose guest now asks for a
-            // start counts as starting to ask.
-            let asking = s.lease.is_live() && s.start_reason;
-            if asking && !s.asking {
-                let quiet = s
-                    .quiet_since
-                    .is_none_or(|q| now.saturating_sub(q) >= cfg.newcomer_quiet_ns);
-                if quiet && cfg.newcomer_factor > 1 {
-                    s.raised_until = now.saturating_add(cfg.newcomer_raise_ns);
-                }
-            } else if !asking && s.asking {
-                s.quiet_since = Some(now);
-                s.raised_until = s.raised_until.min(now);
-            }
-            s.asking = asking;
-            s.ledger.forget_before(now, window);
-            s.budget_deadline = None;
-            if !s.lease.is_live() {
-                if s.boosted {
-                    let reason = match ended {
-                        Some(LeaseEnd::Withdrawn) => UnboostReason::NoHelp,
-                        _ => UnboostReason::LeaseExpired,
-                    };
-                    unboost(s, now);
-                    unboosts.push(BoostChange::Unboost(vm, reason));
-                }
-                s.competing = false;
-                s.budget_blocked = false;
-                continue;
-            }
-
-            let used = s.ledger.used(now, window);
-            let out_of_budget = budget_binds
-                && if s.boosted {
-                    used >= budget
-                } else {
-                    used > admit_below
-                };
-            if out_of_budget {
-                if s.boosted {
-                    unboost(s, now);
-                    unboosts.push(BoostChange::Unboost(vm, UnboostReason::BudgetExhausted));
-                }
-                if !s.budget_blocked {
-                    s.stats.budget_denials += 1;
-                }
-                s.budget_blocked = true;
-                s.competing = false;
-                s.budget_deadline = Some(s.ledger.falls_to(now, window, admit_below));
-                continue;
-            }
-            s.budget_blocked = false;
-
-            if !s.competing {
-                s.vstart = s.vstart.max(system.0);
-                s.competing = true;
-            }
-            let candidate = Candidate {
-                vm,
-                start: s.vstart,
-                weight: s.weight_at(now, cfg),
-                holding: s.boosted,
-            };
-            if s.boosted && s.quantum_end > now {
-                keepers.push((candidate, now < s.raised_until));
-            } else {
-                candidates.push(candidate);
+            let (change, wants) = settle_vm(vm, s, now, cfg, &limits, system);
+            unboosts.extend(change);
+            match wants {
+                Some(Wants::Keep(c, raised)) => keepers.push((c, raised)),
+                Some(Wants::Compete(c)) => candidates.push(c),
+                None => {}
             }
         }
+        let (candidates, winners) = self.choose(now, candidates, keepers);
+        let mut boosts = self.apply_winners(now, &candidates, &winners, &mut unboosts);
+        for s in self.vms.values_mut().filter(|s| s.boosted) {
+            s.budget_deadline = s.ledger.exhausted_at(now, limits.window, limits.budget);
+        }
+
+        unboosts.sort_by_key(change_vm);
+        boosts.sort_by_key(change_vm);
+        unboosts.extend(boosts);
+        unboosts
+    }
+
+    /// The VMs that get a slot among `candidates` (keepers that must compete
+    /// again joined to them): the raised newcomers all, the others by
+    /// virtual start time in the slots left.
+    fn choose(
+        &mut self,
+        now: Nanos,
+        mut candidates: Vec<Candidate>,
+        keepers: Vec<(Candidate, bool)>,
+    ) -> (Vec<Candidate>, Vec<VmId>) {
         // VMs raised as newcomers (starting an application, see
         // `PolicyConfig::newcomer_factor`) are all boosted, each within its
         // budget: two VMs starting applications at once are served side by
@@ -382,8 +327,21 @@ impl Arbiter {
         let mut winners = pick(&others, self.system_vtime, self.cfg.quantum_ns, free);
         winners.extend(raised_candidates.iter().map(|c| c.vm));
         winners.sort_unstable();
+        (candidates, winners)
+    }
+
+    /// Boosts the `winners` among `candidates` (a new quantum for those
+    /// already boosted) and preempts the others that were boosted (into
+    /// `unboosts`); returns the boosts.
+    fn apply_winners(
+        &mut self,
+        now: Nanos,
+        candidates: &[Candidate],
+        winners: &[VmId],
+        unboosts: &mut Vec<BoostChange>,
+    ) -> Vec<BoostChange> {
         let mut boosts = Vec::new();
-        for c in &candidates {
+        for c in candidates {
             let Some(s) = self.vms.get_mut(&c.vm) else {
                 continue;
             };
@@ -401,15 +359,7 @@ impl Arbiter {
                 unboosts.push(BoostChange::Unboost(c.vm, UnboostReason::Preempted));
             }
         }
-
-        for s in self.vms.values_mut().filter(|s| s.boosted) {
-            s.budget_deadline = s.ledger.exhausted_at(now, window, budget);
-        }
-
-        unboosts.sort_by_key(change_vm);
-        boosts.sort_by_key(change_vm);
-        unboosts.extend(boosts);
-        unboosts
+        boosts
     }
 
     /// The next time [`Arbiter::update`] must be called even if no message
@@ -515,6 +465,132 @@ impl Arbiter {
         self.system_vtime
             .advance(served.saturating_mul(boosted), total_weight);
     }
+}
+
+/// The budget limits of one update.
+struct Limits {
+    window: Nanos,
+    budget: Nanos,
+    /// Whether the budget is less than the window (else it never binds).
+    budget_binds: bool,
+    /// Admission needs a quantum of budget, or the whole budget if it is
+    /// smaller than a quantum: a VM may start a boost only with its use at
+    /// most this.
+    admit_below: Nanos,
+}
+
+impl Limits {
+    fn of(cfg: &PolicyConfig) -> Limits {
+        let budget = cfg.budget_ns();
+        Limits {
+            window: cfg.budget_window_ns,
+            budget,
+            budget_binds: budget < cfg.budget_window_ns,
+            admit_below: budget - cfg.quantum_ns.min(budget),
+        }
+    }
+}
+
+/// What a VM wants after [`settle_vm`]: to keep its slot for the rest of
+/// its quantum (and whether it is raised), or to compete for one.
+enum Wants {
+    Keep(Candidate, bool),
+    Compete(Candidate),
+}
+
+/// One VM's part of an update: settles its lease and newcomer raise,
+/// unboosts it if its lease ended or its budget ran out (the change), and
+/// says whether it wants a slot.
+fn settle_vm(
+    vm: VmId,
+    s: &mut VmState,
+    now: Nanos,
+    cfg: &PolicyConfig,
+    limits: &Limits,
+    system: SystemVirtualTime,
+) -> (Option<BoostChange>, Option<Wants>) {
+    let ended = s.lease.settle(now);
+    if ended == Some(LeaseEnd::Expired) {
+        s.stats.leases_expired += 1;
+    }
+    settle_raise(s, now, cfg);
+    s.ledger.forget_before(now, limits.window);
+    s.budget_deadline = None;
+    if !s.lease.is_live() {
+        let mut change = None;
+        if s.boosted {
+            let reason = match ended {
+                Some(LeaseEnd::Withdrawn) => UnboostReason::NoHelp,
+                _ => UnboostReason::LeaseExpired,
+            };
+            unboost(s, now);
+            change = Some(BoostChange::Unboost(vm, reason));
+        }
+        s.competing = false;
+        s.budget_blocked = false;
+        return (change, None);
+    }
+
+    let used = s.ledger.used(now, limits.window);
+    let out_of_budget = limits.budget_binds
+        && if s.boosted {
+            used >= limits.budget
+        } else {
+            used > limits.admit_below
+        };
+    if out_of_budget {
+        let mut change = None;
+        if s.boosted {
+            unboost(s, now);
+            change = Some(BoostChange::Unboost(vm, UnboostReason::BudgetExhausted));
+        }
+        if !s.budget_blocked {
+            s.stats.budget_denials += 1;
+        }
+        s.budget_blocked = true;
+        s.competing = false;
+        s.budget_deadline = Some(s.ledger.falls_to(now, limits.window, limits.admit_below));
+        return (change, None);
+    }
+    s.budget_blocked = false;
+
+    if !s.competing {
+        s.vstart = s.vstart.max(system.0);
+        s.competing = true;
+    }
+    let candidate = Candidate {
+        vm,
+        start: s.vstart,
+        weight: s.weight_at(now, cfg),
+        holding: s.boosted,
+    };
+    let wants = if s.boosted && s.quantum_end > now {
+        Wants::Keep(candidate, now < s.raised_until)
+    } else {
+        Wants::Compete(candidate)
+    };
+    (None, Some(wants))
+}
+
+/// A VM that starts asking for a start after a quiet spell (or for the
+/// first time) is raised, as BFQ raises a queue that restarts after
+/// `bfq_wr_min_idle_time`; the raise ends when it stops asking for a start.
+/// A VM already asking for another reason (a soft real-time stream) whose
+/// guest now asks for a start counts as starting to ask.
+fn settle_raise(s: &mut VmState, now: Nanos, cfg: &PolicyConfig) {
+    let asking = s.lease.is_live() && s.start_reason;
+    if asking && !s.asking {
+        let quiet = s
+            .quiet_since
+            .is_none_or(|q| now.saturating_sub(q) >= cfg.newcomer_quiet_ns);
+        if quiet && cfg.newcomer_factor > 1 {
+            s.raised_until = now.saturating_add(cfg.newcomer_raise_ns);
+        }
+    } else if !asking && s.asking {
+        s.quiet_since = Some(now);
+        s.raised_until = s.raised_until.min(now);
+    }
+    s.asking = asking;
 }
 
 fn unboost(s: &mut VmState, now: Nanos) {

@@ -14,6 +14,9 @@
 //!   shares a limited number of boost slots fairly among the VMs that ask;
 //!   [`ratelimit`] bounds what one guest's channel may cost the host.
 //!
+//! - [`mode`]: the coordination modes ([`CoordMode`]) and what each asks of
+//!   the host, read by every runner's actuation.
+//!
 //! Everything is pure and deterministic: no I/O, no clocks, no threads. Every
 //! function that depends on time takes the current time from its caller as
 //! [`Nanos`], and the objects that have timers report the next time they must
@@ -46,6 +49,7 @@ pub mod detect;
 pub mod fairshare;
 pub mod help_client;
 pub mod lease;
+pub mod mode;
 pub mod protocol;
 pub mod ratelimit;
 
@@ -68,6 +72,7 @@ pub use detect::{
     Urgency,
 };
 pub use help_client::HelpClient;
+pub use mode::{CoordMode, IoprioBoost, Knob, Threads, UnknownMode, When};
 pub use protocol::{
     decode, DecodeError, HelpReason, Message, Resource, MAX_MESSAGE_BYTES, PROTOCOL_VERSION,
 };

@@ -83,17 +83,14 @@ pub fn schedulers() -> Vec<String> {
         .collect()
 }
 
-/// What `tandem sim run` accepts in a scenario.
+/// What `tandem sim run` accepts in a scenario: every device preset,
+/// scheduler it implements and coordination mode.
 pub fn accepted() -> experiment::Accepted {
     experiment::Accepted {
-        devices: devices(),
-        host_scheds: schedulers(),
-        guest_scheds: schedulers(),
-        coordination: Coordination::NAMES
-            .iter()
-            .chain(experiment::scenario::CPU_COORDINATION)
-            .map(|s| s.to_string())
-            .collect(),
+        devices: experiment::Device::all().collect(),
+        host_scheds: crate::sched::SCHEDULERS.to_vec(),
+        guest_scheds: crate::sched::SCHEDULERS.to_vec(),
+        coordination: Coordination::ALL.to_vec(),
         apps: workload::preset_names(),
         allow_cmd_apps: false,
         allow_vm: true,
@@ -123,18 +120,18 @@ pub struct Setup {
 /// for VM cells, VM 1 with the guest elevator, the app's files and the
 /// guest workload. Starts the workloads.
 pub fn setup(cell: &Cell, opts: &SimOptions, seed: u64) -> Result<Setup, String> {
-    let host_workload = cell.host_workload_spec()?;
+    let host_workload = cell.host_workload;
     let cfg = MachineConfig {
-        device: cell.device.clone(),
+        device: cell.device.to_string(),
         queue_depth: opts.queue_depth,
         hdd_params: opts.hdd_params.clone(),
-        sched: cell.host_sched.clone(),
+        sched: cell.host_sched.to_string(),
         sched_cfg: opts.sched_cfg.clone(),
         ..MachineConfig::default()
     };
     let mut m = Machine::new(&cfg, seed)?;
-    let mode = Coordination::parse(&cell.coordination)?;
-    if mode != Coordination::Off && cell.guest_sched.is_none() {
+    let mode = cell.coordination;
+    if !mode.is_off() && cell.guest_sched.is_none() {
         return Err(format!(
             "coordination \"{}\" needs VM cells (a guest_sched)",
             cell.coordination
@@ -146,10 +143,10 @@ pub fn setup(cell: &Cell, opts: &SimOptions, seed: u64) -> Result<Setup, String>
     })?;
     let mut workloads = vec![host_workload];
     let other_vms = match &cell.guest_sched {
-        Some(_) => cell.other_vms_spec()?.vms,
+        Some(_) => cell.other_vms.vms.clone(),
         None => Vec::new(),
     };
-    let guest_workload = cell.guest_workload_spec().transpose()?;
+    let guest_workload = cell.guest_workload;
     let file_bytes = {
         let files = std::iter::once(&host_workload)
             .chain(guest_workload.as_ref())
@@ -165,11 +162,11 @@ pub fn setup(cell: &Cell, opts: &SimOptions, seed: u64) -> Result<Setup, String>
         None => HOST,
         Some(gs) => {
             let vm_cfg = VmConfig {
-                sched: gs.clone(),
+                sched: gs.to_string(),
                 ..opts.vm.clone()
             };
             let (guest, vm) = m.add_vm(&vm_cfg, &image_path(1))?;
-            if mode == Coordination::StaticRt {
+            if mode.when() == policy::mode::When::Always && mode.is_io() {
                 m.set_static_boost(vm);
             }
             guest
@@ -209,7 +206,7 @@ pub fn setup(cell: &Cell, opts: &SimOptions, seed: u64) -> Result<Setup, String>
         vms = 1;
         for (i, other) in other_vms.iter().enumerate() {
             let vm_cfg = VmConfig {
-                sched: gs.clone(),
+                sched: gs.to_string(),
                 ..opts.vm.clone()
             };
             let (guest, vm) = m.add_vm(&vm_cfg, &image_path(i + 2))?;

@@ -23,63 +23,12 @@ use crate::request::{IoPrio, IoPrioClass};
 use devmodel::Nanos;
 use policy::PolicyConfig;
 
-/// The host-side privileging mode: the scenario key `coordination`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Coordination {
-    /// No coordination: the host sees QEMU threads only.
-    Off,
-    /// Static prioritization, the baseline: VM 1's QEMU threads are always
-    /// in the RT ioprio class, whether or not the guest needs it.
-    StaticRt,
-    /// RT ioprio class for the VM's QEMU threads while it is helped.
-    HelpRt,
-    /// The weight of the VM's QEMU thread queues multiplied by
-    /// [`CoordConfig::weight_factor`] while it is helped.
-    HelpWeight,
-    /// The host BFQ treats the VM's queues as weight-raised while it is
-    /// helped, as Virtual-BFQ did.
-    HelpWr,
-}
-
-impl Coordination {
-    /// The scenario values, in this order.
-    pub const NAMES: &'static [&'static str] =
-        &["off", "static-rt", "help-rt", "help-weight", "help-wr"];
-
-    pub fn parse(s: &str) -> Result<Coordination, String> {
-        Ok(match s {
-            "off" => Coordination::Off,
-            "static-rt" => Coordination::StaticRt,
-            "help-rt" => Coordination::HelpRt,
-            "help-weight" => Coordination::HelpWeight,
-            "help-wr" => Coordination::HelpWr,
-            other => {
-                return Err(format!(
-                    "unknown coordination mode \"{other}\"; accepted: {}",
-                    Self::NAMES.join(", ")
-                ))
-            }
-        })
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Coordination::Off => "off",
-            Coordination::StaticRt => "static-rt",
-            Coordination::HelpRt => "help-rt",
-            Coordination::HelpWeight => "help-weight",
-            Coordination::HelpWr => "help-wr",
-        }
-    }
-
-    /// Modes in which guests ask for help and the host answers.
-    pub fn asks_for_help(self) -> bool {
-        matches!(
-            self,
-            Coordination::HelpRt | Coordination::HelpWeight | Coordination::HelpWr
-        )
-    }
-}
+/// The host-side privileging mode: the scenario key `coordination`. The
+/// modes, their names and their meaning live in [`policy::mode`]; this
+/// module is the simulator's actuation of the I/O ones
+/// ([`CoordConfig::actuation`]); the CPU ones run on the CPU model
+/// (`crate::cpu_bench`).
+pub use policy::mode::{CoordMode as Coordination, Knob};
 
 /// How a guest's HELP and NO-HELP reach the host.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -98,6 +47,22 @@ pub enum Channel {
     Polling,
 }
 
+impl std::fmt::Display for Channel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[cfg(feature = "clap")]
+impl clap::ValueEnum for Channel {
+    fn value_variants<'a>() -> &'a [Self] {
+        &Self::ALL
+    }
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        Some(clap::builder::PossibleValue::new(self.name()))
+    }
+}
+
 /// Hypercall latency: 2000 cycles at 1.7 GHz.
 pub const HYPERCALL_NS: Nanos = 1_200;
 /// virtio-serial message latency: two notification hops of about 20 us.
@@ -107,20 +72,29 @@ pub const VIRTIO_SERIAL_NS: Nanos = 40_000;
 pub const POLL_PERIOD_NS: Nanos = 10_000_000;
 
 impl Channel {
-    pub const NAMES: &'static [&'static str] = &["hypercall", "virtio-serial", "polling"];
+    /// Every channel.
+    pub const ALL: [Channel; 3] = [Channel::Hypercall, Channel::VirtioSerial, Channel::Polling];
 
     pub fn parse(s: &str) -> Result<Channel, String> {
-        Ok(match s {
-            "hypercall" => Channel::Hypercall,
-            "virtio-serial" => Channel::VirtioSerial,
-            "polling" => Channel::Polling,
-            other => {
-                return Err(format!(
-                    "unknown coordination channel \"{other}\"; accepted: {}",
-                    Self::NAMES.join(", ")
-                ))
-            }
-        })
+        Self::ALL
+            .into_iter()
+            .find(|c| c.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<&str> = Self::ALL.iter().map(|c| c.name()).collect();
+                format!(
+                    "unknown coordination channel \"{s}\"; accepted: {}",
+                    names.join(", ")
+                )
+            })
+    }
+
+    /// The name the command line and results.json give it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Channel::Hypercall => "hypercall",
+            Channel::VirtioSerial => "virtio-serial",
+            Channel::Polling => "polling",
+        }
     }
 
     /// When a message sent at `now` reaches the host's arbiter.
@@ -198,11 +172,11 @@ impl CoordConfig {
         if !boosted {
             return (HostBoost::None, IoPrio::DEFAULT);
         }
-        match self.mode {
-            Coordination::Off => (HostBoost::None, IoPrio::DEFAULT),
-            Coordination::StaticRt | Coordination::HelpRt => (HostBoost::None, BOOST_IOPRIO),
-            Coordination::HelpWeight => (HostBoost::Weight(self.weight_factor), IoPrio::DEFAULT),
-            Coordination::HelpWr => (HostBoost::Raise, IoPrio::DEFAULT),
+        match self.mode.knob() {
+            Knob::None | Knob::SchedRr => (HostBoost::None, IoPrio::DEFAULT),
+            Knob::IoprioRt => (HostBoost::None, BOOST_IOPRIO),
+            Knob::BfqWeight => (HostBoost::Weight(self.weight_factor), IoPrio::DEFAULT),
+            Knob::BfqRaise => (HostBoost::Raise, IoPrio::DEFAULT),
         }
     }
 }

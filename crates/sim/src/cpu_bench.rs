@@ -78,7 +78,12 @@ pub fn setup(cell: &Cell, rep: u32) -> Result<LatencySetup, String> {
     s.guest_sched = fair(c.guest_sched());
     s.loops = c.loops;
     s.vcpus = c.vcpus as usize;
-    s.coordination = CpuCoordination::parse(&cell.coordination)?;
+    s.coordination = CpuCoordination::from_mode(cell.coordination).ok_or_else(|| {
+        format!(
+            "coordination \"{}\" coordinates I/O, which the CPU model does not",
+            cell.coordination
+        )
+    })?;
     // Each repetition starts at its own phase of the tick: up to one host
     // tick later than the warm-up.
     let tick = 1_000_000_000 / s.platform.hz.max(1) as Nanos;
@@ -271,7 +276,7 @@ pub fn write_histogram_plots(
     let vm = |h: u8, g: u8| {
         move |c: &Cell| {
             !c.is_native()
-                && c.coordination == "off"
+                && c.coordination.is_off()
                 && c.cpu.host_cpu_load == h
                 && c.cpu.guest_cpu_load == g
         }

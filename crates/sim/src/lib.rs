@@ -14,6 +14,7 @@ pub mod cpu_bench;
 pub mod engine;
 pub mod fs;
 pub mod iosched;
+pub mod kernel;
 pub mod machine;
 pub mod request;
 pub mod virtio;

@@ -37,7 +37,7 @@ fn find<'a>(cells: &'a [Cell], host: u8, guest: Option<u8>, coord: &str) -> &'a 
         .iter()
         .find(|c| {
             c.cpu.host_cpu_load == host
-                && c.coordination == coord
+                && c.coordination.to_string() == coord
                 && match guest {
                     None => c.is_native(),
                     Some(g) => !c.is_native() && c.cpu.guest_cpu_load == g,

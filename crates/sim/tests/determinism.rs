@@ -9,13 +9,13 @@ fn cells(seed: u64) -> Vec<Cell> {
         .flat_map(|s| {
             [Benchmark::Startup, Benchmark::Throughput].map(|b| Cell {
                 scenario: "det".into(),
-                device: "hdd-1.8in".into(),
-                host_sched: s.to_string(),
-                host_workload: "2r2w-rand".into(),
+                device: "hdd-1.8in".parse().unwrap(),
+                host_sched: s.parse().unwrap(),
+                host_workload: "2r2w-rand".parse().unwrap(),
                 guest_sched: None,
                 guest_workload: None,
-                other_vms: "none".into(),
-                coordination: "off".into(),
+                other_vms: "none".parse().unwrap(),
+                coordination: "off".parse().unwrap(),
                 cpu: Default::default(),
                 benchmark: b,
                 app: "xterm".into(),

@@ -7,13 +7,13 @@ use sim::bench::{run_startup, SimOptions};
 fn cell(sched: &str, workload: &str) -> Cell {
     Cell {
         scenario: "test".into(),
-        device: "hdd-1.8in".into(),
-        host_sched: sched.into(),
-        host_workload: workload.into(),
+        device: "hdd-1.8in".parse().unwrap(),
+        host_sched: sched.parse().unwrap(),
+        host_workload: workload.parse().unwrap(),
         guest_sched: None,
         guest_workload: None,
-        other_vms: "none".into(),
-        coordination: "off".into(),
+        other_vms: "none".parse().unwrap(),
+        coordination: "off".parse().unwrap(),
         cpu: Default::default(),
         benchmark: Benchmark::Startup,
         // The shipped native scenario's app: the recorded xterm calibrated

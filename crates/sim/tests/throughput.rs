@@ -50,13 +50,13 @@ fn one_sequential_reader_reaches_each_presets_peak() {
 fn s_throughput(sched: &str, workload: &str) -> f64 {
     let cell = Cell {
         scenario: "test".into(),
-        device: "hdd-1.8in".into(),
-        host_sched: sched.into(),
-        host_workload: workload.into(),
+        device: "hdd-1.8in".parse().unwrap(),
+        host_sched: sched.parse().unwrap(),
+        host_workload: workload.parse().unwrap(),
         guest_sched: None,
         guest_workload: None,
-        other_vms: "none".into(),
-        coordination: "off".into(),
+        other_vms: "none".parse().unwrap(),
+        coordination: "off".parse().unwrap(),
         cpu: Default::default(),
         benchmark: Benchmark::Throughput,
         app: "xterm".into(),

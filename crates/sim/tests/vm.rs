@@ -289,7 +289,7 @@ host_workload = ["none"]
 "#;
     let s = Scenario::from_toml_str(text, &accepted()).unwrap();
     for cell in s.cells() {
-        let peak = devmodel::preset(&cell.device)
+        let peak = devmodel::preset(cell.device.name())
             .unwrap()
             .info()
             .peak_read_bytes_per_s
@@ -391,7 +391,7 @@ other_vms = ["none", "7x5r-seq"]
         let name = format!("{} {}", cell.device, cell.other_vms);
         let over = r.counters.get(sim::bench::OVERLAPPING_FILE_BYTES).copied();
         let mib = r.counters.get(sim::bench::WORKLOAD_FILE_MIB).copied();
-        match (cell.device.as_str(), cell.other_vms.as_str()) {
+        match (cell.device.name(), cell.other_vms.name().as_str()) {
             // 8 x 5 files of 500 MiB cannot all fit on the 8 GB card.
             ("microsd-class6", "7x5r-seq") => {
                 assert_eq!(over, None, "{name}");

@@ -4,7 +4,7 @@
 use super::warn;
 use std::path::PathBuf;
 
-use policy::{PolicyConfig, MS};
+use policy::{IoprioBoost, PolicyConfig, MS};
 use serde::{Deserialize, Serialize};
 
 use crate::cpuboost::{BoostCap, CpuActuator, CpuBoostKind};
@@ -121,8 +121,8 @@ pub struct HostdConfig {
     #[serde(default)]
     pub vsock_port: Option<u32>,
     /// `ioprio-rt` (default), `ioprio-be0` or `none`.
-    #[serde(default = "default_actuator")]
-    pub ioprio: String,
+    #[serde(default)]
+    pub ioprio: IoprioBoost,
     /// Level of the RT class (0-7).
     #[serde(default = "default_level")]
     pub ioprio_level: u32,
@@ -209,9 +209,6 @@ fn default_state() -> PathBuf {
 }
 fn default_control() -> PathBuf {
     DEFAULT_CONTROL.into()
-}
-fn default_actuator() -> String {
-    "ioprio-rt".into()
 }
 fn default_level() -> u32 {
     4
@@ -410,12 +407,6 @@ impl HostdConfig {
                     "vsock_port {port}: no VM has cid=N, so no guest could be served there"
                 )));
             }
-        }
-        if !["ioprio-rt", "ioprio-be0", "none"].contains(&self.ioprio.as_str()) {
-            return Err(err(format!(
-                "ioprio = {:?}: accepted: ioprio-rt, ioprio-be0, none",
-                self.ioprio
-            )));
         }
         if self.ioprio_level > 7 {
             return Err(err("ioprio_level: 0 to 7"));

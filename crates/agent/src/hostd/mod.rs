@@ -34,7 +34,7 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use policy::{Arbiter, Message, PolicyConfig, MS};
+use policy::{Arbiter, IoprioBoost, Message, PolicyConfig, MS};
 
 use crate::actuator::{
     Actuator, BfqIdlingActuator, CgroupMoveActuator, CgroupWeightActuator, IoprioActuator, Journal,
@@ -257,10 +257,10 @@ impl Hostd {
         let mut arbiter = Arbiter::try_new(cfg.policy()?).map_err(err)?;
         let mut cpu_arbiter = Arbiter::try_new(cpu_policy(cfg.policy()?)).map_err(err)?;
         let mut actuators: Vec<Box<dyn Actuator>> = Vec::new();
-        match cfg.ioprio.as_str() {
-            "ioprio-rt" => actuators.push(Box::new(IoprioActuator::rt(cfg.ioprio_level))),
-            "ioprio-be0" => actuators.push(Box::new(IoprioActuator::be0())),
-            _ => {}
+        match cfg.ioprio {
+            IoprioBoost::Rt => actuators.push(Box::new(IoprioActuator::rt(cfg.ioprio_level))),
+            IoprioBoost::Be0 => actuators.push(Box::new(IoprioActuator::be0())),
+            IoprioBoost::None => {}
         }
         // After the ioprio change: both take effect at the thread's next
         // request, the move re-queueing the queue with its new class.

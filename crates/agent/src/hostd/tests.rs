@@ -4,7 +4,7 @@ use super::channel::{SharedLimiter, VsockCtx};
 use super::control::http_answer;
 use super::*;
 use crate::transport::{write_message, FrameReader, SocketStream};
-use policy::PROTOCOL_VERSION;
+use policy::{IoprioBoost, PROTOCOL_VERSION};
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
@@ -268,7 +268,7 @@ fn a_new_vsock_connection_replaces_the_old_and_unknown_cids_are_counted() {
     let qemu = crate::testkit::FakeQemu::spawn(&dir, Path::new("/bin/sleep"), &["60"]).unwrap();
     let mut c = config(vec![vm("a", None, Some(5))], Some(5000));
     c.vms[0].pid = Some(qemu.pid());
-    c.ioprio = "none".into();
+    c.ioprio = IoprioBoost::None;
     c.state_file = dir.join("state");
     c.control = dir.join("control");
     let mut h = Hostd::new(c).unwrap();
@@ -352,7 +352,7 @@ fn metrics_escape_label_values() {
     let sock = dir.join("s.sock");
     let mut c = config(vec![vm(name, sock.to_str(), None)], None);
     c.vms[0].pid = Some(qemu.pid());
-    c.ioprio = "none".into();
+    c.ioprio = IoprioBoost::None;
     c.state_file = dir.join("state");
     c.control = dir.join("control");
     let h = Hostd::new(c).unwrap();

@@ -11,7 +11,6 @@
 
 use std::collections::BTreeMap;
 
-use crate::other_vms::NO_OTHER_VMS;
 use crate::paper::{compare_with_reference, PaperValue, Reference};
 use crate::result::{CellResult, Metric};
 
@@ -120,11 +119,11 @@ impl Dims {
             host_workloads: Vec::new(),
         };
         for r in results {
-            position(&mut d.coords, &r.cell.coordination);
+            position(&mut d.coords, r.cell.coordination.name());
             position(&mut d.runners, &r.runner);
             if !r.cell.is_native() {
-                position(&mut d.host_scheds, &r.cell.host_sched);
-                position(&mut d.host_workloads, &r.cell.host_workload);
+                position(&mut d.host_scheds, r.cell.host_sched.name());
+                position(&mut d.host_workloads, &r.cell.host_workload.name());
             }
         }
         d
@@ -166,14 +165,14 @@ impl Dims {
             None => {
                 parts.push("native".to_string());
                 if self.series_are_coordination() {
-                    parts.push(c.host_sched.clone());
+                    parts.push(c.host_sched.to_string());
                 }
             }
         }
-        if c.other_vms != NO_OTHER_VMS {
+        if c.has_other_vms() {
             parts.push(format!("other VMs {}", c.other_vms));
         }
-        if !self.series_are_coordination() && c.coordination != "off" {
+        if !self.series_are_coordination() && !c.coordination.is_off() {
             parts.push(format!("coordination {}", c.coordination));
         }
         parts.join(", ")
@@ -240,7 +239,7 @@ where
             timeout_s = Some(timeout_s.unwrap_or(0.0).max(r.cell.timeout_s));
         }
         panel.bars.push(Bar {
-            group: position(&mut panel.groups, r.cell.app_side_workload()),
+            group: position(&mut panel.groups, &r.cell.app_side_workload().name()),
             series: position(&mut series, &dims.series_label(r)),
             value,
             paper: paper.get(&r.cell.key()).copied(),

@@ -31,17 +31,17 @@ where
     results.into_iter().find_map(|r| {
         let c = &r.cell;
         let idle = r.metric == Metric::StartupS
-            && c.host_workload == "none"
-            && matches!(c.guest_workload.as_deref(), None | Some("none"))
+            && c.host_workload.is_none()
+            && c.guest_workload.is_none_or(|w| w.is_none())
             && !c.has_other_vms()
             && r.timeouts() == 0;
         let s = r.summary();
         if !idle || s.n == 0 || !s.mean.is_finite() {
             return None;
         }
-        let who = match &c.guest_sched {
+        let who = match c.guest_sched {
             Some(gs) => format!("{gs} on {}", c.host_sched),
-            None => c.host_sched.clone(),
+            None => c.host_sched.to_string(),
         };
         Some((s.mean, format!("idle start-up ({who}): {:.2} s", s.mean)))
     })
@@ -66,10 +66,10 @@ pub fn plot_files(results: &[CellResult]) -> Result<Vec<PlotFile>, String> {
         let stem = format!(
             "{}-{}",
             r.cell.benchmark.as_str(),
-            sanitize_component(&r.cell.device)
+            sanitize_component(r.cell.device.name())
         );
         match files.iter().find(|f| f.stem == stem) {
-            Some(f) if f.device != r.cell.device => {
+            Some(f) if f.device != r.cell.device.name() => {
                 return Err(format!(
                     "devices \"{}\" and \"{}\" map to the same plot file {stem}.svg",
                     f.device, r.cell.device
@@ -78,7 +78,7 @@ pub fn plot_files(results: &[CellResult]) -> Result<Vec<PlotFile>, String> {
             Some(_) => {}
             None => files.push(PlotFile {
                 benchmark: r.cell.benchmark,
-                device: r.cell.device.clone(),
+                device: r.cell.device.to_string(),
                 stem,
             }),
         }
@@ -120,7 +120,7 @@ pub fn chart_for(
 ) -> Chart {
     let members: Vec<&CellResult> = results
         .iter()
-        .filter(|r| r.cell.benchmark == file.benchmark && r.cell.device == file.device)
+        .filter(|r| r.cell.benchmark == file.benchmark && r.cell.device.name() == file.device)
         .collect();
     let idle = match file.benchmark {
         Benchmark::Startup => idle_reference(members.iter().copied()),

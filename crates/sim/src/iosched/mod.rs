@@ -18,6 +18,7 @@
 
 use crate::request::{CgroupId, IoContext, Pid, Request, RequestTable, RqId};
 use devmodel::Nanos;
+use experiment::IoSched;
 
 pub mod anticipatory;
 pub mod bfq;
@@ -254,8 +255,8 @@ pub struct SchedConfig {
     /// at HZ=250 or 1000, but 0 at HZ=100, where integer division leaves
     /// the elevator with no idling at all. Later kernels count it in
     /// nanoseconds (`NSEC_PER_SEC / 125`), 8 ms at any HZ. Off by
-    /// default (`tandem sim run --slice-idle-jiffies` for the host,
-    /// `--guest-slice-idle-jiffies` for the guests): the published
+    /// default (`tandem sim run --host-kernel-set slice_idle_jiffies=true`
+    /// for the host, `--guest-kernel-set` for the guests): the published
     /// guests ran Linux 3.12 at HZ=100, yet their BFQ must have idled
     /// (README, "Linux 3.12's idle slice at HZ=100").
     pub slice_idle_in_jiffies: bool,
@@ -368,15 +369,16 @@ impl Default for SchedConfig {
     }
 }
 
-/// Scheduler names the simulator accepts, as the kernel spells them.
-pub const SCHEDULERS: &[&str] = &[
-    "noop",
-    "none",
-    "deadline",
-    "mq-deadline",
-    "anticipatory",
-    "cfq",
-    "bfq",
+/// The schedulers the simulator implements (their names live in
+/// [`IoSched`]).
+pub const SCHEDULERS: &[IoSched] = &[
+    IoSched::Noop,
+    IoSched::None,
+    IoSched::Deadline,
+    IoSched::MqDeadline,
+    IoSched::Anticipatory,
+    IoSched::Cfq,
+    IoSched::Bfq,
 ];
 
 /// Builds a scheduler by its kernel name.
@@ -390,7 +392,11 @@ pub fn by_name(name: &str, cfg: &SchedConfig) -> Result<Box<dyn IoScheduler>, St
         other => {
             return Err(format!(
                 "unknown I/O scheduler \"{other}\"; accepted: {}",
-                SCHEDULERS.join(", ")
+                SCHEDULERS
+                    .iter()
+                    .map(|s| s.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ))
         }
     })

@@ -1,0 +1,370 @@
+//! Coordination modes: every way tandem lets a host privilege a VM, with
+//! what each asks of the host, as data.
+//!
+//! A mode is the scenario key `coordination` (and the CPU model's modes of
+//! the same key). Its name is its canonical spelling everywhere: scenario
+//! files, `results.csv`, file names, cell ids. What the mode *means* is
+//! here too, so that each runner's actuation reads it instead of matching
+//! names:
+//!
+//! - [`CoordMode::resource`]: the resource the host privileges (storage I/O
+//!   or CPU time), the same [`Resource`] the guest names in its HELP;
+//! - [`CoordMode::threads`]: which of the VM's host threads are acted on;
+//! - [`CoordMode::knob`]: what the host changes on them;
+//! - [`CoordMode::when`]: always (a static baseline) or only while the
+//!   guest is helped (the guest asks, the [`crate::Arbiter`] grants).
+//!
+//! Adding a mode: a variant here (name, meaning, and [`CoordMode::ALL`]),
+//! then its actuation in each runner that runs it (see `crates/policy/README.md`).
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::protocol::Resource;
+
+/// A coordination mode: the scenario key `coordination`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub enum CoordMode {
+    /// No coordination: the host sees QEMU threads only.
+    #[default]
+    Off,
+    /// Static prioritization, the baseline: VM 1's QEMU I/O threads are
+    /// always in the RT ioprio class, whether or not the guest needs it.
+    StaticRt,
+    /// RT ioprio class for the VM's QEMU I/O threads while it is helped
+    /// (hostd's `ioprio-rt` actuator, with `--bfq-idling` and
+    /// `--boost-cgroup` as its companions on a real BFQ host).
+    HelpRt,
+    /// The BFQ weight of the VM's QEMU I/O threads multiplied while it is
+    /// helped (hostd: the VM's cgroup weight, `cgroup_weight`).
+    HelpWeight,
+    /// The host BFQ treats the VM's queues as weight-raised while it is
+    /// helped, as Virtual-BFQ did (a kernel patch on a real host).
+    HelpWr,
+    /// The VM's vCPU threads always `SCHED_RR`, as pvsched's boost.
+    StaticCpu,
+    /// The VM's vCPU threads `SCHED_RR` while the guest asks for help
+    /// (each time it wakes a task that slept).
+    HelpCpu,
+}
+
+/// Which of a VM's host threads a mode acts on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Threads {
+    /// None ([`CoordMode::Off`]).
+    None,
+    /// QEMU's threads that issue the VM's disk I/O (the main loop, I/O
+    /// threads and workers: every thread of the process but the vCPUs).
+    QemuIo,
+    /// The VM's vCPU threads.
+    Vcpu,
+}
+
+/// What the host changes on the threads a mode acts on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Knob {
+    /// Nothing ([`CoordMode::Off`]).
+    None,
+    /// The threads' ioprio, class RT (`ioprio_set(2)`; hostd's `ioprio-rt`).
+    IoprioRt,
+    /// The BFQ weight of the threads' queues, multiplied by a factor
+    /// (hostd: the VM's cgroup `io.bfq.weight`).
+    BfqWeight,
+    /// BFQ's weight raising of the threads' queues (weight x30 and the
+    /// idling of raised queues), as for an interactive application.
+    BfqRaise,
+    /// The threads' CPU policy, `SCHED_RR` (`sched_setscheduler(2)`).
+    SchedRr,
+}
+
+/// When a mode's knob is applied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum When {
+    /// Never ([`CoordMode::Off`]).
+    Never,
+    /// For the whole run, whatever the guest says (a static baseline; in
+    /// the simulator, to VM 1 only).
+    Always,
+    /// While the host's [`crate::Arbiter`] has the VM helped: the guest asks
+    /// with HELP under a lease, the host grants within budgets.
+    WhileHelped,
+}
+
+/// An unknown coordination mode name: says the value and what is accepted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnknownMode(pub String);
+
+impl fmt::Display for UnknownMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "unknown coordination mode \"{}\"; accepted: {}",
+            self.0,
+            CoordMode::names().join(", ")
+        )
+    }
+}
+
+impl std::error::Error for UnknownMode {}
+
+impl CoordMode {
+    /// Every mode, I/O modes then CPU modes: the order of listings.
+    pub const ALL: [CoordMode; 7] = [
+        CoordMode::Off,
+        CoordMode::StaticRt,
+        CoordMode::HelpRt,
+        CoordMode::HelpWeight,
+        CoordMode::HelpWr,
+        CoordMode::StaticCpu,
+        CoordMode::HelpCpu,
+    ];
+
+    /// The canonical name (scenario value, results, file names).
+    pub fn name(self) -> &'static str {
+        match self {
+            CoordMode::Off => "off",
+            CoordMode::StaticRt => "static-rt",
+            CoordMode::HelpRt => "help-rt",
+            CoordMode::HelpWeight => "help-weight",
+            CoordMode::HelpWr => "help-wr",
+            CoordMode::StaticCpu => "static-cpu",
+            CoordMode::HelpCpu => "help-cpu",
+        }
+    }
+
+    /// The names of [`CoordMode::ALL`], in order.
+    pub fn names() -> Vec<&'static str> {
+        Self::ALL.iter().map(|m| m.name()).collect()
+    }
+
+    /// The mode of a name, or an error naming the value and the accepted ones.
+    pub fn parse(s: &str) -> Result<CoordMode, UnknownMode> {
+        Self::ALL
+            .into_iter()
+            .find(|m| m.name() == s)
+            .ok_or_else(|| UnknownMode(s.to_string()))
+    }
+
+    /// True for [`CoordMode::Off`].
+    pub fn is_off(self) -> bool {
+        self == CoordMode::Off
+    }
+
+    /// The resource the host privileges; `None` for `off`.
+    pub fn resource(self) -> Option<Resource> {
+        match self.threads() {
+            Threads::None => None,
+            Threads::QemuIo => Some(Resource::Io),
+            Threads::Vcpu => Some(Resource::Cpu),
+        }
+    }
+
+    /// The VM's host threads the mode acts on.
+    pub fn threads(self) -> Threads {
+        match self {
+            CoordMode::Off => Threads::None,
+            CoordMode::StaticRt | CoordMode::HelpRt | CoordMode::HelpWeight | CoordMode::HelpWr => {
+                Threads::QemuIo
+            }
+            CoordMode::StaticCpu | CoordMode::HelpCpu => Threads::Vcpu,
+        }
+    }
+
+    /// What the host changes on those threads.
+    pub fn knob(self) -> Knob {
+        match self {
+            CoordMode::Off => Knob::None,
+            CoordMode::StaticRt | CoordMode::HelpRt => Knob::IoprioRt,
+            CoordMode::HelpWeight => Knob::BfqWeight,
+            CoordMode::HelpWr => Knob::BfqRaise,
+            CoordMode::StaticCpu | CoordMode::HelpCpu => Knob::SchedRr,
+        }
+    }
+
+    /// Whether the knob is set for the whole run or only while helped.
+    pub fn when(self) -> When {
+        match self {
+            CoordMode::Off => When::Never,
+            CoordMode::StaticRt | CoordMode::StaticCpu => When::Always,
+            CoordMode::HelpRt | CoordMode::HelpWeight | CoordMode::HelpWr | CoordMode::HelpCpu => {
+                When::WhileHelped
+            }
+        }
+    }
+
+    /// Modes in which guests ask for help and the host answers.
+    pub fn asks_for_help(self) -> bool {
+        self.when() == When::WhileHelped
+    }
+
+    /// Modes of the CPU model (vCPU threads); with `off`, the only ones CPU
+    /// cells accept, and accepted nowhere else.
+    pub fn is_cpu(self) -> bool {
+        self.resource() == Some(Resource::Cpu)
+    }
+
+    /// Modes that privilege the VM's I/O.
+    pub fn is_io(self) -> bool {
+        self.resource() == Some(Resource::Io)
+    }
+}
+
+impl fmt::Display for CoordMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for CoordMode {
+    type Err = UnknownMode;
+    fn from_str(s: &str) -> Result<CoordMode, UnknownMode> {
+        CoordMode::parse(s)
+    }
+}
+
+impl serde::Serialize for CoordMode {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for CoordMode {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<CoordMode, D::Error> {
+        let s = String::deserialize(d)?;
+        CoordMode::parse(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(feature = "clap")]
+impl clap::ValueEnum for CoordMode {
+    fn value_variants<'a>() -> &'a [Self] {
+        &Self::ALL
+    }
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        Some(clap::builder::PossibleValue::new(self.name()))
+    }
+}
+
+/// hostd's ioprio actuator (`--ioprio`, config key `ioprio`): how the
+/// [`Knob::IoprioRt`] of `help-rt` is set on a real host, or an
+/// alternative to it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum IoprioBoost {
+    /// Class RT at `ioprio_level` ([`Knob::IoprioRt`]): `help-rt`.
+    #[default]
+    Rt,
+    /// Class BE level 0: the best of the default class, for hosts where
+    /// RT is not wanted.
+    Be0,
+    /// No ioprio change (another actuator, e.g. the cgroup weight, acts).
+    None,
+}
+
+impl IoprioBoost {
+    pub const ALL: [IoprioBoost; 3] = [IoprioBoost::Rt, IoprioBoost::Be0, IoprioBoost::None];
+
+    /// The name in hostd's configuration and flags.
+    pub fn name(self) -> &'static str {
+        match self {
+            IoprioBoost::Rt => "ioprio-rt",
+            IoprioBoost::Be0 => "ioprio-be0",
+            IoprioBoost::None => "none",
+        }
+    }
+
+    /// The actuator that sets a mode's knob, when the knob is an ioprio.
+    pub fn for_mode(mode: CoordMode) -> Option<IoprioBoost> {
+        (mode.knob() == Knob::IoprioRt).then_some(IoprioBoost::Rt)
+    }
+}
+
+impl fmt::Display for IoprioBoost {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for IoprioBoost {
+    type Err = String;
+    fn from_str(s: &str) -> Result<IoprioBoost, String> {
+        Self::ALL
+            .into_iter()
+            .find(|a| a.name() == s)
+            .ok_or_else(|| format!("ioprio = {s:?}: accepted: ioprio-rt, ioprio-be0, none"))
+    }
+}
+
+impl serde::Serialize for IoprioBoost {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for IoprioBoost {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<IoprioBoost, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(feature = "clap")]
+impl clap::ValueEnum for IoprioBoost {
+    fn value_variants<'a>() -> &'a [Self] {
+        &Self::ALL
+    }
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        Some(clap::builder::PossibleValue::new(self.name()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_unknown_names_list_the_accepted() {
+        for m in CoordMode::ALL {
+            assert_eq!(m.name().parse::<CoordMode>(), Ok(m));
+            assert_eq!(m.to_string(), m.name());
+        }
+        let e = "help-io".parse::<CoordMode>().unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "unknown coordination mode \"help-io\"; accepted: off, static-rt, help-rt, \
+             help-weight, help-wr, static-cpu, help-cpu"
+        );
+    }
+
+    #[test]
+    fn meaning_is_consistent() {
+        for m in CoordMode::ALL {
+            // A mode acts on threads exactly when it has a knob and a time.
+            let acts = m.threads() != Threads::None;
+            assert_eq!(acts, m.knob() != Knob::None, "{m}");
+            assert_eq!(acts, m.when() != When::Never, "{m}");
+            assert_eq!(m.is_cpu(), m.knob() == Knob::SchedRr, "{m}");
+            assert_eq!(m.asks_for_help(), m.name().starts_with("help-"), "{m}");
+            assert_eq!(
+                m.when() == When::Always,
+                m.name().starts_with("static-"),
+                "{m}"
+            );
+        }
+        assert_eq!(
+            IoprioBoost::for_mode(CoordMode::HelpRt),
+            Some(IoprioBoost::Rt)
+        );
+        assert_eq!(IoprioBoost::for_mode(CoordMode::HelpWeight), None);
+    }
+
+    #[test]
+    fn ioprio_actuator_names() {
+        for a in IoprioBoost::ALL {
+            assert_eq!(a.name().parse::<IoprioBoost>(), Ok(a));
+        }
+        assert!("rt"
+            .parse::<IoprioBoost>()
+            .unwrap_err()
+            .contains("accepted"));
+    }
+}
