@@ -18,6 +18,7 @@ pub mod other_vms;
 pub mod output;
 pub mod paper;
 pub mod plot;
+pub mod procedure;
 pub mod provenance;
 pub mod result;
 pub mod s_suite;
