@@ -1,8 +1,10 @@
 //! The S suite's benchmarks, run on a simulated machine: start-up time of an
 //! application with cold caches under a background workload, and aggregate
-//! throughput of the workload. The procedure follows the S suite's
-//! `comm_startup_lat.sh` and `throughput-sync.sh` step by step; each step says
-//! which line of the suite it stands for.
+//! throughput of the workload. The procedure itself (the order of its
+//! steps, its cache drops, waits, timeout and samples) is
+//! `experiment::procedure`, shared with the real runner; this module builds
+//! the simulated machine of a cell and implements the procedure's steps on
+//! it ([`SimHost`]).
 
 use crate::coord::{CoordConfig, Coordination};
 use crate::engine::Rng;
@@ -579,7 +581,10 @@ impl procedure::Host for SimHost<'_> {
     }
 }
 
-/// Runs one repetition of a cell.
+/// Runs one repetition of a cell: the CPU model's benchmarks (latency, hot
+/// start-up) on `cpu_bench`, which is not a procedure host yet (see
+/// `experiment::procedure`), the others through the procedure on a
+/// [`SimHost`].
 pub fn run_repetition(cell: &Cell, opts: &SimOptions, rep: u32) -> Result<RunResult, String> {
     match cell.benchmark {
         Benchmark::Latency => crate::cpu_bench::run_latency_rep(cell, rep).map(|(r, _)| r),
