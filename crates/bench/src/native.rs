@@ -9,7 +9,7 @@ use std::process::Child;
 use std::time::{Duration, Instant};
 
 use experiment::procedure::{self, Scope};
-use experiment::{Benchmark, Pattern, RunResult, WorkloadSpec};
+use experiment::{Pattern, RunResult, WorkloadSpec};
 
 use crate::cells::CellCtx;
 use crate::cleanup::Cleanup;
@@ -82,12 +82,17 @@ impl procedure::Host for OnHost<'_> {
         Ok(())
     }
 
-    fn unsupported(&self, benchmark: Benchmark) -> Error {
-        run_err(format!(
-            "the {} benchmark runs on the simulator's CPU model only (tandem sim run)",
-            benchmark.as_str()
-        ))
+    fn unsupported(&self, what: &str) -> Error {
+        cpu_model_only(what)
     }
+}
+
+/// The real runner's error for a cell of the CPU model's benchmarks (the
+/// scenario's check refuses them first; this is the procedure's word on it).
+pub(crate) fn cpu_model_only(what: &str) -> Error {
+    Error::Usage(format!(
+        "{what}: runs on the simulator's CPU model only (tandem sim run)"
+    ))
 }
 
 /// The repetitions of a native cell, each through the procedure.

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use devemu::run_cmd;
 use experiment::procedure::{self, Scope};
-use experiment::{Benchmark, Cell, RunResult, WorkloadSpec};
+use experiment::{Cell, RunResult, WorkloadSpec};
 use serde_json::json;
 
 use crate::cells::CellCtx;
@@ -277,11 +277,8 @@ impl procedure::Host for InGuest<'_> {
         Ok(())
     }
 
-    fn unsupported(&self, benchmark: Benchmark) -> Error {
-        run_err(format!(
-            "the {} benchmark runs on the simulator's CPU model only (tandem sim run)",
-            benchmark.as_str()
-        ))
+    fn unsupported(&self, what: &str) -> Error {
+        crate::native::cpu_model_only(what)
     }
 }
 /// The cell's coordination: none for `off`; for `help-rt`, hostd on the

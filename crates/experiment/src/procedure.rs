@@ -28,7 +28,7 @@
 //! here yet: they run on the simulator's CPU model (`sim::cpu_bench`), which is not a
 //! [`Host`] (no disk, no caches, no workloads but busy loops); their loop is the
 //! start-up loop's shape, and the hook where they belong is [`run_repetition`]'s
-//! fallback arm.
+//! first check ([`on_cpu_model`]), which refuses them before any step.
 
 use crate::scenario::Benchmark;
 use crate::suite;
@@ -123,8 +123,9 @@ pub trait Host {
     /// `out`.
     fn finish(&mut self, out: &mut RunResult) -> Result<(), Self::Error>;
 
-    /// The error for a benchmark this host does not run.
-    fn unsupported(&self, benchmark: Benchmark) -> Self::Error;
+    /// The error for a cell this host does not run; `what` names its benchmark
+    /// ([`on_cpu_model`]).
+    fn unsupported(&self, what: &str) -> Self::Error;
 }
 
 /// One repetition of `cell` on `host`. A failed step ends the repetition with its
@@ -134,10 +135,10 @@ pub fn run_repetition<H: Host>(
     waits: &Waits,
     host: &mut H,
 ) -> Result<RunResult, H::Error> {
-    if !matches!(cell.benchmark, Benchmark::Startup | Benchmark::Throughput) {
+    if let Some(what) = on_cpu_model(cell) {
         // The hook of the benchmarks that run elsewhere today (see the module's
         // documentation): a host that runs them says so here.
-        return Err(host.unsupported(cell.benchmark));
+        return Err(host.unsupported(&what));
     }
     host.drop_caches(Scope::Host)?;
     let started = host.start_workloads()?;
@@ -147,10 +148,26 @@ pub fn run_repetition<H: Host>(
     match cell.benchmark {
         Benchmark::Startup => cold_starts(cell, waits, host, &mut out)?,
         Benchmark::Throughput => throughput(cell, host, &mut out)?,
-        Benchmark::Latency => unreachable!("refused above"),
+        Benchmark::Latency => unreachable!("refused above: it runs on the CPU model"),
     }
     host.finish(&mut out)?;
     Ok(out)
+}
+
+/// The benchmark of a cell that runs on the simulator's CPU model, not through the
+/// procedure (latency, and start-up with hot caches), named for an error message;
+/// `None` for the procedure's.
+pub fn on_cpu_model(cell: &Cell) -> Option<String> {
+    if cell.benchmark == Benchmark::Latency {
+        Some("benchmark = \"latency\"".into())
+    } else if cell.on_cpu_model() {
+        Some(format!(
+            "benchmark = \"{}\" with caches = \"hot\"",
+            cell.benchmark.as_str()
+        ))
+    } else {
+        None
+    }
 }
 
 /// `iterations` cold starts (S: `comm_startup_lat.sh`); the run stops at the first
@@ -250,8 +267,8 @@ mod tests {
             self.steps.push("finish".into());
             Ok(())
         }
-        fn unsupported(&self, b: Benchmark) -> String {
-            format!("no {b:?}")
+        fn unsupported(&self, what: &str) -> String {
+            format!("no {what}")
         }
     }
 
@@ -336,7 +353,11 @@ mod tests {
     fn a_benchmark_the_host_does_not_run_is_its_error_before_any_step() {
         let mut h = Script::default();
         let e = run_repetition(&cell(Benchmark::Latency), &Waits::default(), &mut h).unwrap_err();
-        assert_eq!(e, "no Latency");
+        assert_eq!(e, "no benchmark = \"latency\"");
+        let mut hot = cell(Benchmark::Startup);
+        hot.cpu.caches = crate::Caches::Hot;
+        let e = run_repetition(&hot, &Waits::default(), &mut h).unwrap_err();
+        assert_eq!(e, "no benchmark = \"startup\" with caches = \"hot\"");
         assert!(h.steps.is_empty());
     }
 }

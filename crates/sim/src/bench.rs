@@ -573,10 +573,9 @@ impl procedure::Host for SimHost<'_> {
         Ok(())
     }
 
-    fn unsupported(&self, benchmark: Benchmark) -> String {
+    fn unsupported(&self, what: &str) -> String {
         format!(
-            "the {} benchmark runs on the simulator's CPU model (sim::cpu_bench), not on its disk machine",
-            benchmark.as_str()
+            "{what} runs on the simulator's CPU model (sim::cpu_bench), not on its disk machine"
         )
     }
 }
