@@ -192,137 +192,17 @@ fn load(arg: &str, app_cmd: Option<&str>) -> Result<Scenario, Failure> {
     Ok(s)
 }
 
-#[allow(clippy::too_many_lines)] // TODO(issue 24): split
 pub fn run(cmd: BenchCommand) -> Result<(), Failure> {
     match cmd {
-        BenchCommand::Run(a) => {
-            let scenario = load(&a.scenario, a.app_cmd.as_deref())?;
-            let filter = Filter::parse(&a.runner.only).map_err(Failure::Usage)?;
-            let all = scenario.cells();
-            filter.check(&all).map_err(Failure::Usage)?;
-            let mut cells: Vec<Cell> = filter.apply(&all);
-            if let Some(r) = a.repetitions {
-                if r == 0 {
-                    return Err(Failure::Usage("--repetitions 0: at least 1".into()));
-                }
-                cells.iter_mut().for_each(|c| c.repetitions = r);
-            }
-            if cells.is_empty() {
-                return Err(Failure::Usage("no cell matches the --only filters".into()));
-            }
-            if a.file_mib == 0 {
-                return Err(Failure::Usage(
-                    "--file-mib 0: files need at least 1 MiB".into(),
-                ));
-            }
-            if a.runner.jobs.is_some_and(|j| j > 1) && !a.runner.quiet {
-                eprintln!("tandem: the real runner runs cells one at a time on one device (--jobs ignored)");
-            }
-            let exe = std::env::current_exe()
-                .map_err(|e| Failure::Run(format!("finding the tandem executable: {e}")))?;
-            let mut host_tunables = Vec::new();
-            for t in &a.host_tunables {
-                let (k, v) = t
-                    .split_once('=')
-                    .filter(|(k, _)| !k.is_empty() && !k.contains('/'))
-                    .ok_or_else(|| {
-                        Failure::Usage(format!(
-                            "--host-tunable {t:?}: KEY=VALUE expected, e.g. low_latency=0"
-                        ))
-                    })?;
-                host_tunables.push((k.to_string(), v.to_string()));
-            }
-            let o = bench::Options {
-                host_tunables,
-                scenario,
-                cells,
-                device: a.device,
-                workdir: a.workdir,
-                file_bytes: a.file_mib << 20,
-                force: a.force,
-                settle_s: a.settle_s,
-                pause_s: a.pause_s,
-                quiet: a.runner.quiet,
-                exe,
-                vm: bench::VmOptions {
-                    image: a.vm_image,
-                    disk: bench::vm::DiskOptions {
-                        aio: a.vm_aio.to_string(),
-                        cache: a.vm_cache,
-                    },
-                    mem_mib: a.vm_mem_mib,
-                    accel: a.vm_accel,
-                    own_group: a.vm_group == VmGroup::Own,
-                    // Checked here, before a guest boots, the way hostd
-                    // will check it (its policy, with its default window).
-                    hostd_budget_fraction: match a.hostd_budget_fraction {
-                        Some(f) => {
-                            let c = agent::hostd::HostdConfig {
-                                budget_fraction: f,
-                                ..Default::default()
-                            };
-                            c.policy().map_err(|e| {
-                                Failure::Usage(format!("--hostd-budget-fraction {f}: {e}"))
-                            })?;
-                            Some(f)
-                        }
-                        None => None,
-                    },
-                    logs: Some(a.runner.out.clone()),
-                },
-            };
-            let started = std::time::Instant::now();
-            let results = bench::run(&o, &a.runner.out).map_err(fail)?;
-            let table = std::fs::read_to_string(a.runner.out.join("table.txt")).unwrap_or_default();
-            print!("{table}");
-            eprintln!(
-                "tandem: {} cells in {:.1} s; results in {}",
-                results.len(),
-                started.elapsed().as_secs_f64(),
-                a.runner.out.display()
-            );
-            Ok(())
-        }
+        BenchCommand::Run(a) => run_scenario(a),
         BenchCommand::Compare(a) => Err(Failure::Usage(format!(
             "tandem bench compare is gone: tandem report {} --baseline {} sets a run \
              against a baseline, cell by cell",
             a.a.display(),
             a.b.display()
         ))),
-        BenchCommand::RecordTrace(a) => {
-            let name = a.name.clone().unwrap_or_else(|| {
-                std::path::Path::new(&a.command[0])
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_default()
-            });
-            let trace = bench::record::record_trace(&bench::record::RecordOptions {
-                name,
-                command: a.command.clone(),
-                runs: a.runs,
-                out: a.out.clone(),
-                needs_x: a.needs_x,
-                quiet_timeout_s: a.quiet_timeout_s,
-            })
-            .map_err(fail)?;
-            println!("{}", trace.display());
-            Ok(())
-        }
-        BenchCommand::Cleanup => {
-            devemu::need_root(
-                "tandem bench cleanup",
-                "it restores schedulers, unmounts file systems and tears down emulated devices",
-            )
-            .map_err(fail)?;
-            let done = bench::recover_interrupted().map_err(fail)?;
-            if done.is_empty() {
-                println!("nothing to undo: no interrupted run left anything behind");
-            }
-            for (pid, what) in done {
-                println!("run {pid}: {}", what.join("; "));
-            }
-            Ok(())
-        }
+        BenchCommand::RecordTrace(a) => record_trace(&a),
+        BenchCommand::Cleanup => cleanup(),
         BenchCommand::Worker(a) => {
             let kind = bench::workers::Kind::parse(&a.kind)
                 .ok_or_else(|| Failure::Usage(format!("unknown worker kind {:?}", a.kind)))?;
@@ -331,4 +211,156 @@ pub fn run(cmd: BenchCommand) -> Result<(), Failure> {
         BenchCommand::Replay(a) => bench::workers::replay_main(&a.app, &a.dir).map_err(fail),
         BenchCommand::KvmProbe => std::process::exit(bench::vm::kvm_probe_main()),
     }
+}
+
+/// `tandem bench run`: the options checked, the run, its table on stdout.
+fn run_scenario(a: BenchRunArgs) -> Result<(), Failure> {
+    let out = a.runner.out.clone();
+    let o = options(a)?;
+    let started = std::time::Instant::now();
+    let results = bench::run(&o, &out).map_err(fail)?;
+    let table = std::fs::read_to_string(out.join("table.txt")).unwrap_or_default();
+    print!("{table}");
+    eprintln!(
+        "tandem: {} cells in {:.1} s; results in {}",
+        results.len(),
+        started.elapsed().as_secs_f64(),
+        out.display()
+    );
+    Ok(())
+}
+
+/// The cells to run: the scenario's, filtered by `--only`, with
+/// `--repetitions`.
+fn cells(scenario: &Scenario, a: &BenchRunArgs) -> Result<Vec<Cell>, Failure> {
+    let filter = Filter::parse(&a.runner.only).map_err(Failure::Usage)?;
+    let all = scenario.cells();
+    filter.check(&all).map_err(Failure::Usage)?;
+    let mut cells: Vec<Cell> = filter.apply(&all);
+    if let Some(r) = a.repetitions {
+        if r == 0 {
+            return Err(Failure::Usage("--repetitions 0: at least 1".into()));
+        }
+        cells.iter_mut().for_each(|c| c.repetitions = r);
+    }
+    if cells.is_empty() {
+        return Err(Failure::Usage("no cell matches the --only filters".into()));
+    }
+    Ok(cells)
+}
+
+/// `--host-tunable KEY=VALUE`s, checked.
+fn host_tunables(args: &[String]) -> Result<Vec<(String, String)>, Failure> {
+    let mut host_tunables = Vec::new();
+    for t in args {
+        let (k, v) = t
+            .split_once('=')
+            .filter(|(k, _)| !k.is_empty() && !k.contains('/'))
+            .ok_or_else(|| {
+                Failure::Usage(format!(
+                    "--host-tunable {t:?}: KEY=VALUE expected, e.g. low_latency=0"
+                ))
+            })?;
+        host_tunables.push((k.to_string(), v.to_string()));
+    }
+    Ok(host_tunables)
+}
+
+/// The run's options from the command line.
+fn options(a: BenchRunArgs) -> Result<bench::Options, Failure> {
+    let scenario = load(&a.scenario, a.app_cmd.as_deref())?;
+    let cells = cells(&scenario, &a)?;
+    if a.file_mib == 0 {
+        return Err(Failure::Usage(
+            "--file-mib 0: files need at least 1 MiB".into(),
+        ));
+    }
+    if a.runner.jobs.is_some_and(|j| j > 1) && !a.runner.quiet {
+        eprintln!(
+            "tandem: the real runner runs cells one at a time on one device (--jobs ignored)"
+        );
+    }
+    let exe = std::env::current_exe()
+        .map_err(|e| Failure::Run(format!("finding the tandem executable: {e}")))?;
+    Ok(bench::Options {
+        host_tunables: host_tunables(&a.host_tunables)?,
+        vm: vm_options(&a)?,
+        scenario,
+        cells,
+        device: a.device,
+        workdir: a.workdir,
+        file_bytes: a.file_mib << 20,
+        force: a.force,
+        settle_s: a.settle_s,
+        pause_s: a.pause_s,
+        quiet: a.runner.quiet,
+        exe,
+    })
+}
+
+/// How VM cells run their guest, from the `--vm-*` and `--hostd-*` flags.
+fn vm_options(a: &BenchRunArgs) -> Result<bench::VmOptions, Failure> {
+    Ok(bench::VmOptions {
+        image: a.vm_image.clone(),
+        disk: bench::vm::DiskOptions {
+            aio: a.vm_aio.to_string(),
+            cache: a.vm_cache.clone(),
+        },
+        mem_mib: a.vm_mem_mib,
+        accel: a.vm_accel.clone(),
+        own_group: a.vm_group == VmGroup::Own,
+        // Checked here, before a guest boots, the way hostd
+        // will check it (its policy, with its default window).
+        hostd_budget_fraction: match a.hostd_budget_fraction {
+            Some(f) => {
+                let c = agent::hostd::HostdConfig {
+                    budget_fraction: f,
+                    ..Default::default()
+                };
+                c.policy()
+                    .map_err(|e| Failure::Usage(format!("--hostd-budget-fraction {f}: {e}")))?;
+                Some(f)
+            }
+            None => None,
+        },
+        logs: Some(a.runner.out.clone()),
+    })
+}
+
+/// `tandem bench record-trace`: the trace's path on stdout.
+fn record_trace(a: &RecordTraceArgs) -> Result<(), Failure> {
+    let name = a.name.clone().unwrap_or_else(|| {
+        std::path::Path::new(&a.command[0])
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    });
+    let trace = bench::record::record_trace(&bench::record::RecordOptions {
+        name,
+        command: a.command.clone(),
+        runs: a.runs,
+        out: a.out.clone(),
+        needs_x: a.needs_x,
+        quiet_timeout_s: a.quiet_timeout_s,
+    })
+    .map_err(fail)?;
+    println!("{}", trace.display());
+    Ok(())
+}
+
+/// `tandem bench cleanup`: what interrupted runs left, undone.
+fn cleanup() -> Result<(), Failure> {
+    devemu::need_root(
+        "tandem bench cleanup",
+        "it restores schedulers, unmounts file systems and tears down emulated devices",
+    )
+    .map_err(fail)?;
+    let done = bench::recover_interrupted().map_err(fail)?;
+    if done.is_empty() {
+        println!("nothing to undo: no interrupted run left anything behind");
+    }
+    for (pid, what) in done {
+        println!("run {pid}: {}", what.join("; "));
+    }
+    Ok(())
 }

@@ -1,6 +1,7 @@
 //! Everything about experiments that does not depend on who runs them (the simulator,
 //! the real runner, or published reference numbers): the scenario schema and its
-//! validation, cell expansion, `--only` filters, workload names, the result schema,
+//! validation, cell expansion, `--only` filters, workload names, the S suite's procedure
+//! (one repetition of a cell, generic over the runner's host), the result schema,
 //! statistics, S-style stat file names, text tables, plots (SVG and PNG), the output directory
 //! and the comparison with published reference numbers. A pure library: it never
 //! prints.
@@ -18,6 +19,7 @@ pub mod other_vms;
 pub mod output;
 pub mod paper;
 pub mod plot;
+pub mod procedure;
 pub mod provenance;
 pub mod result;
 pub mod s_suite;

@@ -1,7 +1,8 @@
-//! The S benchmark suite's procedure: its timing constants and the write-rate caps of
-//! its writers, shared by every runner (the simulator's `sim::bench` and the real
-//! runner's `bench`), so that a scenario means the same steps whoever runs it. Each
-//! constant names the line of the suite it stands for.
+//! The S benchmark suite's timing constants and the write-rate caps of its writers,
+//! shared by every runner (the simulator's `sim::bench` and the real runner's `bench`),
+//! so that a scenario means the same steps whoever runs it. The procedure that uses
+//! them is [`crate::procedure`]. Each constant names the line of the suite it stands
+//! for.
 
 use crate::workload::{Pattern, WorkloadSpec};
 

@@ -1,8 +1,10 @@
 //! The S suite's benchmarks, run on a simulated machine: start-up time of an
 //! application with cold caches under a background workload, and aggregate
-//! throughput of the workload. The procedure follows the S suite's
-//! `comm_startup_lat.sh` and `throughput-sync.sh` step by step; each step says
-//! which line of the suite it stands for.
+//! throughput of the workload. The procedure itself (the order of its
+//! steps, its cache drops, waits, timeout and samples) is
+//! `experiment::procedure`, shared with the real runner; this module builds
+//! the simulated machine of a cell and implements the procedure's steps on
+//! it ([`SimHost`]).
 
 use crate::coord::{CoordConfig, Coordination};
 use crate::engine::Rng;
@@ -13,6 +15,7 @@ use crate::system::{secs, to_secs, KernelId, Machine, MachineConfig, HOST, WORKL
 use crate::vm::VmConfig;
 use crate::workload::{self, AppTrace};
 use devmodel::Nanos;
+use experiment::procedure::{self, Scope, Waits};
 use experiment::{
     suite, Benchmark, Cell, CellResult, Metric, OtherVm, Pattern, RunResult, WorkloadSpec,
 };
@@ -364,14 +367,6 @@ pub fn start_workload(m: &mut Machine, k: KernelId, w: &WorkloadSpec, file_bytes
     }
 }
 
-/// How long the suite lets the workload settle before measuring
-/// (`transitory_duration 7` plus 6 s): 13 s. The suite waits longer only
-/// when the scheduler exposes `wr_max_time` in sysfs, which BFQ in mainline
-/// Linux does not. Nothing to wait for without a workload.
-pub fn transitory(workloads: &[WorkloadSpec]) -> Nanos {
-    secs(suite::settle_s(workloads))
-}
-
 /// The seed of one repetition of a cell.
 pub fn repetition_seed(cell_seed: u64, rep: u32) -> u64 {
     let mut r = Rng::new(cell_seed ^ (rep as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
@@ -386,72 +381,12 @@ pub fn run_startup(cell: &Cell, opts: &SimOptions, rep: u32) -> Result<RunResult
 
 /// [`run_startup`], also returning the machine at the end of the run.
 fn startup_run(cell: &Cell, opts: &SimOptions, rep: u32) -> Result<(RunResult, Machine), String> {
-    let Setup {
-        mut machine,
-        app_kernel,
-        app,
-        other_apps,
-        vms,
-        workloads,
-        workload_file_bytes,
-    } = setup(cell, opts, repetition_seed(cell.seed, rep))?;
-    let m = &mut machine;
-    let (trace, files) = app.expect("startup cells have an app");
-    // A stream of its own, so that the jitter does not shift the draws of
-    // the simulated machine.
-    let mut jitter = Rng::new(repetition_seed(cell.seed, rep) ^ 0x5354_4152_545F_4A49);
-    let settle = transitory(&workloads);
-    m.run_until(m.now() + settle, |_| false);
-    let timeout = secs(cell.timeout_s);
-    let (r0, w0) = m.sectors_done(app_kernel);
-    let io_from = (r0, w0, m.now());
-    let mut out = RunResult::default();
-    for _ in 0..cell.iterations {
-        let pause = secs(suite::PAUSE_BEFORE_START_S) + jitter.below(START_JITTER_NS);
-        m.run_until(m.now() + pause, |_| false);
-        // The VM extension of the suite drops the host's caches too,
-        // before every start; otherwise the host cache fakes a fast disk.
-        m.drop_caches(app_kernel);
-        for (k, _) in &other_apps {
-            m.drop_caches(*k);
-        }
-        if app_kernel != HOST {
-            m.drop_caches(HOST);
-        }
-        let start = m.now();
-        // VM 1's app, and those of the VMs that start it at the same
-        // moment: the start counts until the last of them is up.
-        let mut pids = vec![m.start_app(app_kernel, trace.clone(), files.clone(), IoPrio::DEFAULT)];
-        for (k, ids) in &other_apps {
-            pids.push(m.start_app(*k, trace.clone(), ids.clone(), IoPrio::DEFAULT));
-        }
-        let all_up = |m: &Machine| pids.iter().all(|&p| m.app_finished(p).is_some());
-        m.run_until(start + timeout, all_up);
-        let last = pids
-            .iter()
-            .map(|&p| m.app_finished(p))
-            .collect::<Option<Vec<_>>>();
-        for &p in &pids {
-            m.kill(p);
-        }
-        match last.and_then(|ts| ts.into_iter().max()) {
-            Some(t) => {
-                let took = to_secs(t - start);
-                out.values.push(took);
-                if took < suite::SHORT_START_S {
-                    m.run_until(m.now() + secs(suite::SHORT_START_S), |_| false);
-                }
-            }
-            None => {
-                out.values.push(cell.timeout_s);
-                out.timeouts += 1;
-                break;
-            }
-        }
-    }
-    io_counters(&machine, app_kernel, io_from, &mut out);
-    coord_counters(&machine, vms, &mut out);
-    layout_counters(&machine, workload_file_bytes, &mut out);
+    let mut host = SimHost::new(cell, opts, rep);
+    let out = procedure::run_repetition(cell, &Waits::default(), &mut host)?;
+    let machine = host
+        .setup
+        .expect("the procedure started the workloads")
+        .machine;
     Ok((out, machine))
 }
 
@@ -460,49 +395,192 @@ fn startup_run(cell: &Cell, opts: &SimOptions, rep: u32) -> Result<(RunResult, M
 /// virtual disk for VM cells) sampled every `sample_s` over `duration_s`,
 /// after the settle time.
 pub fn run_throughput(cell: &Cell, opts: &SimOptions, rep: u32) -> Result<RunResult, String> {
-    let Setup {
-        mut machine,
-        app_kernel,
-        vms,
-        workloads,
-        workload_file_bytes,
-        ..
-    } = setup(cell, opts, repetition_seed(cell.seed, rep))?;
-    let m = &mut machine;
-    let settle = transitory(&workloads);
-    m.run_until(m.now() + settle, |_| false);
-    let sample = secs(cell.sample_s);
-    let samples = (cell.duration_s / cell.sample_s).floor().max(1.0) as usize;
-    let mut out = RunResult::default();
-    let (r0, w0) = m.sectors_done(app_kernel);
-    let mut last = r0 + w0;
-    let (hr0, hw0) = m.sectors_done(HOST);
-    let t0 = m.now();
-    for _ in 0..samples {
-        m.run_until(m.now() + sample, |_| false);
-        let (r, w) = m.sectors_done(app_kernel);
-        let done = r + w;
-        out.values
-            .push((done - last) as f64 * 512.0 / 1e6 / cell.sample_s);
-        last = done;
-    }
-    if app_kernel != HOST {
-        // What the disk itself delivered to everyone (all VMs and the
-        // host's workload): what coordination must not cost.
-        let (hr, hw) = m.sectors_done(HOST);
-        let secs = to_secs(m.now() - t0);
-        out.counters.insert(
-            "aggregate_mb_s".into(),
-            (hr + hw - hr0 - hw0) as f64 * 512.0 / 1e6 / secs,
-        );
-    }
-    io_counters(m, app_kernel, (r0, w0, t0), &mut out);
-    coord_counters(m, vms, &mut out);
-    layout_counters(m, workload_file_bytes, &mut out);
-    Ok(out)
+    procedure::run_repetition(cell, &Waits::default(), &mut SimHost::new(cell, opts, rep))
 }
 
-/// Runs one repetition of a cell.
+/// Where the disk's counts stood when the measurement began: sectors read
+/// and written by the app's kernel and by the host, and the time.
+struct Mark {
+    app: (u64, u64),
+    host: (u64, u64),
+    at: Nanos,
+}
+
+/// The simulator's side of the S suite's procedure
+/// ([`experiment::procedure`]): each step on a simulated [`Machine`],
+/// whose time passes only when a step runs it.
+///
+/// Its properties as a host, which the procedure does not decide:
+/// - a repetition's machine is built when its workloads start
+///   ([`setup`], from the repetition's seed), so it holds nothing cached
+///   before: the first drop of the host's caches has nothing to drop;
+/// - a simulated process starts at the exact instant it is asked to, where
+///   a real one starts after the suite's shell commands: each pause before
+///   a start is up to [`START_JITTER_NS`] longer, drawn from a stream of
+///   its own;
+/// - the app starts in VM 1's guest and at the same instant in every VM
+///   with the `app` role; a start counts until the last of them is up;
+/// - its counters: read and write MB/s of the app's disk over the
+///   measurement, coordination counters per VM, the workload files' layout,
+///   and for throughput cells in VMs what the host's disk delivered to all.
+pub struct SimHost<'a> {
+    cell: &'a Cell,
+    opts: &'a SimOptions,
+    seed: u64,
+    /// The start jitter's stream: a stream of its own, so that the jitter
+    /// does not shift the draws of the simulated machine.
+    jitter: Rng,
+    setup: Option<Setup>,
+    mark: Option<Mark>,
+}
+
+impl<'a> SimHost<'a> {
+    /// The host of repetition `rep` of `cell`.
+    pub fn new(cell: &'a Cell, opts: &'a SimOptions, rep: u32) -> Self {
+        let seed = repetition_seed(cell.seed, rep);
+        SimHost {
+            cell,
+            opts,
+            seed,
+            jitter: Rng::new(seed ^ 0x5354_4152_545F_4A49),
+            setup: None,
+            mark: None,
+        }
+    }
+
+    fn setup(&mut self) -> Result<&mut Setup, String> {
+        self.setup
+            .as_mut()
+            .ok_or_else(|| "the simulated machine is built when the workloads start".to_string())
+    }
+
+    /// Runs the machine for `ns` more.
+    fn run_for(&mut self, ns: Nanos) -> Result<(), String> {
+        let m = &mut self.setup()?.machine;
+        m.run_until(m.now() + ns, |_| false);
+        Ok(())
+    }
+}
+
+impl procedure::Host for SimHost<'_> {
+    type Error = String;
+
+    fn drop_caches(&mut self, scope: Scope) -> Result<(), String> {
+        let Some(s) = self.setup.as_mut() else {
+            // Not built yet: a new machine has nothing cached.
+            return Ok(());
+        };
+        let m = &mut s.machine;
+        match scope {
+            Scope::Guest if s.app_kernel != HOST => {
+                m.drop_caches(s.app_kernel);
+                for (k, _) in &s.other_apps {
+                    m.drop_caches(*k);
+                }
+            }
+            Scope::Guest => {}
+            Scope::Host => m.drop_caches(HOST),
+        }
+        Ok(())
+    }
+
+    fn start_workloads(&mut self) -> Result<Vec<WorkloadSpec>, String> {
+        let s = setup(self.cell, self.opts, self.seed)?;
+        let started = s.workloads.clone();
+        self.setup = Some(s);
+        Ok(started)
+    }
+
+    fn wait(&mut self, secs_: f64) -> Result<(), String> {
+        self.run_for(secs(secs_))
+    }
+
+    fn pause(&mut self, secs_: f64) -> Result<(), String> {
+        let ns = secs(secs_) + self.jitter.below(START_JITTER_NS);
+        self.run_for(ns)
+    }
+
+    fn begin_measure(&mut self) -> Result<(), String> {
+        let s = self.setup()?;
+        let m = &s.machine;
+        self.mark = Some(Mark {
+            app: m.sectors_done(s.app_kernel),
+            host: m.sectors_done(HOST),
+            at: m.now(),
+        });
+        Ok(())
+    }
+
+    fn start_app(&mut self, timeout_s: f64) -> Result<Option<f64>, String> {
+        let s = self.setup()?;
+        let (trace, files) = s
+            .app
+            .as_ref()
+            .ok_or_else(|| "a start-up cell has an app".to_string())?;
+        let m = &mut s.machine;
+        let start = m.now();
+        // VM 1's app, and those of the VMs that start it at the same
+        // moment: the start counts until the last of them is up.
+        let mut pids =
+            vec![m.start_app(s.app_kernel, trace.clone(), files.clone(), IoPrio::DEFAULT)];
+        for (k, ids) in &s.other_apps {
+            pids.push(m.start_app(*k, trace.clone(), ids.clone(), IoPrio::DEFAULT));
+        }
+        let all_up = |m: &Machine| pids.iter().all(|&p| m.app_finished(p).is_some());
+        m.run_until(start + secs(timeout_s), all_up);
+        let last = pids
+            .iter()
+            .map(|&p| m.app_finished(p))
+            .collect::<Option<Vec<_>>>();
+        for &p in &pids {
+            m.kill(p);
+        }
+        Ok(last
+            .and_then(|ts| ts.into_iter().max())
+            .map(|t| to_secs(t - start)))
+    }
+
+    fn sectors(&mut self) -> Result<u64, String> {
+        let s = self.setup()?;
+        let (r, w) = s.machine.sectors_done(s.app_kernel);
+        Ok(r + w)
+    }
+
+    fn finish(&mut self, out: &mut RunResult) -> Result<(), String> {
+        let throughput = self.cell.benchmark == Benchmark::Throughput;
+        let mark = self
+            .mark
+            .take()
+            .ok_or_else(|| "the measurement never began".to_string())?;
+        let s = self.setup()?;
+        let m = &s.machine;
+        if throughput && s.app_kernel != HOST {
+            // What the disk itself delivered to everyone (all VMs and the
+            // host's workload): what coordination must not cost.
+            let (hr, hw) = m.sectors_done(HOST);
+            let (hr0, hw0) = mark.host;
+            out.counters.insert(
+                "aggregate_mb_s".into(),
+                (hr + hw - hr0 - hw0) as f64 * 512.0 / 1e6 / to_secs(m.now() - mark.at),
+            );
+        }
+        io_counters(m, s.app_kernel, (mark.app.0, mark.app.1, mark.at), out);
+        coord_counters(m, s.vms, out);
+        layout_counters(m, s.workload_file_bytes, out);
+        Ok(())
+    }
+
+    fn unsupported(&self, what: &str) -> String {
+        format!(
+            "{what} runs on the simulator's CPU model (sim::cpu_bench), not on its disk machine"
+        )
+    }
+}
+
+/// Runs one repetition of a cell: the CPU model's benchmarks (latency, hot
+/// start-up) on `cpu_bench`, which is not a procedure host yet (see
+/// `experiment::procedure`), the others through the procedure on a
+/// [`SimHost`].
 pub fn run_repetition(cell: &Cell, opts: &SimOptions, rep: u32) -> Result<RunResult, String> {
     match cell.benchmark {
         Benchmark::Latency => crate::cpu_bench::run_latency_rep(cell, rep).map(|(r, _)| r),

@@ -1,0 +1,240 @@
+//! Native cells: the app and the workloads run on the host, on the
+//! device's file system. [`OnHost`] is the procedure's host for them
+//! ([`experiment::procedure::Host`]); the process-level steps (starting S's
+//! workers, timing a start) live here and serve the guest agent too
+//! (`crate::guest`), which runs the same steps inside a VM.
+
+use std::path::{Path, PathBuf};
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+use experiment::procedure::{self, Scope};
+use experiment::{Pattern, RunResult, WorkloadSpec};
+
+use crate::cells::CellCtx;
+use crate::cleanup::Cleanup;
+use crate::workers::{self, Kind};
+use crate::{check_interrupted, run_err, sectors_done, sleep, Error, Result};
+
+/// The native side of the procedure: each step on the host itself.
+///
+/// Its properties as a host: there is no guest (dropping the guests'
+/// caches does nothing); the benchmarked disk is the device (its
+/// `/sys/block/X/stat`); a background worker that died during the settle
+/// time fails the run.
+pub(crate) struct OnHost<'a> {
+    x: &'a CellCtx<'a>,
+    /// The repetition's seed, for the workers' random offsets.
+    seed: u64,
+    cleanup: &'a mut Cleanup,
+}
+
+impl procedure::Host for OnHost<'_> {
+    type Error = Error;
+
+    fn drop_caches(&mut self, scope: Scope) -> Result<()> {
+        match scope {
+            Scope::Guest => Ok(()),
+            Scope::Host => crate::drop_caches(),
+        }
+    }
+
+    fn start_workloads(&mut self) -> Result<Vec<WorkloadSpec>> {
+        let w: WorkloadSpec = self.x.c.host_workload;
+        let r = self.x.ready;
+        start_workload(
+            &self.x.d.o.exe,
+            &w,
+            &r.files,
+            self.seed,
+            r.rotational,
+            &mut self.cleanup.workers,
+        )?;
+        Ok(vec![w])
+    }
+
+    fn wait(&mut self, secs: f64) -> Result<()> {
+        sleep(secs)
+    }
+
+    fn settle(&mut self, secs: f64) -> Result<()> {
+        sleep(secs)?;
+        workers_alive(&mut self.cleanup.workers, "a background worker")
+    }
+
+    fn start_app(&mut self, timeout_s: f64) -> Result<Option<f64>> {
+        let r = self.x.ready;
+        time_start(
+            &self.x.d.o.exe,
+            self.x.d.app,
+            &r.app_dir,
+            &r.workdir,
+            timeout_s,
+        )
+    }
+
+    fn sectors(&mut self) -> Result<u64> {
+        Ok(sectors_done(&self.x.ready.sb.stat))
+    }
+
+    fn finish(&mut self, _out: &mut RunResult) -> Result<()> {
+        self.cleanup.stop_workers();
+        Ok(())
+    }
+
+    fn unsupported(&self, what: &str) -> Error {
+        cpu_model_only(what)
+    }
+}
+
+/// The real runner's error for a cell of the CPU model's benchmarks (the
+/// scenario's check refuses them first; this is the procedure's word on it).
+pub(crate) fn cpu_model_only(what: &str) -> Error {
+    Error::Usage(format!(
+        "{what}: runs on the simulator's CPU model only (tandem sim run)"
+    ))
+}
+
+/// The repetitions of a native cell, each through the procedure.
+pub(crate) fn run_cell(x: &CellCtx, cleanup: &mut Cleanup) -> Result<Vec<RunResult>> {
+    let mut runs = Vec::new();
+    for rep in 0..x.c.repetitions {
+        x.progress_repetition(rep);
+        let r = procedure::run_repetition(
+            x.c,
+            &x.d.o.waits(),
+            &mut OnHost {
+                x,
+                seed: x.rep_seed(rep),
+                cleanup,
+            },
+        );
+        cleanup.stop_workers();
+        runs.push(r?);
+    }
+    Ok(runs)
+}
+
+/// The start of the app of a cell.
+pub enum App {
+    Trace(String, experiment::apptrace::AppTrace),
+    Command(String),
+}
+
+/// The app a scenario names: `cmd:<command line>` or a trace preset.
+pub fn app_of(name: &str) -> Result<App> {
+    if let Some(c) = name.strip_prefix("cmd:") {
+        return Ok(App::Command(c.trim().to_string()));
+    }
+    experiment::apptrace::preset(name)
+        .map(|t| App::Trace(name.to_string(), t))
+        .ok_or_else(|| Error::Usage(format!("app {name:?}: no such trace")))
+}
+
+/// A worker that died (a read error, a full disk) is a failed run.
+pub fn workers_alive(workers: &mut [Child], who: &str) -> Result<()> {
+    for ch in workers.iter_mut() {
+        if let Ok(Some(st)) = ch.try_wait() {
+            return Err(run_err(format!("{who} exited early ({st})")));
+        }
+    }
+    Ok(())
+}
+
+/// Start a background workload as S does: readers, then rate-capped
+/// writers, and a sync every 2 s while writers run. `files` holds one file
+/// per process; the children are pushed on `workers` (killed by the caller).
+pub fn start_workload(
+    exe: &Path,
+    w: &WorkloadSpec,
+    files: &[PathBuf],
+    seed: u64,
+    rotational: bool,
+    workers: &mut Vec<Child>,
+) -> Result<()> {
+    let random = w.pattern == Some(Pattern::Rand);
+    if files.len() < (w.readers + w.writers) as usize {
+        return Err(run_err(format!(
+            "workload {}: {} files needed, {} there",
+            w.name(),
+            w.readers + w.writers,
+            files.len()
+        )));
+    }
+    for (i, f) in files.iter().enumerate().take(w.readers as usize) {
+        let kind = if random {
+            Kind::RandRead
+        } else {
+            Kind::SeqRead
+        };
+        workers.push(workers::spawn_worker(
+            exe,
+            kind,
+            Some(f),
+            0.0,
+            seed + i as u64,
+        )?);
+    }
+    if w.writers > 0 {
+        let per = experiment::suite::writer_rate_bytes_per_s(w, rotational);
+        for i in 0..w.writers as usize {
+            let kind = if random {
+                Kind::RandWrite
+            } else {
+                Kind::SeqWrite
+            };
+            let f = &files[w.readers as usize + i];
+            workers.push(workers::spawn_worker(
+                exe,
+                kind,
+                Some(f),
+                per,
+                seed + 100 + i as u64,
+            )?);
+        }
+        workers.push(workers::spawn_worker(exe, Kind::Sync, None, 0.0, 0)?);
+    }
+    Ok(())
+}
+
+/// One start of the app, with cold caches already: the seconds it took, or
+/// `None` when it ran into the timeout (it is killed then).
+pub fn time_start(
+    exe: &Path,
+    app: &App,
+    app_dir: &Path,
+    workdir: &Path,
+    timeout_s: f64,
+) -> Result<Option<f64>> {
+    let t0 = Instant::now();
+    let mut child = match app {
+        App::Trace(name, _) => workers::spawn_replay(exe, name, app_dir)?,
+        App::Command(cmdline) => workers::spawn_command(cmdline, workdir)?,
+    };
+    let timeout = Duration::from_secs_f64(timeout_s);
+    let status = loop {
+        if let Err(e) = check_interrupted() {
+            workers::kill(&mut child);
+            return Err(e);
+        }
+        match child.try_wait() {
+            Ok(Some(st)) => break Some(st),
+            Ok(None) => {}
+            Err(e) => {
+                workers::kill(&mut child);
+                return Err(run_err(format!("waiting for the app: {e}")));
+            }
+        }
+        if t0.elapsed() >= timeout {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    let took = t0.elapsed().as_secs_f64();
+    workers::kill(&mut child);
+    match status {
+        Some(st) if !st.success() => Err(run_err(format!("the app exited with {st}"))),
+        Some(_) => Ok(Some(took)),
+        None => Ok(None),
+    }
+}

@@ -1,0 +1,420 @@
+//! VM cells: the app and the guest workload run in a QEMU guest whose disk
+//! is a file on the device's file system, the host workload on the host.
+//! [`InGuest`] is the procedure's host for them
+//! ([`experiment::procedure::Host`]): the steps inside the guest go through
+//! the guest agent (`crate::guest`), the host's steps run here.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use devemu::run_cmd;
+use experiment::procedure::{self, Scope};
+use experiment::{Cell, IoSched, RunResult, WorkloadSpec};
+use policy::{CoordMode, IoprioBoost};
+use serde_json::json;
+
+use crate::cells::CellCtx;
+use crate::cleanup::Cleanup;
+use crate::device::{fill_app_files, guest_workload_files, DeviceRun};
+use crate::native::App;
+use crate::options::Options;
+use crate::{
+    check_interrupted, progress, run_err, sleep, vm, workers, workers_alive, Error, Result,
+    COORDINATION,
+};
+
+/// What VM cells share on a device: the guest image, its data disk on the
+/// device's filesystem, and the accelerator.
+pub(crate) struct VmContext {
+    image: vmimage::Image,
+    disk: PathBuf,
+    accel: vm::Accel,
+    run_dir: PathBuf,
+}
+
+/// Build (or open) the guest image, make the guest's data disk on the
+/// device's filesystem and fill it with the guest workload's files and the
+/// app's, and pick the accelerator.
+pub(crate) fn prepare_vm(
+    d: &DeviceRun,
+    workdir: &Path,
+    run_dir: &Path,
+    disk_bytes: u64,
+    cleanup: &mut Cleanup,
+    extra: &mut serde_json::Map<String, serde_json::Value>,
+) -> Result<VmContext> {
+    let o = d.o;
+    let image = match &o.vm.image {
+        Some(dir) => vmimage::open(dir).map_err(|e| Error::Usage(format!("--vm-image: {e}")))?,
+        None => {
+            progress(o, "building the guest image (tandem vm image)");
+            vmimage::build(&vmimage::ImageOptions {
+                out: run_dir.join("image"),
+                tandem_exe: o.exe.clone(),
+                kernel_package: "linux-image-amd64".into(),
+                cache_dir: None,
+                data_disk_bytes: None,
+                quiet: o.quiet,
+            })
+            .map_err(|e| run_err(format!("building the guest image: {e}")))?
+        }
+    };
+    let accel = match o.vm.accel.as_deref() {
+        Some("tcg") => vm::Accel::Tcg("--vm-accel tcg".into()),
+        Some(_) => vm::Accel::Kvm,
+        None => {
+            progress(o, "probing KVM");
+            vm::probe_accel(&o.exe, &image.kernel, run_dir)
+        }
+    };
+    if let vm::Accel::Tcg(why) = &accel {
+        progress(o, &format!("QEMU runs with TCG: {why}"));
+    }
+    // The guest's disk, next to the host workload's files as in the paper's
+    // setup, filled through a loop mount while the emulator is untimed.
+    let disk = workdir.join("vm1.img");
+    cleanup.push_file(disk.clone())?;
+    progress(
+        o,
+        &format!("making the guest's data disk ({} MiB)", disk_bytes >> 20),
+    );
+    vmimage::make_data_disk(&disk, disk_bytes)
+        .map_err(|e| run_err(format!("making the guest disk: {e}")))?;
+    fill_guest_disk(d, &disk, &run_dir.join("guest-disk"), cleanup)?;
+    let ctx = VmContext {
+        image,
+        disk,
+        accel,
+        run_dir: run_dir.to_path_buf(),
+    };
+    extra.insert("vm".into(), vm_record(o, &ctx, disk_bytes).into());
+    Ok(ctx)
+}
+
+/// The guest workload's files and the app's, written on the guest's disk
+/// through a loop mount on `mnt` (recorded first, unmounted after).
+fn fill_guest_disk(d: &DeviceRun, disk: &Path, mnt: &Path, cleanup: &mut Cleanup) -> Result<()> {
+    fs::create_dir_all(mnt).map_err(|e| run_err(format!("{}: {e}", mnt.display())))?;
+    cleanup.push_mount(mnt.to_path_buf())?;
+    run_cmd(
+        "mount",
+        &[
+            "-o",
+            "loop",
+            &disk.to_string_lossy(),
+            &mnt.to_string_lossy(),
+        ],
+    )?;
+    let nguest = guest_workload_files(d.cells)?;
+    for i in 0..nguest {
+        check_interrupted()?;
+        workers::fill_file(
+            &mnt.join(format!("file{i}")),
+            d.o.file_bytes,
+            0x9e57 + i as u64,
+        )?;
+    }
+    if let App::Trace(_, t) = d.app {
+        fill_app_files(&mnt.join("app"), t)?;
+    }
+    cleanup.pop_mount()?;
+    Ok(())
+}
+
+/// The guest, QEMU and coordination settings of the run, for results.json.
+fn vm_record(
+    o: &Options,
+    ctx: &VmContext,
+    disk_bytes: u64,
+) -> serde_json::Map<String, serde_json::Value> {
+    let mut info = serde_json::Map::new();
+    info.insert("accel".into(), ctx.accel.name().into());
+    if let vm::Accel::Tcg(why) = &ctx.accel {
+        info.insert("tcg_because".into(), why.clone().into());
+    }
+    info.insert(
+        "guest_kernel".into(),
+        ctx.image.kernel_version.clone().into(),
+    );
+    info.insert("aio".into(), o.vm.disk.aio.clone().into());
+    info.insert("cache".into(), o.vm.disk.cache.clone().into());
+    info.insert("mem_mib".into(), o.vm.mem_mib.into());
+    info.insert("vcpus".into(), 1.into());
+    // Where QEMU's threads are in the blkio hierarchy: "own" (a group of
+    // its own, boosted threads moved to the root) or "root".
+    let own = o.vm.own_group && agent::sys::cgroup_v1_mount("blkio").is_some();
+    info.insert(
+        "blkio_group".into(),
+        if own { "own" } else { "root" }.into(),
+    );
+    info.insert(
+        "hostd_budget_fraction".into(),
+        o.vm.hostd_budget_fraction
+            .unwrap_or(agent::hostd::HostdConfig::default().budget_fraction)
+            .into(),
+    );
+    info.insert("disk_bytes".into(), disk_bytes.into());
+    let qv = Command::new(vm::qemu_binary())
+        .arg("--version")
+        .output()
+        .map(|p| {
+            String::from_utf8_lossy(&p.stdout)
+                .lines()
+                .next()
+                .unwrap_or("")
+                .to_string()
+        })
+        .unwrap_or_default();
+    info.insert("qemu".into(), qv.into());
+    info
+}
+
+/// Copy the cell's guest console, QEMU's and hostd's logs to
+/// `OUT/vm-logs/<cell id>/`, for the record (the run directory goes away).
+fn keep_vm_logs(o: &Options, c: &Cell, dir: &Path) {
+    let Some(out) = &o.vm.logs else { return };
+    let to = out.join("vm-logs").join(c.key().replace([' ', '='], "_"));
+    if fs::create_dir_all(&to).is_err() {
+        return;
+    }
+    for f in ["console.log", "qemu.log", "hostd.log"] {
+        let _ = fs::copy(dir.join(f), to.join(f));
+    }
+}
+
+/// The VM side of the procedure: the guest's steps through the guest agent,
+/// the host's here.
+///
+/// Its properties as a host: the app starts in the guest, and the
+/// benchmarked disk is the guest's virtual disk (its sectors as the guest
+/// sees them); dropping the guests' caches asks the guest agent, whose
+/// write-back reaches the host; a background worker on the host that died
+/// during the settle time fails the run; its counters are hostd's over the
+/// repetition (for `help-rt`).
+pub(crate) struct InGuest<'a> {
+    x: &'a CellCtx<'a>,
+    guest: &'a mut vm::Guest,
+    hostd: Option<&'a vm::Hostd>,
+    /// hostd's counters when the repetition began.
+    before: BTreeMap<String, f64>,
+    guest_w: WorkloadSpec,
+    /// The repetition's seed, for the workers' random offsets.
+    seed: u64,
+    cleanup: &'a mut Cleanup,
+}
+
+impl procedure::Host for InGuest<'_> {
+    type Error = Error;
+
+    fn drop_caches(&mut self, scope: Scope) -> Result<()> {
+        match scope {
+            Scope::Guest => self
+                .guest
+                .call(json!({"op": "drop_caches"}), None)
+                .map(drop),
+            Scope::Host => crate::drop_caches(),
+        }
+    }
+
+    fn start_workloads(&mut self) -> Result<Vec<WorkloadSpec>> {
+        let host_w: WorkloadSpec = self.x.c.host_workload;
+        let r = self.x.ready;
+        crate::start_workload(
+            &self.x.d.o.exe,
+            &host_w,
+            &r.files,
+            self.seed,
+            r.rotational,
+            &mut self.cleanup.workers,
+        )?;
+        if !self.guest_w.is_none() {
+            self.guest.call(
+                json!({"op": "workload", "spec": self.guest_w.name(), "seed": self.seed ^ 0x6e57, "rotational": r.rotational}),
+                None,
+            )?;
+        }
+        Ok(vec![host_w, self.guest_w])
+    }
+
+    fn wait(&mut self, secs: f64) -> Result<()> {
+        sleep(secs)
+    }
+
+    fn settle(&mut self, secs: f64) -> Result<()> {
+        sleep(secs)?;
+        workers_alive(&mut self.cleanup.workers, "a background worker")
+    }
+
+    fn start_app(&mut self, timeout_s: f64) -> Result<Option<f64>> {
+        let a = self.guest.call(
+            json!({"op": "start", "app": self.x.d.o.scenario.app, "timeout_s": timeout_s}),
+            // The guest times the start; its answer may take the timeout
+            // and the agent's own work on a slow (TCG) guest.
+            Some(Duration::from_secs_f64(timeout_s + 60.0)),
+        )?;
+        Ok(a.get("secs").and_then(serde_json::Value::as_f64))
+    }
+
+    fn sectors(&mut self) -> Result<u64> {
+        Ok(self
+            .guest
+            .call(json!({"op": "sectors"}), None)?
+            .get("sectors")
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or(0))
+    }
+
+    fn finish(&mut self, out: &mut RunResult) -> Result<()> {
+        if !self.guest_w.is_none() {
+            self.guest.call(json!({"op": "stop"}), None)?;
+        }
+        self.cleanup.stop_workers();
+        if let Some(h) = self.hostd {
+            hostd_counters(&self.before, &h.metrics(), out);
+        }
+        Ok(())
+    }
+
+    fn unsupported(&self, what: &str) -> Error {
+        crate::native::cpu_model_only(what)
+    }
+}
+/// The cell's coordination: none for `off`; for `help-rt`, hostd on the
+/// host and guestd in the guest.
+fn start_coordination(
+    o: &Options,
+    c: &Cell,
+    guest: &mut vm::Guest,
+    group: Option<&vm::VmGroup>,
+) -> Result<Option<vm::Hostd>> {
+    let mode = c.coordination;
+    match (mode, IoprioBoost::for_mode(mode)) {
+        (CoordMode::Off, _) => Ok(None),
+        (CoordMode::HelpRt, Some(ioprio)) => {
+            let h = vm::Hostd::start(
+                &o.exe,
+                guest,
+                ioprio,
+                group.map(|g| g.root.as_path()),
+                o.vm.hostd_budget_fraction,
+            )?;
+            guest.call(serde_json::json!({"op": "guestd", "lease_ms": 1000}), None)?;
+            Ok(Some(h))
+        }
+        (other, _) => Err(Error::Usage(format!(
+            "coordination {:?}: the real runner runs {}",
+            other.name(),
+            COORDINATION
+                .iter()
+                .map(|m| m.name())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))),
+    }
+}
+
+/// hostd's counters over a repetition (metrics after minus before), into
+/// the repetition's result.
+fn hostd_counters(
+    before: &BTreeMap<String, f64>,
+    after: &BTreeMap<String, f64>,
+    out: &mut RunResult,
+) {
+    for (k, name) in [
+        ("boosted_seconds_total", "vm1_boosted_s"),
+        ("boosts_total", "vm1_boosts"),
+        ("helps_total", "vm1_helps"),
+        ("budget_denials_total", "vm1_budget_denials"),
+    ] {
+        if let Some(a) = after.get(k) {
+            let b = before.get(k).copied().unwrap_or(0.0);
+            out.counters.insert(name.into(), a - b);
+        }
+    }
+}
+
+/// Boot the cell's guest with its scheduler, and put it in a blkio group of
+/// its own when asked.
+fn boot(
+    x: &CellCtx,
+    ctx: &VmContext,
+    dir: &Path,
+    cleanup: &mut Cleanup,
+) -> Result<(vm::Guest, Option<vm::VmGroup>)> {
+    let o = x.d.o;
+    let gsched =
+        x.c.guest_sched
+            .unwrap_or(IoSched::None)
+            .kernel_name()
+            .to_string();
+    progress(
+        o,
+        &format!(
+            "cell {}/{} [{}]: booting the guest",
+            x.ci + 1,
+            x.d.cells.len(),
+            x.c.key()
+        ),
+    );
+    let mut guest = vm::Guest::boot(&vm::BootSpec {
+        accel: &ctx.accel,
+        kernel: &ctx.image.kernel,
+        initramfs: &ctx.image.initramfs,
+        disk: &ctx.disk,
+        disk_opts: &o.vm.disk,
+        mem_mib: o.vm.mem_mib,
+        dir,
+    })?;
+    guest.call(json!({"op": "sched", "name": gsched}), None)?;
+    // The VM in a blkio group of its own in every mode, so that `off` and
+    // `help-rt` differ only by tandem; hostd moves the boosted I/O threads to
+    // the root group (vm::VmGroup). Without a cgroup v1 blkio hierarchy, QEMU
+    // stays in the root group and help-rt is the RT class alone.
+    let group = if o.vm.own_group {
+        vm::VmGroup::create(vm::VM_NAME, guest.pid(), |d| {
+            cleanup.push_cgroup(d.to_path_buf())
+        })?
+    } else {
+        None
+    };
+    Ok((guest, group))
+}
+
+/// The repetitions of one VM cell, each through the procedure: one guest
+/// boot for the cell, and for `help-rt` a hostd and a guestd for it.
+pub(crate) fn run_cell(x: &CellCtx, cleanup: &mut Cleanup) -> Result<Vec<RunResult>> {
+    let o = x.d.o;
+    let ctx = x
+        .ready
+        .vm
+        .as_ref()
+        .ok_or_else(|| run_err("VM cell without a guest"))?;
+    let guest_w: WorkloadSpec = x.c.guest_workload.unwrap_or(WorkloadSpec::NONE);
+    let dir = ctx.run_dir.join(format!("vm-cell{}", x.ci + 1));
+    let (mut guest, group) = boot(x, ctx, &dir, cleanup)?;
+    let hostd = start_coordination(o, x.c, &mut guest, group.as_ref())?;
+    let mut runs = Vec::new();
+    for rep in 0..x.c.repetitions {
+        x.progress_repetition(rep);
+        let mut host = InGuest {
+            x,
+            guest: &mut guest,
+            hostd: hostd.as_ref(),
+            before: hostd.as_ref().map(|h| h.metrics()).unwrap_or_default(),
+            guest_w,
+            seed: x.rep_seed(rep),
+            cleanup,
+        };
+        runs.push(procedure::run_repetition(x.c, &o.waits(), &mut host)?);
+    }
+    if let Some(h) = hostd {
+        h.stop()?;
+    }
+    guest.shutdown()?;
+    drop(group);
+    keep_vm_logs(o, x.c, &dir);
+    Ok(runs)
+}

@@ -1,0 +1,363 @@
+//! The S suite's procedure, written once for every runner: the order of its steps and
+//! its decisions (which caches are dropped when, how long to settle and pause, the
+//! timeout, how many samples), generic over a [`Host`] that knows how to do each step.
+//!
+//! The simulator (`sim::bench::SimHost`) and the real runner (`bench::native::OnHost`
+//! for native cells, `bench::vm_cell::InGuest` for VM cells) implement [`Host`]; neither
+//! writes the procedure itself. One repetition of a cell
+//! ([`run_repetition`]) follows the suite's `comm_startup_lat.sh` and
+//! `throughput-sync.sh`:
+//!
+//! 1. the host's caches are dropped ([`Scope::Host`]), so that a repetition does not
+//!    find what the one before read;
+//! 2. the background workloads start (host and guests), and settle for
+//!    [`suite::SETTLE_S`] (none when nothing runs);
+//! 3. the measurement begins ([`Host::begin_measure`]);
+//! 4. start-up: per start, the pause ([`suite::PAUSE_BEFORE_START_S`]), the caches
+//!    dropped in the guests that start the app and then in the host, the start with
+//!    the cell's timeout; a start shorter than [`suite::SHORT_START_S`] is followed by
+//!    that much rest, and a start that hits the timeout counts as the timeout and ends
+//!    the run;
+//!    throughput: the disk's sectors read and written, sampled every `sample_s` over
+//!    `duration_s` (at least one sample), in MB/s (10^6 bytes);
+//! 5. the workloads stop and the host adds its counters ([`Host::finish`]).
+//!
+//! A new benchmark is a new arm of [`run_repetition`] (its steps, in order), plus the
+//! steps it needs that [`Host`] does not have yet, implemented by each host. The CPU
+//! model's benchmarks (`latency`, and start-up with `caches = "hot"`) do not go through
+//! here yet: they run on the simulator's CPU model (`sim::cpu_bench`), which is not a
+//! [`Host`] (no disk, no caches, no workloads but busy loops); their loop is the
+//! start-up loop's shape, and the hook where they belong is [`run_repetition`]'s
+//! first check ([`on_cpu_model`]), which refuses them before any step.
+
+use crate::scenario::Benchmark;
+use crate::suite;
+use crate::{Cell, RunResult, WorkloadSpec};
+
+/// Whose page cache a step drops.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// The kernels of the guests that start the app (VM cells); native cells have
+    /// none, and a host does nothing for this scope there.
+    Guest,
+    /// The host's kernel: in native cells the one the app starts in, in VM cells the
+    /// one under the guests (the VM extension of the suite drops it too, before every
+    /// start; otherwise the host's cache of the guest's image fakes a fast disk).
+    Host,
+}
+
+/// Overrides of the suite's waits: the real runner's `--settle-s` and `--pause-s`, for
+/// short runs (tests). `Waits::default()` is the suite's.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Waits {
+    /// Settle time when a workload runs, instead of [`suite::SETTLE_S`].
+    pub settle_s: Option<f64>,
+    /// Pause before each start, instead of [`suite::PAUSE_BEFORE_START_S`].
+    pub pause_s: Option<f64>,
+}
+
+impl Waits {
+    /// The settle time after starting `started`: nothing when no workload runs, else
+    /// the override or the suite's.
+    pub fn settle_s(&self, started: &[WorkloadSpec]) -> f64 {
+        match self.settle_s {
+            Some(s) if suite::settle_s(started) > 0.0 => s,
+            _ => suite::settle_s(started),
+        }
+    }
+
+    /// The pause before each start.
+    pub fn pause_s(&self) -> f64 {
+        self.pause_s.unwrap_or(suite::PAUSE_BEFORE_START_S)
+    }
+}
+
+/// What the procedure asks of a machine, simulated or real. Each step says what it
+/// must do; the procedure decides when.
+pub trait Host {
+    /// The host's failures (the simulator's `String`, the real runner's `Error`).
+    type Error;
+
+    /// Drop the page cache of `scope` (after writing back what is dirty, as `sync;
+    /// echo 3 > /proc/sys/vm/drop_caches` does).
+    fn drop_caches(&mut self, scope: Scope) -> Result<(), Self::Error>;
+
+    /// Start the cell's background workloads (the host's and the guests'), each
+    /// process on its own file as S does; return every workload started (`none`
+    /// included), from which the procedure decides the settle time.
+    fn start_workloads(&mut self) -> Result<Vec<WorkloadSpec>, Self::Error>;
+
+    /// Let `secs` pass with the workloads running (samples, the rest after a short
+    /// start).
+    fn wait(&mut self, secs: f64) -> Result<(), Self::Error>;
+
+    /// The settle time after the workloads started. By default a [`Host::wait`]; a
+    /// host may check its workloads are still alive at its end.
+    fn settle(&mut self, secs: f64) -> Result<(), Self::Error> {
+        self.wait(secs)
+    }
+
+    /// The pause before a start: in the suite, two `sleep`s and the shell commands
+    /// between them. By default a [`Host::wait`]; a host whose processes would
+    /// otherwise start at exact instants adds the delay of those commands here.
+    fn pause(&mut self, secs: f64) -> Result<(), Self::Error> {
+        self.wait(secs)
+    }
+
+    /// The measurement begins (the workloads have settled): a host that counts
+    /// something over the measurement marks its start here.
+    fn begin_measure(&mut self) -> Result<(), Self::Error> {
+        Ok(())
+    }
+
+    /// Start the app once, in every kernel that starts it, and wait for it: the
+    /// seconds until the last one was up, or `None` when `timeout_s` passed first.
+    /// The app is gone when this returns.
+    fn start_app(&mut self, timeout_s: f64) -> Result<Option<f64>, Self::Error>;
+
+    /// Sectors (512 bytes) read and written so far on the benchmarked disk: the
+    /// device in native cells, VM 1's virtual disk in VM cells.
+    fn sectors(&mut self) -> Result<u64, Self::Error>;
+
+    /// The end of a repetition: stop the workloads and add the host's counters to
+    /// `out`.
+    fn finish(&mut self, out: &mut RunResult) -> Result<(), Self::Error>;
+
+    /// The error for a cell this host does not run; `what` names its benchmark
+    /// ([`on_cpu_model`]).
+    fn unsupported(&self, what: &str) -> Self::Error;
+}
+
+/// One repetition of `cell` on `host`. A failed step ends the repetition with its
+/// error; the host's own cleanup stops what it started.
+pub fn run_repetition<H: Host>(
+    cell: &Cell,
+    waits: &Waits,
+    host: &mut H,
+) -> Result<RunResult, H::Error> {
+    if let Some(what) = on_cpu_model(cell) {
+        // The hook of the benchmarks that run elsewhere today (see the module's
+        // documentation): a host that runs them says so here.
+        return Err(host.unsupported(&what));
+    }
+    host.drop_caches(Scope::Host)?;
+    let started = host.start_workloads()?;
+    host.settle(waits.settle_s(&started))?;
+    host.begin_measure()?;
+    let mut out = RunResult::default();
+    match cell.benchmark {
+        Benchmark::Startup => cold_starts(cell, waits, host, &mut out)?,
+        Benchmark::Throughput => throughput(cell, host, &mut out)?,
+        Benchmark::Latency => unreachable!("refused above: it runs on the CPU model"),
+    }
+    host.finish(&mut out)?;
+    Ok(out)
+}
+
+/// The benchmark of a cell that runs on the simulator's CPU model, not through the
+/// procedure (latency, and start-up with hot caches), named for an error message;
+/// `None` for the procedure's.
+pub fn on_cpu_model(cell: &Cell) -> Option<String> {
+    if cell.benchmark == Benchmark::Latency {
+        Some("benchmark = \"latency\"".into())
+    } else if cell.on_cpu_model() {
+        Some(format!(
+            "benchmark = \"{}\" with caches = \"hot\"",
+            cell.benchmark.as_str()
+        ))
+    } else {
+        None
+    }
+}
+
+/// `iterations` cold starts (S: `comm_startup_lat.sh`); the run stops at the first
+/// start that times out, as the suite does.
+fn cold_starts<H: Host>(
+    cell: &Cell,
+    waits: &Waits,
+    host: &mut H,
+    out: &mut RunResult,
+) -> Result<(), H::Error> {
+    for _ in 0..cell.iterations {
+        host.pause(waits.pause_s())?;
+        // The guests' caches first (their write-back reaches the host's), then the
+        // host's.
+        host.drop_caches(Scope::Guest)?;
+        host.drop_caches(Scope::Host)?;
+        match host.start_app(cell.timeout_s)? {
+            Some(took) => {
+                out.values.push(took);
+                if took < suite::SHORT_START_S {
+                    host.wait(suite::SHORT_START_S)?;
+                }
+            }
+            None => {
+                out.values.push(cell.timeout_s);
+                out.timeouts += 1;
+                break;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The number of throughput samples of a cell: `duration_s / sample_s`, at least one.
+pub fn samples(cell: &Cell) -> usize {
+    (cell.duration_s / cell.sample_s).floor().max(1.0) as usize
+}
+
+/// Aggregate MB/s (10^6 bytes, reads plus writes completed by the benchmarked disk),
+/// sampled every `sample_s` over `duration_s` (S: `throughput-sync.sh`).
+fn throughput<H: Host>(cell: &Cell, host: &mut H, out: &mut RunResult) -> Result<(), H::Error> {
+    let mut last = host.sectors()?;
+    for _ in 0..samples(cell) {
+        host.wait(cell.sample_s)?;
+        let now = host.sectors()?;
+        out.values
+            .push(now.saturating_sub(last) as f64 * 512.0 / 1e6 / cell.sample_s);
+        last = now;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A host that records the steps asked of it, with scripted start-up times.
+    #[derive(Default)]
+    struct Script {
+        steps: Vec<String>,
+        starts: Vec<Option<f64>>,
+        sectors: u64,
+        workload: Option<WorkloadSpec>,
+    }
+
+    impl Host for Script {
+        type Error = String;
+        fn drop_caches(&mut self, scope: Scope) -> Result<(), String> {
+            self.steps.push(format!("drop {scope:?}"));
+            Ok(())
+        }
+        fn start_workloads(&mut self) -> Result<Vec<WorkloadSpec>, String> {
+            self.steps.push("workloads".into());
+            Ok(vec![self.workload.unwrap_or(WorkloadSpec::NONE)])
+        }
+        fn wait(&mut self, secs: f64) -> Result<(), String> {
+            self.steps.push(format!("wait {secs}"));
+            self.sectors += (secs * 1000.0) as u64;
+            Ok(())
+        }
+        fn settle(&mut self, secs: f64) -> Result<(), String> {
+            self.steps.push(format!("settle {secs}"));
+            Ok(())
+        }
+        fn pause(&mut self, secs: f64) -> Result<(), String> {
+            self.steps.push(format!("pause {secs}"));
+            Ok(())
+        }
+        fn start_app(&mut self, timeout_s: f64) -> Result<Option<f64>, String> {
+            self.steps.push(format!("start {timeout_s}"));
+            Ok(self.starts.remove(0))
+        }
+        fn sectors(&mut self) -> Result<u64, String> {
+            Ok(self.sectors)
+        }
+        fn finish(&mut self, _: &mut RunResult) -> Result<(), String> {
+            self.steps.push("finish".into());
+            Ok(())
+        }
+        fn unsupported(&self, what: &str) -> String {
+            format!("no {what}")
+        }
+    }
+
+    fn cell(benchmark: Benchmark) -> Cell {
+        let mut c = crate::Scenario::from_toml_str(
+            "name = \"t\"\nbenchmark = \"startup\"\napp = \"bash\"\n[matrix]\n\
+             device = [\"hdd-1.8in\"]\nhost_sched = [\"bfq\"]\nhost_workload = [\"1r-seq\"]\n",
+            &crate::Accepted {
+                devices: vec!["hdd-1.8in".parse().unwrap()],
+                host_scheds: vec!["bfq".parse().unwrap()],
+                guest_scheds: Vec::new(),
+                coordination: vec!["off".parse().unwrap()],
+                apps: vec!["bash".into()],
+                allow_cmd_apps: false,
+                allow_vm: false,
+            },
+        )
+        .unwrap()
+        .cells()
+        .remove(0);
+        c.benchmark = benchmark;
+        c.iterations = 3;
+        c.timeout_s = 9.0;
+        c.duration_s = 3.0;
+        c.sample_s = 1.0;
+        c
+    }
+
+    #[test]
+    fn a_start_up_drops_guest_then_host_caches_and_a_timeout_ends_the_run() {
+        let mut h = Script {
+            starts: vec![Some(1.5), None, Some(1.0)],
+            workload: Some(WorkloadSpec::parse("1r-seq").unwrap()),
+            ..Script::default()
+        };
+        let out = run_repetition(&cell(Benchmark::Startup), &Waits::default(), &mut h).unwrap();
+        assert_eq!(out.values, vec![1.5, 9.0]);
+        assert_eq!(out.timeouts, 1);
+        assert_eq!(
+            h.steps,
+            [
+                "drop Host",
+                "workloads",
+                "settle 13",
+                "pause 4",
+                "drop Guest",
+                "drop Host",
+                "start 9",
+                "wait 2",
+                "pause 4",
+                "drop Guest",
+                "drop Host",
+                "start 9",
+                "finish"
+            ]
+        );
+    }
+
+    #[test]
+    fn an_idle_machine_does_not_settle_and_overrides_apply_only_when_busy() {
+        let w = Waits {
+            settle_s: Some(1.0),
+            pause_s: Some(0.5),
+        };
+        assert_eq!(w.settle_s(&[WorkloadSpec::NONE]), 0.0);
+        assert_eq!(w.settle_s(&[WorkloadSpec::parse("2r-rand").unwrap()]), 1.0);
+        assert_eq!(w.pause_s(), 0.5);
+        assert_eq!(Waits::default().pause_s(), suite::PAUSE_BEFORE_START_S);
+    }
+
+    #[test]
+    fn throughput_samples_the_disk_every_sample_s() {
+        let mut h = Script::default();
+        let out = run_repetition(&cell(Benchmark::Throughput), &Waits::default(), &mut h).unwrap();
+        // 1000 sectors a second of `wait`: 0.512 MB/s, three samples; no workload
+        // started, no settling.
+        assert_eq!(out.values, vec![0.512; 3]);
+        assert_eq!(&h.steps[..3], ["drop Host", "workloads", "settle 0"]);
+    }
+
+    #[test]
+    fn a_benchmark_the_host_does_not_run_is_its_error_before_any_step() {
+        let mut h = Script::default();
+        let e = run_repetition(&cell(Benchmark::Latency), &Waits::default(), &mut h).unwrap_err();
+        assert_eq!(e, "no benchmark = \"latency\"");
+        let mut hot = cell(Benchmark::Startup);
+        hot.cpu.caches = crate::Caches::Hot;
+        let e = run_repetition(&hot, &Waits::default(), &mut h).unwrap_err();
+        assert_eq!(e, "no benchmark = \"startup\" with caches = \"hot\"");
+        assert!(h.steps.is_empty());
+    }
+}
