@@ -178,22 +178,12 @@ pub fn setup(cell: &Cell, opts: &SimOptions, seed: u64) -> Result<Setup, String>
 
     // The application's files, placed in path order as an installed
     // system has them.
-    let app = if cell.benchmark == Benchmark::Startup {
-        let trace = match opts.app_metadata_share {
-            Some(share) => workload::preset_with_metadata_share(&cell.app, share),
-            None => workload::preset(&cell.app),
+    let app = match app_trace(cell, opts)? {
+        Some(trace) => {
+            let ids = install_app(&mut m, app_kernel, &trace);
+            Some((Arc::new(trace), ids))
         }
-        .ok_or_else(|| {
-            format!(
-                "unknown app \"{}\"; accepted: {}",
-                cell.app,
-                workload::preset_names().join(", ")
-            )
-        })?;
-        let ids = install_app(&mut m, app_kernel, &trace);
-        Some((Arc::new(trace), ids))
-    } else {
-        None
+        None => None,
     };
 
     start_workload(&mut m, HOST, &host_workload, file_bytes);
@@ -241,6 +231,26 @@ pub fn setup(cell: &Cell, opts: &SimOptions, seed: u64) -> Result<Setup, String>
         vms,
         workloads,
         workload_file_bytes: file_bytes,
+    })
+}
+
+/// The app's recorded start-up for a start-up cell (with the metadata share
+/// of `--app-metadata-share`, if set); `None` for other benchmarks.
+fn app_trace(cell: &Cell, opts: &SimOptions) -> Result<Option<AppTrace>, String> {
+    if cell.benchmark != Benchmark::Startup {
+        return Ok(None);
+    }
+    match opts.app_metadata_share {
+        Some(share) => workload::preset_with_metadata_share(&cell.app, share),
+        None => workload::preset(&cell.app),
+    }
+    .map(Some)
+    .ok_or_else(|| {
+        format!(
+            "unknown app \"{}\"; accepted: {}",
+            cell.app,
+            workload::preset_names().join(", ")
+        )
     })
 }
 

@@ -235,11 +235,7 @@ pub fn build(o: &ImageOptions) -> Result<Image> {
 
     // 2. Kernel.
     let (version, vmlinuz) = find_kernel(&kroot, &kpkg.name)?;
-    let mod_root = ["lib/modules", "usr/lib/modules"]
-        .iter()
-        .map(|d| kroot.join(d).join(&version))
-        .find(|p| p.is_dir())
-        .ok_or_else(|| run_err(format!("{}: no lib/modules/{version}", kpkg.name)))?;
+    let mod_root = module_root(&kroot, &version, &kpkg.name)?;
 
     // 3. Modules.
     let tree = modules::Tree::scan(&mod_root, &version).map_err(run_err)?;
@@ -280,15 +276,7 @@ pub fn build(o: &ImageOptions) -> Result<Image> {
     util::write_atomic(&initramfs_path, &initramfs_bytes)?;
 
     // 6. The data disk.
-    let data_disk = match o.data_disk_bytes {
-        Some(bytes) => {
-            progress(o.quiet, &format!("data disk: {} MiB", bytes >> 20));
-            let p = o.out.join(DATA_DISK_FILE);
-            make_data_disk(&p, bytes)?;
-            Some(p)
-        }
-        None => None,
-    };
+    let data_disk = data_disk(o)?;
 
     // 5. The manifest, last: its presence means the image is complete.
     let manifest = Manifest {
@@ -319,10 +307,7 @@ pub fn build(o: &ImageOptions) -> Result<Image> {
             uuid: disk::UUID.into(),
         }),
     };
-    let mut json = serde_json::to_string_pretty(&manifest)
-        .map_err(|e| run_err(format!("writing the manifest: {e}")))?;
-    json.push('\n');
-    util::write_atomic(&manifest_path, json.as_bytes())?;
+    write_manifest(&manifest_path, &manifest)?;
     Ok(Image {
         kernel: kernel_path,
         initramfs: initramfs_path,
@@ -330,6 +315,35 @@ pub fn build(o: &ImageOptions) -> Result<Image> {
         data_disk,
         manifest: manifest_path,
     })
+}
+
+/// The optional ext4 data disk of step 6, in the output directory.
+fn data_disk(o: &ImageOptions) -> Result<Option<PathBuf>> {
+    let Some(bytes) = o.data_disk_bytes else {
+        return Ok(None);
+    };
+    progress(o.quiet, &format!("data disk: {} MiB", bytes >> 20));
+    let p = o.out.join(DATA_DISK_FILE);
+    make_data_disk(&p, bytes)?;
+    Ok(Some(p))
+}
+
+/// The kernel package's module directory for `version` (Debian moved it
+/// under /usr with the merged-/usr layout).
+fn module_root(kroot: &Path, version: &str, package: &str) -> Result<PathBuf> {
+    ["lib/modules", "usr/lib/modules"]
+        .iter()
+        .map(|d| kroot.join(d).join(version))
+        .find(|p| p.is_dir())
+        .ok_or_else(|| run_err(format!("{package}: no lib/modules/{version}")))
+}
+
+/// Writes the manifest, atomically: its presence means the image is complete.
+fn write_manifest(path: &Path, manifest: &Manifest) -> Result<()> {
+    let mut json = serde_json::to_string_pretty(manifest)
+        .map_err(|e| run_err(format!("writing the manifest: {e}")))?;
+    json.push('\n');
+    util::write_atomic(path, json.as_bytes())
 }
 
 /// Refuses bad options before anything is fetched, creates the output
