@@ -91,6 +91,14 @@ pub fn thread_group(tid: u32) -> Option<u32> {
         .and_then(|v| v.trim().parse().ok())
 }
 
+/// The parent of process `pid` (field 4 of `/proc/PID/stat`, after the
+/// command name, which may hold spaces and parentheses).
+pub fn parent_pid(pid: u32) -> Option<u32> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = s.get(s.rfind(')')? + 2..)?;
+    rest.split(' ').nth(1)?.parse().ok()
+}
+
 /// Start time of thread `tid` of any process.
 pub fn thread_start_time(tid: u32) -> Option<u64> {
     start_time(&tid.to_string())
