@@ -198,7 +198,7 @@ impl<O: IoprioOps> Marker<O> {
         // as guestd's only if its parent is marked.
         fresh.sort_unstable();
         for (pid, until) in fresh {
-            out.push(self.mark(pid, now, until));
+            out.extend(self.mark(pid, now, until));
         }
         out
     }
@@ -255,22 +255,26 @@ impl<O: IoprioOps> Marker<O> {
                 .is_some_and(|pp| pp != pid && self.is_marked(pp))
     }
 
-    fn mark(&mut self, pid: u32, now: Nanos, until: Nanos) -> MarkEvent {
+    /// Marks `pid`; nothing to say if it has exited already (a short-lived
+    /// program's exec is often seen after its exit).
+    fn mark(&mut self, pid: u32, now: Nanos, until: Nanos) -> Option<MarkEvent> {
         let start = self.ops.start_time(pid);
         let tids = match self.ops.threads(pid) {
-            Ok(t) if !t.is_empty() => t,
-            Ok(_) => return self.failed(pid, "no threads".into()),
-            Err(e) => return self.failed(pid, e.to_string()),
+            Ok(t) if !t.is_empty() && start.is_some() => t,
+            _ => {
+                self.procs.insert(pid, Entry::Spent);
+                return None;
+            }
         };
         for &tid in &tids {
             match self.ops.get(tid) {
                 Ok(v) if self.is_ours_or_default(pid, v) => {}
                 Ok(value) => {
                     self.procs.insert(pid, Entry::UserSet);
-                    return MarkEvent::LeftAlone { pid, tid, value };
+                    return Some(MarkEvent::LeftAlone { pid, tid, value });
                 }
                 Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {} // the thread ended
-                Err(e) => return self.failed(pid, format!("ioprio_get({tid}): {e}")),
+                Err(e) => return Some(self.failed(pid, format!("ioprio_get({tid}): {e}"))),
             }
         }
         let mut set = 0;
@@ -282,12 +286,13 @@ impl<O: IoprioOps> Marker<O> {
                     // Not permitted (RT needs CAP_SYS_ADMIN in the guest):
                     // put back what was set, and say so.
                     self.restore(pid, start);
-                    return self.failed(pid, format!("ioprio_set({tid}): {e}"));
+                    return Some(self.failed(pid, format!("ioprio_set({tid}): {e}")));
                 }
             }
         }
         if set == 0 {
-            return self.failed(pid, "its threads ended".into());
+            self.procs.insert(pid, Entry::Spent); // its threads ended
+            return None;
         }
         self.procs.insert(
             pid,
@@ -297,7 +302,7 @@ impl<O: IoprioOps> Marker<O> {
                 ends: until.min(now.saturating_add(self.lease_ns)),
             },
         );
-        MarkEvent::Marked { pid, threads: set }
+        Some(MarkEvent::Marked { pid, threads: set })
     }
 
     fn failed(&mut self, pid: u32, error: String) -> MarkEvent {

@@ -164,6 +164,9 @@ fn exit_and_reused_pid() {
     m.exited(41);
     assert!(!m.is_marked(41));
     assert_eq!(m.next_deadline(), None);
+    // A process gone before it could be marked: nothing to say.
+    assert!(m.update(0, &[(42, 3000 * MS)]).is_empty());
+    assert!(!m.is_marked(42));
 }
 
 /// A child of a marked process that execs during the lease carries the
