@@ -461,7 +461,9 @@ impl Daemon {
             return;
         };
         if let Some(pid) = exited {
-            m.exited(pid);
+            if let Some(e) = m.exited(pid) {
+                log_mark(&e, self.o.verbose);
+            }
         }
         let now = now_ns();
         let needs: Vec<(u32, Nanos)> = self
@@ -589,7 +591,9 @@ impl Daemon {
 fn log_mark(e: &MarkEvent, verbose: bool) {
     match e {
         MarkEvent::Failed { pid, error } => {
-            log(&format!("could not mark process {pid}'s I/O priority: {error}"));
+            log(&format!(
+                "could not mark process {pid}'s I/O priority: {error}"
+            ));
         }
         MarkEvent::Marked { pid, threads } if verbose => {
             log(&format!("marked process {pid} ({threads} threads)"));

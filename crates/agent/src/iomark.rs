@@ -100,12 +100,25 @@ impl IoprioOps for SysIoprio {
 /// What the marker did (for the log and the tests).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum MarkEvent {
-    Marked { pid: u32, threads: usize },
-    Restored { pid: u32, threads: usize },
+    Marked {
+        pid: u32,
+        threads: usize,
+    },
+    Restored {
+        pid: u32,
+        threads: usize,
+    },
     /// A thread of the process has a priority someone else set.
-    LeftAlone { pid: u32, tid: u32, value: u32 },
+    LeftAlone {
+        pid: u32,
+        tid: u32,
+        value: u32,
+    },
     /// The process could not be marked (gone, or not permitted).
-    Failed { pid: u32, error: String },
+    Failed {
+        pid: u32,
+        error: String,
+    },
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -203,9 +216,14 @@ impl<O: IoprioOps> Marker<O> {
         out
     }
 
-    /// The process exited: its threads are gone with their priorities.
-    pub fn exited(&mut self, pid: u32) {
-        self.procs.remove(&pid);
+    /// The process exited: its threads are gone with their priorities. If
+    /// it is in fact still there (an exit inferred from `/proc` that could
+    /// not be read for a moment), its mark is restored all the same.
+    pub fn exited(&mut self, pid: u32) -> Option<MarkEvent> {
+        match self.procs.remove(&pid)? {
+            Entry::Marked { start, .. } => self.restore(pid, start),
+            _ => None,
+        }
     }
 
     /// When the next mark's lease ends (needs that end come as updates).

@@ -7,11 +7,13 @@ use policy::MS;
 
 use super::*;
 
-/// A fake kernel: processes with their threads, start times and parents,
-/// and each thread's priority.
+/// A fake process: its threads, start time and parent.
+type FakeProc = (Vec<u32>, u64, u32);
+
+/// A fake kernel: processes, and each thread's priority.
 #[derive(Default)]
 struct Fake {
-    procs: RefCell<HashMap<u32, (Vec<u32>, u64, u32)>>,
+    procs: RefCell<HashMap<u32, FakeProc>>,
     prio: RefCell<HashMap<u32, u32>>,
     /// `ioprio_set` to anything but the default fails with EPERM.
     eperm: bool,
@@ -72,12 +74,24 @@ fn lease_ends_and_a_new_need_marks_again() {
     k.spawn(10, &[10, 11, 12], 1);
     let mut m = Marker::new(&k, MarkClass::Be0, 500 * MS);
     let ev = m.update(0, &[(10, 3000 * MS)]);
-    assert_eq!(ev, vec![MarkEvent::Marked { pid: 10, threads: 3 }]);
+    assert_eq!(
+        ev,
+        vec![MarkEvent::Marked {
+            pid: 10,
+            threads: 3
+        }]
+    );
     assert!([10, 11, 12].iter().all(|&t| k.prio(t) == BE0));
     assert_eq!(m.next_deadline(), Some(500 * MS));
     assert!(m.update(499 * MS, &[(10, 3000 * MS)]).is_empty());
     let ev = m.update(500 * MS, &[(10, 3000 * MS)]);
-    assert_eq!(ev, vec![MarkEvent::Restored { pid: 10, threads: 3 }]);
+    assert_eq!(
+        ev,
+        vec![MarkEvent::Restored {
+            pid: 10,
+            threads: 3
+        }]
+    );
     assert!([10, 11, 12].iter().all(|&t| k.prio(t) == DEFAULT));
     // The same need still live: not marked again.
     assert!(m.update(1000 * MS, &[(10, 3000 * MS)]).is_empty());
@@ -85,7 +99,13 @@ fn lease_ends_and_a_new_need_marks_again() {
     // The need ended; a new start marks again.
     assert!(m.update(3000 * MS, &[]).is_empty());
     let ev = m.update(4000 * MS, &[(10, 7000 * MS)]);
-    assert_eq!(ev, vec![MarkEvent::Marked { pid: 10, threads: 3 }]);
+    assert_eq!(
+        ev,
+        vec![MarkEvent::Marked {
+            pid: 10,
+            threads: 3
+        }]
+    );
 }
 
 /// A need that ends before the lease ends the mark with it.
@@ -98,7 +118,13 @@ fn need_end_restores_before_the_lease() {
     assert_eq!(k.prio(10), RT0);
     assert_eq!(m.next_deadline(), Some(300 * MS));
     let ev = m.update(300 * MS, &[]);
-    assert_eq!(ev, vec![MarkEvent::Restored { pid: 10, threads: 1 }]);
+    assert_eq!(
+        ev,
+        vec![MarkEvent::Restored {
+            pid: 10,
+            threads: 1
+        }]
+    );
     assert_eq!(k.prio(10), DEFAULT);
     assert!(!m.is_marked(10));
 }
@@ -141,8 +167,17 @@ fn restore_touches_only_the_mark() {
     k.procs.borrow_mut().get_mut(&30).unwrap().0.push(32);
     k.prio.borrow_mut().insert(32, BE0);
     let ev = m.update(500 * MS, &[(30, 3000 * MS)]);
-    assert_eq!(ev, vec![MarkEvent::Restored { pid: 30, threads: 2 }]);
-    assert_eq!((k.prio(30), k.prio(31), k.prio(32)), (DEFAULT, be3, DEFAULT));
+    assert_eq!(
+        ev,
+        vec![MarkEvent::Restored {
+            pid: 30,
+            threads: 2
+        }]
+    );
+    assert_eq!(
+        (k.prio(30), k.prio(31), k.prio(32)),
+        (DEFAULT, be3, DEFAULT)
+    );
 }
 
 /// An exited process is forgotten; a process that reuses its pid (another
@@ -158,11 +193,23 @@ fn exit_and_reused_pid() {
     let ev = m.update(100 * MS, &[]);
     assert!(ev.is_empty(), "{ev:?}");
     assert_eq!(k.prio(40), BE0);
-    // exited() forgets without touching anything.
+    // exited() forgets; a process still there (an exit inferred from a
+    // /proc read that failed for a moment) is restored all the same.
     k.spawn(41, &[41], 1);
     m.update(0, &[(41, 3000 * MS)]);
-    m.exited(41);
+    assert_eq!(
+        m.exited(41),
+        Some(MarkEvent::Restored {
+            pid: 41,
+            threads: 1
+        })
+    );
+    assert_eq!(k.prio(41), DEFAULT);
     assert!(!m.is_marked(41));
+    k.spawn(43, &[43], 1);
+    m.update(0, &[(43, 3000 * MS)]);
+    k.procs.borrow_mut().remove(&43);
+    assert_eq!(m.exited(43), None);
     assert_eq!(m.next_deadline(), None);
     // A process gone before it could be marked: nothing to say.
     assert!(m.update(0, &[(42, 3000 * MS)]).is_empty());
@@ -181,7 +228,13 @@ fn inherited_mark_adopted_only_from_a_marked_parent() {
     k.spawn(51, &[51], 50);
     k.prio.borrow_mut().insert(51, BE0);
     let ev = m.update(100 * MS, &[(50, 3000 * MS), (51, 3100 * MS)]);
-    assert_eq!(ev, vec![MarkEvent::Marked { pid: 51, threads: 1 }]);
+    assert_eq!(
+        ev,
+        vec![MarkEvent::Marked {
+            pid: 51,
+            threads: 1
+        }]
+    );
     m.update(600 * MS, &[(50, 3000 * MS), (51, 3100 * MS)]);
     assert_eq!((k.prio(50), k.prio(51)), (DEFAULT, DEFAULT));
 
@@ -202,7 +255,10 @@ fn refused_mark_rolls_back() {
     k.spawn(70, &[70, 71], 1);
     let mut m = Marker::new(&k, MarkClass::Rt, 500 * MS);
     let ev = m.update(0, &[(70, 3000 * MS)]);
-    assert!(matches!(ev[..], [MarkEvent::Failed { pid: 70, .. }]), "{ev:?}");
+    assert!(
+        matches!(ev[..], [MarkEvent::Failed { pid: 70, .. }]),
+        "{ev:?}"
+    );
     assert_eq!((k.prio(70), k.prio(71)), (DEFAULT, DEFAULT));
     assert!(m.update(100 * MS, &[(70, 3000 * MS)]).is_empty());
 }
