@@ -22,6 +22,15 @@
 //! (class NONE: the priority then follows the nice value), and on restore it
 //! puts back only the threads that still carry guestd's mark (a thread the
 //! user re-prioritised during the lease keeps the user's value).
+//!
+//! An unset priority reads as class NONE from `ioprio_get` (so on the
+//! guest's 6.1 and the host's 6.18 here: `IOPRIO_DEFAULT` is
+//! `IOPRIO_PRIO_VALUE(IOPRIO_CLASS_NONE, 0)` since Jan Kara's "block: fix
+//! default IO priority handling again", 2022). Kernels with commit
+//! e70344c05995 ("block: fix default IO priority handling", 2021) and
+//! without that fix (around 5.15 to 5.19) report best-effort level 4
+//! instead, which cannot be told from a user's `ionice -c2 -n4`: on such a
+//! guest kernel guestd leaves every process alone (`--verbose` logs each).
 
 use std::collections::HashMap;
 use std::io;

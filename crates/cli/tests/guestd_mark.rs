@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use agent::sys;
-use common::{require, Need, Scratch, PYTHON3};
+use common::{require, wait_until, Need, Scratch, PYTHON3};
 
 const EXE: &str = env!("CARGO_BIN_EXE_tandem");
 
@@ -109,17 +109,6 @@ fn spawn_as_user(uid: u32, prog: &str, args: &[&str], ioprio: Option<u32>) -> Ki
         }
     }
     Kid(c.spawn().expect("spawn the child"))
-}
-
-fn wait_until(what: &str, secs: f64, mut f: impl FnMut() -> bool) {
-    let t = Instant::now();
-    while !f() {
-        assert!(
-            t.elapsed().as_secs_f64() < secs,
-            "timed out after {secs} s waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 /// Each thread's priority.
