@@ -156,10 +156,12 @@ fn an_exec_is_marked_for_its_lease_then_restored() {
         p.len() == 4 && p.iter().all(|&v| v == be0())
     });
     let marked = t0.elapsed();
+    eprintln!("all 4 threads marked {marked:?} after the spawn");
     wait_until("all 4 threads back to the default", 4.0, || {
         prios(kid.pid()).iter().all(|&v| v == 0)
     });
     let held = t0.elapsed();
+    eprintln!("restored {held:?} after the spawn (lease 1.5 s)");
     assert!(
         held >= Duration::from_millis(1400),
         "restored after {held:?}: before the 1.5 s lease; guestd's log:\n{}",
