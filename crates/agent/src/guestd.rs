@@ -11,6 +11,12 @@
 //! of `/proc/stat` and the runnable tasks of an RT class; execs and
 //! `tandem hint --cpu` count as well. CPU needs go through a client of
 //! their own (one per resource), as HELP / NO-HELP for `Resource::Cpu`.
+//!
+//! With `--mark-ioprio CLASS` it also raises each urgent process's I/O
+//! priority inside the guest for a lease ([`crate::iomark`]), so that a
+//! host backend that honours the virtio-blk request's priority
+//! (`tandem vhost-blk`) favours that process's requests, with no message
+//! to the host; the channel (`--connect`) is then optional.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
@@ -25,6 +31,7 @@ use policy::{
     PROTOCOL_VERSION,
 };
 
+use crate::iomark::{self, MarkClass, MarkEvent, Marker, SysIoprio};
 use crate::sys::{self, ProcEvent};
 use crate::transport::{write_message, Endpoint, FrameReader, ReadError, Stream};
 use crate::{err, now_ns, Result};
@@ -34,7 +41,8 @@ pub const DEFAULT_HINT_SOCKET: &str = "/run/tandem/guestd.sock";
 /// What guestd needs to know.
 #[derive(Clone, Debug)]
 pub struct GuestdOptions {
-    pub endpoint: Endpoint,
+    /// The channel to the host; none when only marking in the guest.
+    pub endpoint: Option<Endpoint>,
     /// The VM's name in Hello.
     pub name: String,
     /// Local socket for explicit hints (`tandem hint`).
@@ -50,6 +58,13 @@ pub struct GuestdOptions {
     pub verbose: bool,
     /// Ask for CPU help too (the CPU rules of `policy::detect::cpu`).
     pub cpu: bool,
+    /// Mark urgent processes' I/O priority in the guest with this class.
+    pub mark: Option<MarkClass>,
+    /// How long one need's mark lasts at most (ms).
+    pub mark_lease_ms: u64,
+    /// Mark only the processes of this user (real uid): a desktop guest's
+    /// user, never the system's services.
+    pub mark_uid: Option<u32>,
 }
 
 /// The guest's decisions: detector and client, driven by events.
@@ -358,7 +373,7 @@ struct Channel {
 }
 
 fn open_channel(o: &GuestdOptions, id: u64, tx: Sender<Ev>) -> Option<Channel> {
-    let s = o.endpoint.connect().ok()?;
+    let s = o.endpoint.as_ref()?.connect().ok()?;
     let mut w = s.try_clone().ok()?;
     write_message(
         &mut w,
@@ -396,19 +411,23 @@ struct Daemon {
     backoff: u64,
     /// The reason last logged (`verbose`).
     logged: Option<policy::HelpReason>,
+    /// The in-guest marks (`--mark-ioprio`).
+    marker: Option<Marker<SysIoprio>>,
 }
 
 impl Daemon {
     /// Opens the channel if it is closed and the retry time has come.
     fn connect_if_due(&mut self, now: u64) {
-        if self.chan.is_some() || now < self.retry_at {
+        if self.chan.is_some() || now < self.retry_at || self.o.endpoint.is_none() {
             return;
         }
         self.chan = open_channel(&self.o, self.next_id, self.tx.clone());
         self.next_id += 1;
         match &self.chan {
             Some(_) => {
-                log(&format!("connected to {}", self.o.endpoint));
+                if let Some(e) = &self.o.endpoint {
+                    log(&format!("connected to {e}"));
+                }
                 self.core.reset_channel();
                 self.backoff = 200 * MS;
             }
@@ -425,10 +444,42 @@ impl Daemon {
         if let Some(d) = self.core.next_deadline() {
             wake = wake.min(d);
         }
-        if self.chan.is_none() {
+        if self.chan.is_none() && self.o.endpoint.is_some() {
             wake = wake.min(self.retry_at.max(now));
         }
+        if let Some(d) = self.marker.as_ref().and_then(Marker::next_deadline) {
+            wake = wake.min(d);
+        }
         wake
+    }
+
+    /// Brings the in-guest marks in line with the detector's urgent
+    /// processes (after every event and timeout).
+    /// `exited`: a process that has just exited.
+    fn sync_marks(&mut self, exited: Option<u32>) {
+        let Some(m) = self.marker.as_mut() else {
+            return;
+        };
+        if let Some(pid) = exited {
+            if let Some(e) = m.exited(pid) {
+                log_mark(&e, self.o.verbose);
+            }
+        }
+        let now = now_ns();
+        let needs: Vec<(u32, Nanos)> = self
+            .core
+            .detector
+            .process_needs(now)
+            .into_iter()
+            .filter(|(_, reasons, _)| reasons.iter().any(|&r| iomark::marks(r)))
+            .filter(|(pid, _, _)| {
+                self.o.mark_uid.is_none() || sys::real_uid(*pid) == self.o.mark_uid
+            })
+            .map(|(pid, _, until)| (pid, until))
+            .collect();
+        for e in m.update(now, &needs) {
+            log_mark(&e, self.o.verbose);
+        }
     }
 
     /// What an event (or a timeout, `None`) gives to send.
@@ -527,7 +578,34 @@ impl Daemon {
                 }
             }
         }
+        if let Some(m) = self.marker.as_mut() {
+            for e in m.restore_all() {
+                log_mark(&e, self.o.verbose);
+            }
+        }
         let _ = std::fs::remove_file(&self.o.hint_socket);
+    }
+}
+
+/// Logs what the marker did: a failure always, the rest with `verbose`.
+fn log_mark(e: &MarkEvent, verbose: bool) {
+    match e {
+        MarkEvent::Failed { pid, error } => {
+            log(&format!(
+                "could not mark process {pid}'s I/O priority: {error}"
+            ));
+        }
+        MarkEvent::Marked { pid, threads } if verbose => {
+            log(&format!("marked process {pid} ({threads} threads)"));
+        }
+        MarkEvent::Restored { pid, threads } if verbose => {
+            log(&format!("restored process {pid} ({threads} threads)"));
+        }
+        MarkEvent::LeftAlone { pid, tid, value } if verbose => log(&format!(
+            "left process {pid} alone: its thread {tid} has I/O priority {}",
+            sys::ioprio_show(*value)
+        )),
+        _ => {}
     }
 }
 
@@ -535,6 +613,11 @@ impl Daemon {
 pub fn run(o: GuestdOptions) -> Result<()> {
     if o.name.is_empty() || o.name.len() > policy::protocol::MAX_VM_NAME_BYTES {
         return Err(err("--name: 1 to 64 bytes"));
+    }
+    if o.endpoint.is_none() && o.mark.is_none() {
+        return Err(err(
+            "nothing to do: give --connect (ask the host for help) or --mark-ioprio (mark urgent processes in the guest), or both",
+        ));
     }
     if o.netlink && !crate::is_root() {
         return Err(err(
@@ -552,8 +635,20 @@ pub fn run(o: GuestdOptions) -> Result<()> {
     if o.cpu {
         spawn_cpu_watch(tx.clone(), core.cpu.rules())?;
     }
-    log(&format!("connecting to {} as {:?}", o.endpoint, o.name));
+    match &o.endpoint {
+        Some(e) => log(&format!("connecting to {e} as {:?}", o.name)),
+        None => log("no channel to the host: marking in the guest only"),
+    }
+    let marker = o.mark.map(|class| {
+        log(&format!(
+            "marking urgent processes with I/O priority {} for at most {} ms",
+            sys::ioprio_show(class.value()),
+            o.mark_lease_ms
+        ));
+        Marker::new(SysIoprio, class, o.mark_lease_ms.max(1) * MS)
+    });
     let mut d = Daemon {
+        marker,
         o,
         core,
         tx,
@@ -572,8 +667,13 @@ pub fn run(o: GuestdOptions) -> Result<()> {
             Err(RecvTimeoutError::Timeout) => None,
             Err(RecvTimeoutError::Disconnected) => break,
         };
+        let exited = match ev {
+            Some(Ev::Guest(GuestEvent::ProcessExit { pid })) => Some(pid),
+            _ => None,
+        };
         let msgs = d.on_event(ev);
         d.send(msgs);
+        d.sync_marks(exited);
     }
     d.leave();
     Ok(())

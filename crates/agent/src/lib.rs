@@ -15,6 +15,7 @@ pub mod cpuboost;
 pub mod guestd;
 pub mod hostd;
 pub mod hostile;
+pub mod iomark;
 pub mod latency;
 pub mod listen;
 pub mod logging;

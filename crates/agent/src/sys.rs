@@ -91,6 +91,23 @@ pub fn thread_group(tid: u32) -> Option<u32> {
         .and_then(|v| v.trim().parse().ok())
 }
 
+/// The parent of process `pid` (field 4 of `/proc/PID/stat`, after the
+/// command name, which may hold spaces and parentheses).
+pub fn parent_pid(pid: u32) -> Option<u32> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = s.get(s.rfind(')')? + 2..)?;
+    rest.split(' ').nth(1)?.parse().ok()
+}
+
+/// The real user id of process `pid` (the first field of `Uid:` in
+/// `/proc/PID/status`).
+pub fn real_uid(pid: u32) -> Option<u32> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    s.lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+}
+
 /// Start time of thread `tid` of any process.
 pub fn thread_start_time(tid: u32) -> Option<u64> {
     start_time(&tid.to_string())

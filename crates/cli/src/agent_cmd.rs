@@ -1,7 +1,7 @@
 //! `tandem hostd`, `tandem guestd`, `tandem hint`: the coordination daemons
 //! (crate `agent`).
 
-use clap::{Args, Subcommand};
+use clap::{Args, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
 use crate::Failure;
@@ -248,8 +248,9 @@ pub struct FakeBurstArgs {
 #[derive(Args)]
 pub struct GuestdArgs {
     /// The channel to the host: unix:PATH, virtio:NAME (/dev/virtio-ports/NAME) or vsock:CID:PORT.
-    #[arg(long)]
-    connect: String,
+    /// Optional with --mark-ioprio (marking needs no host daemon).
+    #[arg(long, required_unless_present = "mark_ioprio")]
+    connect: Option<String>,
     /// The VM's name, sent in Hello (default: the host name).
     #[arg(long)]
     name: Option<String>,
@@ -272,6 +273,37 @@ pub struct GuestdArgs {
     /// time rise, runnable RT tasks, an exec or `tandem hint --cpu`.
     #[arg(long)]
     cpu: bool,
+    /// Raise each urgent process's I/O priority in the guest (on an exec,
+    /// I/O resumed after an idle time, `tandem hint --pid`) for a lease,
+    /// for a host backend that honours each virtio-blk request's priority
+    /// (`tandem vhost-blk`). `rt` only if the host allows this VM RT I/O.
+    #[arg(long, value_enum, value_name = "CLASS")]
+    mark_ioprio: Option<MarkIoprio>,
+    /// How long one urgent need's mark lasts at most (ms).
+    #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u64).range(1..=600_000))]
+    mark_lease_ms: u64,
+    /// Mark only the processes of this user (real uid), e.g. a desktop
+    /// guest's user, never the system's services.
+    #[arg(long, value_name = "UID", requires = "mark_ioprio")]
+    mark_uid: Option<u32>,
+}
+
+/// The I/O priority guestd marks urgent processes with.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum MarkIoprio {
+    /// Real-time, level 0.
+    Rt,
+    /// Best-effort, level 0.
+    Be0,
+}
+
+impl From<MarkIoprio> for agent::iomark::MarkClass {
+    fn from(m: MarkIoprio) -> Self {
+        match m {
+            MarkIoprio::Rt => agent::iomark::MarkClass::Rt,
+            MarkIoprio::Be0 => agent::iomark::MarkClass::Be0,
+        }
+    }
 }
 
 #[derive(Args)]
@@ -485,8 +517,12 @@ pub fn run_hostd(cmd: HostdCommand) -> Result<(), Failure> {
 }
 
 pub fn run_guestd(a: GuestdArgs) -> Result<(), Failure> {
-    let endpoint =
-        agent::transport::Endpoint::parse(&a.connect).map_err(|e| Failure::Usage(e.0))?;
+    let endpoint = a
+        .connect
+        .as_deref()
+        .map(agent::transport::Endpoint::parse)
+        .transpose()
+        .map_err(|e| Failure::Usage(e.0))?;
     let name = match a.name {
         Some(n) => n,
         None => std::fs::read_to_string("/proc/sys/kernel/hostname")
@@ -502,6 +538,9 @@ pub fn run_guestd(a: GuestdArgs) -> Result<(), Failure> {
         lease_ms: a.lease_ms,
         verbose: a.verbose,
         cpu: a.cpu,
+        mark: a.mark_ioprio.map(Into::into),
+        mark_lease_ms: a.mark_lease_ms,
+        mark_uid: a.mark_uid,
     })
     .map_err(fail)
 }

@@ -381,6 +381,83 @@ fn without_allow_rt_the_guest_rt_reads_are_issued_best_effort_and_a_read_only_di
     );
 }
 
+/// guestd in the guest marks a starting reader RT (`--mark-ioprio rt`):
+/// a plain `dd`, started with no `ionice`, reaches the backend as RT
+/// requests; with guestd stopped, the same `dd` reaches it as best-effort.
+/// A process guestd marked is put back to the default after the lease.
+#[test]
+#[ignore = "needs root and qemu-system-x86_64: boots a TCG guest on the backend (RT I/O needs root)"]
+fn guestd_in_the_guest_marks_a_starting_reader_and_its_requests_arrive_as_rt() {
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(unsafe { libc::geteuid() }, 0, "needs root (--allow-rt)");
+    let img = guest_image();
+    let s = Scratch::new("vhost-blk-guestd");
+    let disk = s.p("disk.img");
+    std::fs::File::create(&disk)
+        .unwrap()
+        .set_len(64 * MIB)
+        .unwrap();
+    let (_backend, sock, st) = start_backend(&s, &disk, &["--allow-rt"]);
+    let (_qemu, mut con) = boot(&img, &sock);
+    con.wait_for("shell on the console", Duration::from_secs(180));
+    std::thread::sleep(Duration::from_millis(500));
+    let me = con.run("ionice -p $$", Duration::from_secs(30));
+    assert!(
+        me.contains("none: prio 0"),
+        "the shell's default priority: {me}"
+    );
+    con.run(
+        "/bin/tandem guestd --mark-ioprio rt --mark-lease-ms 2500 --hint-socket /tmp/g.sock \
+         --verbose 2>/tmp/g.log & echo $! > /tmp/g.pid; \
+         i=0; until grep -q marking /tmp/g.log; do i=$((i+1)); [ $i -lt 600 ] || exit 1; sleep 0.1; done",
+        Duration::from_secs(90),
+    );
+    // The reader starts (an exec), waits a second so the mark is surely
+    // in place under TCG, and reads 1024 x 4 KiB with no ionice of its own.
+    let reader = "sh -c 'sleep 1; exec dd if=/dev/vda of=/dev/null bs=4k count=1024 iflag=direct 2>/dev/null'";
+    let before = stats_after_a_tick(&st);
+    con.run(reader, Duration::from_secs(120));
+    let after = stats_after_a_tick(&st);
+    let delta =
+        |v: &serde_json::Value, w: &serde_json::Value, a, b| count(v, a, b) - count(w, a, b);
+    let rt = delta(&after, &before, "guest_class", "rt");
+    let done = after["completed"].as_u64().unwrap_or(0) - before["completed"].as_u64().unwrap_or(0);
+    assert!(
+        rt >= 256 && rt * 10 >= done * 9,
+        "{rt} RT requests of {done} while guestd marked the reader; stats {after}"
+    );
+    assert_eq!(
+        delta(&after, &before, "host_class", "rt"),
+        rt,
+        "--allow-rt keeps them RT"
+    );
+    eprintln!("guestd-marked reader: {rt} RT requests of {done} at the backend");
+
+    // A marked process is put back to the default after the 2.5 s lease.
+    let marked = con.run(
+        "sleep 30 & p=$!; sleep 1; ionice -p $p; sleep 3; ionice -p $p; kill $p",
+        Duration::from_secs(60),
+    );
+    let seen: Vec<&str> = marked
+        .lines()
+        .filter(|l| l.starts_with("realtime") || l.starts_with("none"))
+        .collect();
+    assert_eq!(seen, ["realtime: prio 0", "none: prio 0"], "{marked}");
+
+    // guestd stopped: the same reader is not RT.
+    con.run(
+        "kill $(cat /tmp/g.pid); i=0; while kill -0 $(cat /tmp/g.pid) 2>/dev/null; do i=$((i+1)); [ $i -lt 300 ] || exit 1; sleep 0.1; done",
+        Duration::from_secs(60),
+    );
+    let before = stats_after_a_tick(&st);
+    con.run(reader, Duration::from_secs(120));
+    let after = stats_after_a_tick(&st);
+    assert_eq!(delta(&after, &before, "guest_class", "rt"), 0, "{after}");
+    let log = con.run("cat /tmp/g.log", Duration::from_secs(30));
+    assert!(log.contains("marked process"), "{log}");
+    writeln!(con.input, "exit").unwrap();
+}
+
 /// ioprio_get of each thread of `pid` named `name`.
 fn threads_with_ioprio(pid: u32, name: &str) -> Vec<u32> {
     std::fs::read_dir(format!("/proc/{pid}/task"))

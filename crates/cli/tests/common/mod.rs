@@ -226,3 +226,17 @@ pub fn leftovers(pid: u32, loop_dev: Option<&str>) -> Vec<String> {
     }
     left
 }
+
+/// Polls `f` every 10 ms until it holds; fails the test, naming `what`,
+/// after `secs` seconds.
+#[track_caller]
+pub fn wait_until(what: &str, secs: f64, mut f: impl FnMut() -> bool) {
+    let t = std::time::Instant::now();
+    while !f() {
+        assert!(
+            t.elapsed().as_secs_f64() < secs,
+            "timed out after {secs} s waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}

@@ -245,6 +245,27 @@ impl GuestSignalDetector {
         self.needs.values().map(|&(until, _)| until).min()
     }
 
+    /// The processes with a live need at `now`: each pid with the reasons of
+    /// its live needs and the time the latest ends. Needs on behalf of no
+    /// process (an explicit hint without a pid) are left out. guestd's
+    /// in-guest marking (`--mark-ioprio`) acts on these, so the rules of
+    /// who is urgent stay here, once.
+    pub fn process_needs(&self, now: Nanos) -> Vec<(u32, Vec<HelpReason>, Nanos)> {
+        let mut by_pid: BTreeMap<u32, (Vec<HelpReason>, Nanos)> = BTreeMap::new();
+        for (&(_, pid), &(until, reason)) in &self.needs {
+            let Some(pid) = pid.filter(|_| until > now) else {
+                continue;
+            };
+            let e = by_pid.entry(pid).or_insert((Vec::new(), until));
+            e.0.push(reason);
+            e.1 = e.1.max(until);
+        }
+        by_pid
+            .into_iter()
+            .map(|(pid, (reasons, until))| (pid, reasons, until))
+            .collect()
+    }
+
     /// How many processes' I/O history is kept.
     pub fn tracked_processes(&self) -> usize {
         self.processes.len()
@@ -355,6 +376,42 @@ impl GuestSignalDetector {
 mod tests {
     use super::*;
     use crate::MS;
+
+    /// The live needs by process: an exec's, an explicit hint's with and
+    /// without a pid; the pid-less one is left out, and an ended one too.
+    #[test]
+    fn process_needs_by_pid() {
+        let mut d = det();
+        d.observe(0, GuestEvent::Exec { pid: 7 });
+        d.observe(
+            0,
+            GuestEvent::Explicit {
+                duration_ns: 10 * SEC,
+                pid: Some(7),
+            },
+        );
+        d.observe(
+            0,
+            GuestEvent::Explicit {
+                duration_ns: SEC,
+                pid: Some(8),
+            },
+        );
+        d.observe(
+            0,
+            GuestEvent::Explicit {
+                duration_ns: SEC,
+                pid: None,
+            },
+        );
+        let n = d.process_needs(MS);
+        assert_eq!(n.len(), 2, "{n:?}");
+        assert_eq!(n[0].0, 7);
+        assert!(n[0].1.contains(&HelpReason::Exec) && n[0].1.contains(&HelpReason::Explicit));
+        assert_eq!(n[0].2, 10 * SEC);
+        assert_eq!((n[1].0, n[1].2), (8, SEC));
+        assert_eq!(d.process_needs(2 * SEC).len(), 1);
+    }
 
     fn det() -> GuestSignalDetector {
         GuestSignalDetector::new(GuestSignalConfig::default())

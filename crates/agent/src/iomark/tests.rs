@@ -1,0 +1,279 @@
+//! The lease and restore state machine, on a fake kernel.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+use policy::MS;
+
+use super::*;
+
+/// A fake process: its threads, start time and parent.
+type FakeProc = (Vec<u32>, u64, u32);
+
+/// A fake kernel: processes, and each thread's priority.
+#[derive(Default)]
+struct Fake {
+    procs: RefCell<HashMap<u32, FakeProc>>,
+    prio: RefCell<HashMap<u32, u32>>,
+    /// `ioprio_set` to anything but the default fails with EPERM.
+    eperm: bool,
+}
+
+impl Fake {
+    fn spawn(&self, pid: u32, tids: &[u32], parent: u32) {
+        self.procs
+            .borrow_mut()
+            .insert(pid, (tids.to_vec(), u64::from(pid) * 10, parent));
+        for &t in tids {
+            self.prio.borrow_mut().entry(t).or_insert(DEFAULT);
+        }
+    }
+    fn prio(&self, tid: u32) -> u32 {
+        self.prio.borrow()[&tid]
+    }
+}
+
+impl IoprioOps for &Fake {
+    fn threads(&self, pid: u32) -> io::Result<Vec<u32>> {
+        self.procs
+            .borrow()
+            .get(&pid)
+            .map(|p| p.0.clone())
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))
+    }
+    fn get(&self, tid: u32) -> io::Result<u32> {
+        self.prio
+            .borrow()
+            .get(&tid)
+            .copied()
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::ESRCH))
+    }
+    fn set(&self, tid: u32, value: u32) -> io::Result<()> {
+        if self.eperm && value != DEFAULT {
+            return Err(io::Error::from_raw_os_error(libc::EPERM));
+        }
+        self.prio.borrow_mut().insert(tid, value);
+        Ok(())
+    }
+    fn start_time(&self, pid: u32) -> Option<u64> {
+        self.procs.borrow().get(&pid).map(|p| p.1)
+    }
+    fn parent(&self, pid: u32) -> Option<u32> {
+        self.procs.borrow().get(&pid).map(|p| p.2)
+    }
+}
+
+const BE0: u32 = 2 << 13;
+const RT0: u32 = 1 << 13;
+
+/// Every thread is marked; the mark ends with the lease although the need
+/// lasts on, and comes back only with a new need.
+#[test]
+fn lease_ends_and_a_new_need_marks_again() {
+    let k = Fake::default();
+    k.spawn(10, &[10, 11, 12], 1);
+    let mut m = Marker::new(&k, MarkClass::Be0, 500 * MS);
+    let ev = m.update(0, &[(10, 3000 * MS)]);
+    assert_eq!(
+        ev,
+        vec![MarkEvent::Marked {
+            pid: 10,
+            threads: 3
+        }]
+    );
+    assert!([10, 11, 12].iter().all(|&t| k.prio(t) == BE0));
+    assert_eq!(m.next_deadline(), Some(500 * MS));
+    assert!(m.update(499 * MS, &[(10, 3000 * MS)]).is_empty());
+    let ev = m.update(500 * MS, &[(10, 3000 * MS)]);
+    assert_eq!(
+        ev,
+        vec![MarkEvent::Restored {
+            pid: 10,
+            threads: 3
+        }]
+    );
+    assert!([10, 11, 12].iter().all(|&t| k.prio(t) == DEFAULT));
+    // The same need still live: not marked again.
+    assert!(m.update(1000 * MS, &[(10, 3000 * MS)]).is_empty());
+    assert_eq!(m.next_deadline(), None);
+    // The need ended; a new start marks again.
+    assert!(m.update(3000 * MS, &[]).is_empty());
+    let ev = m.update(4000 * MS, &[(10, 7000 * MS)]);
+    assert_eq!(
+        ev,
+        vec![MarkEvent::Marked {
+            pid: 10,
+            threads: 3
+        }]
+    );
+}
+
+/// A need that ends before the lease ends the mark with it.
+#[test]
+fn need_end_restores_before_the_lease() {
+    let k = Fake::default();
+    k.spawn(10, &[10], 1);
+    let mut m = Marker::new(&k, MarkClass::Rt, 5000 * MS);
+    m.update(0, &[(10, 300 * MS)]);
+    assert_eq!(k.prio(10), RT0);
+    assert_eq!(m.next_deadline(), Some(300 * MS));
+    let ev = m.update(300 * MS, &[]);
+    assert_eq!(
+        ev,
+        vec![MarkEvent::Restored {
+            pid: 10,
+            threads: 1
+        }]
+    );
+    assert_eq!(k.prio(10), DEFAULT);
+    assert!(!m.is_marked(10));
+}
+
+/// A process with one thread the user set is left alone entirely, and
+/// stays so while its need lasts.
+#[test]
+fn user_set_process_left_alone() {
+    let k = Fake::default();
+    k.spawn(20, &[20, 21], 1);
+    let idle = 3 << 13;
+    k.prio.borrow_mut().insert(21, idle);
+    let mut m = Marker::new(&k, MarkClass::Be0, 500 * MS);
+    let ev = m.update(0, &[(20, 3000 * MS)]);
+    assert_eq!(
+        ev,
+        vec![MarkEvent::LeftAlone {
+            pid: 20,
+            tid: 21,
+            value: idle
+        }]
+    );
+    assert_eq!((k.prio(20), k.prio(21)), (DEFAULT, idle));
+    assert!(m.update(100 * MS, &[(20, 3000 * MS)]).is_empty());
+    assert!(m.update(3000 * MS, &[]).is_empty());
+    assert_eq!((k.prio(20), k.prio(21)), (DEFAULT, idle));
+}
+
+/// A thread the user re-prioritised during the lease keeps the user's
+/// value; a thread created during the lease (inheriting the mark) is put
+/// back with the others.
+#[test]
+fn restore_touches_only_the_mark() {
+    let k = Fake::default();
+    k.spawn(30, &[30, 31], 1);
+    let mut m = Marker::new(&k, MarkClass::Be0, 500 * MS);
+    m.update(0, &[(30, 3000 * MS)]);
+    let be3 = (2 << 13) | 3;
+    k.prio.borrow_mut().insert(31, be3);
+    k.procs.borrow_mut().get_mut(&30).unwrap().0.push(32);
+    k.prio.borrow_mut().insert(32, BE0);
+    let ev = m.update(500 * MS, &[(30, 3000 * MS)]);
+    assert_eq!(
+        ev,
+        vec![MarkEvent::Restored {
+            pid: 30,
+            threads: 2
+        }]
+    );
+    assert_eq!(
+        (k.prio(30), k.prio(31), k.prio(32)),
+        (DEFAULT, be3, DEFAULT)
+    );
+}
+
+/// An exited process is forgotten; a process that reuses its pid (another
+/// start time) is never restored as if it were the one marked.
+#[test]
+fn exit_and_reused_pid() {
+    let k = Fake::default();
+    k.spawn(40, &[40], 1);
+    let mut m = Marker::new(&k, MarkClass::Be0, 500 * MS);
+    m.update(0, &[(40, 3000 * MS)]);
+    // Gone, and pid 40 reused by a process that someone set to BE/0 itself.
+    k.procs.borrow_mut().insert(40, (vec![40], 999, 1));
+    let ev = m.update(100 * MS, &[]);
+    assert!(ev.is_empty(), "{ev:?}");
+    assert_eq!(k.prio(40), BE0);
+    // exited() forgets; a process still there (an exit inferred from a
+    // /proc read that failed for a moment) is restored all the same.
+    k.spawn(41, &[41], 1);
+    m.update(0, &[(41, 3000 * MS)]);
+    assert_eq!(
+        m.exited(41),
+        Some(MarkEvent::Restored {
+            pid: 41,
+            threads: 1
+        })
+    );
+    assert_eq!(k.prio(41), DEFAULT);
+    assert!(!m.is_marked(41));
+    k.spawn(43, &[43], 1);
+    m.update(0, &[(43, 3000 * MS)]);
+    k.procs.borrow_mut().remove(&43);
+    assert_eq!(m.exited(43), None);
+    assert_eq!(m.next_deadline(), None);
+    // A process gone before it could be marked: nothing to say.
+    assert!(m.update(0, &[(42, 3000 * MS)]).is_empty());
+    assert!(!m.is_marked(42));
+}
+
+/// A child of a marked process that execs during the lease carries the
+/// mark it inherited: taken as guestd's, restored at its own lease end.
+/// The same value in a child of an unmarked parent is the user's.
+#[test]
+fn inherited_mark_adopted_only_from_a_marked_parent() {
+    let k = Fake::default();
+    k.spawn(50, &[50], 1);
+    let mut m = Marker::new(&k, MarkClass::Be0, 500 * MS);
+    m.update(0, &[(50, 3000 * MS)]);
+    k.spawn(51, &[51], 50);
+    k.prio.borrow_mut().insert(51, BE0);
+    let ev = m.update(100 * MS, &[(50, 3000 * MS), (51, 3100 * MS)]);
+    assert_eq!(
+        ev,
+        vec![MarkEvent::Marked {
+            pid: 51,
+            threads: 1
+        }]
+    );
+    m.update(600 * MS, &[(50, 3000 * MS), (51, 3100 * MS)]);
+    assert_eq!((k.prio(50), k.prio(51)), (DEFAULT, DEFAULT));
+
+    k.spawn(60, &[60], 1);
+    k.prio.borrow_mut().insert(60, BE0);
+    let ev = m.update(700 * MS, &[(60, 3000 * MS)]);
+    assert!(matches!(ev[..], [MarkEvent::LeftAlone { pid: 60, .. }]));
+}
+
+/// Not permitted (RT without CAP_SYS_ADMIN): nothing is left changed, and
+/// the process is not tried again for the same need.
+#[test]
+fn refused_mark_rolls_back() {
+    let k = Fake {
+        eperm: true,
+        ..Fake::default()
+    };
+    k.spawn(70, &[70, 71], 1);
+    let mut m = Marker::new(&k, MarkClass::Rt, 500 * MS);
+    let ev = m.update(0, &[(70, 3000 * MS)]);
+    assert!(
+        matches!(ev[..], [MarkEvent::Failed { pid: 70, .. }]),
+        "{ev:?}"
+    );
+    assert_eq!((k.prio(70), k.prio(71)), (DEFAULT, DEFAULT));
+    assert!(m.update(100 * MS, &[(70, 3000 * MS)]).is_empty());
+}
+
+/// Leaving restores every mark.
+#[test]
+fn restore_all_on_leave() {
+    let k = Fake::default();
+    k.spawn(80, &[80], 1);
+    k.spawn(81, &[81, 82], 1);
+    let mut m = Marker::new(&k, MarkClass::Be0, 5000 * MS);
+    m.update(0, &[(80, 3000 * MS), (81, 3000 * MS)]);
+    let mut ev = m.restore_all();
+    ev.sort_by_key(|e| format!("{e:?}"));
+    assert_eq!(ev.len(), 2);
+    assert!([80, 81, 82].iter().all(|&t| k.prio(t) == DEFAULT));
+    assert_eq!(m.next_deadline(), None);
+}
