@@ -182,7 +182,8 @@ pub fn role_of(tid: u32, pid: u32, comm: &str, vcpus: &[u32]) -> IoRole {
 struct Tracked {
     start: u64,
     file: File,
-    last: Option<SchedStat>,
+    /// The last reading, and when it was taken.
+    last: Option<(SchedStat, Nanos)>,
     class: IoClassifier,
     comm: String,
     boosted: bool,
@@ -194,7 +195,6 @@ pub struct VmCfsv {
     pub vm: String,
     pub pid: u32,
     threads: BTreeMap<u32, Tracked>,
-    last_ns: Option<Nanos>,
     listed_ns: Option<Nanos>,
     /// Schedstat files read.
     pub samples: u64,
@@ -217,7 +217,6 @@ impl VmCfsv {
             vm: vm.to_string(),
             pid,
             threads: BTreeMap::new(),
-            last_ns: None,
             listed_ns: None,
             samples: 0,
             errors: 0,
@@ -260,6 +259,10 @@ impl VmCfsv {
                 .unwrap_or_default();
             let role = role_of(tid, self.pid, &comm, vcpus);
             if let Some(t) = self.threads.get_mut(&tid) {
+                if t.class.role() != role {
+                    // Not sampled while its role was always I/O-related.
+                    t.last = None;
+                }
                 t.class.set_role(role);
                 t.comm = comm;
                 continue;
@@ -284,18 +287,22 @@ impl VmCfsv {
 
     /// One period: every thread's schedstat read (the file kept open and
     /// read again from its start: no open and close per sample) and fed.
-    pub fn sample(&mut self, now: Nanos, vcpus: &[u32]) {
+    /// Each reading is timed by `clock` when it is taken, not once per
+    /// period: hostd preempted between two reads would otherwise see the
+    /// later threads' interval wrong, and a busy thread "sleep".
+    pub fn sample(&mut self, now: Nanos, vcpus: &[u32], clock: impl Fn() -> Nanos) {
         if self.listed_ns.is_none_or(|t| now >= t + RELIST_NS) {
             self.relist(vcpus);
             self.listed_ns = Some(now);
         }
-        let elapsed = self.last_ns.map(|t| now.saturating_sub(t));
-        self.last_ns = Some(now);
         let mut buf = [0u8; 128];
-        for t in self.threads.values_mut() {
+        // A thread whose role is always I/O-related is not read: its class
+        // cannot change (most of a real QEMU's threads beside its vCPUs).
+        for t in self.threads.values_mut().filter(|t| !t.class.role().always_io()) {
             let Ok(n) = t.file.read_at(&mut buf, 0) else {
                 continue;
             };
+            let at = clock();
             self.samples += 1;
             let Some(cur) = std::str::from_utf8(&buf[..n])
                 .ok()
@@ -303,10 +310,10 @@ impl VmCfsv {
             else {
                 continue;
             };
-            if let (Some(prev), Some(e)) = (t.last, elapsed) {
-                feed(&mut t.class, prev, cur, e);
+            if let Some((prev, then)) = t.last {
+                feed(&mut t.class, prev, cur, at.saturating_sub(then));
             }
-            t.last = Some(cur);
+            t.last = Some((cur, at));
         }
     }
 
@@ -588,15 +595,18 @@ mod tests {
         // SAFETY: gettid has no preconditions.
         let tid = unsafe { libc::gettid() } as u32;
         let mut v = VmCfsv::new("self", pid);
-        v.sample(0, &[]);
+        // Counted as vCPUs: the main thread would not be read.
+        let all = sys::threads(pid).unwrap();
+        v.sample(0, &all, crate::now_ns);
         let n = v.counts().threads;
         assert!(n >= 1);
-        let before = v.threads[&tid].last.expect("read");
+        let before = v.threads[&tid].last.expect("read").0;
         let t0 = std::time::Instant::now();
         while t0.elapsed() < std::time::Duration::from_millis(5) {}
-        v.sample(5 * MS, &[]);
-        assert_eq!(v.samples, 2 * n as u64);
-        let after = v.threads[&tid].last.expect("read");
+        v.sample(5 * MS, &all, crate::now_ns);
+        // Other tests' threads come and go meanwhile.
+        assert!(v.samples > n as u64, "{} samples of {n} threads", v.samples);
+        let after = v.threads[&tid].last.expect("read").0;
         assert!(after.run_ns > before.run_ns, "{before:?} {after:?}");
     }
 }

@@ -123,7 +123,7 @@ pub struct CfsvArgs {
     /// (SCHED_RR, low priority) or deadline (SCHED_DEADLINE, 200 us per ms).
     #[arg(long, value_name = "KIND")]
     cfsv_boost: Option<agent::cfsv::CfsvBoost>,
-    /// Sampling period (ms, default 20).
+    /// Sampling period (ms, default 25).
     #[arg(long, value_name = "MS")]
     cfsv_period_ms: Option<u64>,
     /// Nice value of an I/O-related thread with --cfsv-boost nice (default -20).

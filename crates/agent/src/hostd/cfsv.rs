@@ -40,7 +40,7 @@ impl Hostd {
                 .cfsv_vms
                 .entry(i)
                 .or_insert_with(|| VmCfsv::new(&self.targets[i].name, pid));
-            v.sample(now, &self.targets[i].vcpu_tids);
+            v.sample(now, &self.targets[i].vcpu_tids, crate::now_ns);
             let before = v.errors;
             let r = v.reconcile(&act, &mut self.journal);
             if let Err(e) = r {

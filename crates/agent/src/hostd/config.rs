@@ -293,12 +293,14 @@ fn default_cpu_throttle_ms() -> u64 {
     1000
 }
 fn default_cfsv_period_ms() -> u64 {
-    // Design choice: a few of CFS's slices (3 ms and more under load), so
-    // that a hog shows whole slices and an I/O thread several wake-ups in
-    // one sample; a thread is I/O-related 2 periods (40 ms) after it
-    // starts; and 70 threads cost 3500 reads a second, measured well under
-    // 1% of a CPU (see crates/agent/README.md).
-    20
+    // Measured: one VM with 70 sampled threads costs hostd 0.79% of a CPU
+    // at 25 ms (2800 schedstat reads a second, about 2.8 us each on this
+    // 2-core VM under load) and 0.99% at 20 ms, too near the 1% it may
+    // cost. 25 ms is still several of CFS's slices (3 ms and more under
+    // load), so a hog shows whole slices and an I/O thread many wake-ups
+    // in one sample, and a thread that starts doing I/O is I/O-related one
+    // sample later (see crates/agent/README.md).
+    25
 }
 fn default_cfsv_nice() -> i32 {
     // The strongest nice: weight 88761, 87 times a nice-0 hog's 1024.
