@@ -85,13 +85,24 @@ impl Hostd {
     /// The `cfsv` metrics, per VM.
     pub(super) fn register_cfsv(&self, reg: &mut Registry, served: &[usize]) {
         let label = |i: usize| VmLabel::new(&self.targets[i].name);
-        let counts = |i: usize| self.cfsv_vms.get(&i).map(|v| v.counts()).unwrap_or_default();
+        let counts = |i: usize| {
+            self.cfsv_vms
+                .get(&i)
+                .map(|v| v.counts())
+                .unwrap_or_default()
+        };
         let gauges: [PerVm<'_, usize>; 3] = [
-            ("cfsv_threads", "QEMU threads cfsv samples", &|i| counts(i).threads),
-            ("cfsv_io_related", "Threads cfsv classifies as I/O-related", &|i| {
-                counts(i).io_related
+            ("cfsv_threads", "QEMU threads cfsv samples", &|i| {
+                counts(i).threads
             }),
-            ("cfsv_boosted", "Threads cfsv boosts now", &|i| counts(i).boosted),
+            (
+                "cfsv_io_related",
+                "Threads cfsv classifies as I/O-related",
+                &|i| counts(i).io_related,
+            ),
+            ("cfsv_boosted", "Threads cfsv boosts now", &|i| {
+                counts(i).boosted
+            }),
         ];
         for (name, help, f) in gauges {
             let fam = Family::<super::metrics::VmLabel, Gauge>::default();
@@ -104,9 +115,11 @@ impl Hostd {
             ("cfsv_samples", "schedstat files read", &|i| {
                 self.cfsv_vms.get(&i).map_or(0, |v| v.samples)
             }),
-            ("cfsv_errors", "Threads cfsv failed to boost or restore", &|i| {
-                self.cfsv_vms.get(&i).map_or(0, |v| v.errors)
-            }),
+            (
+                "cfsv_errors",
+                "Threads cfsv failed to boost or restore",
+                &|i| self.cfsv_vms.get(&i).map_or(0, |v| v.errors),
+            ),
         ];
         for (name, help, f) in counters {
             let fam = Family::<VmLabel, Counter>::default();

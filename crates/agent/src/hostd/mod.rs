@@ -443,6 +443,13 @@ impl Hostd {
                 self.cfg.state_file.display()
             ));
         }
+        if !self
+            .cfsv
+            .as_ref()
+            .is_some_and(|a| a.boost == crate::cfsv::CfsvBoost::Shares)
+        {
+            crate::cfsv::remove_leftover_group();
+        }
         if rec.restored > 0 {
             log(&format!(
                 "restored {} knob(s) left boosted by a previous hostd ({})",
