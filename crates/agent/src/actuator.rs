@@ -110,6 +110,14 @@ pub enum Entry {
         file: PathBuf,
         orig: u64,
     },
+    /// Thread `tid` (started at `start`) was in the cgroup v1 `cpu` group
+    /// directory `orig` (hostd's `cfsv` mode moved it).
+    CpuCgroup {
+        vm: String,
+        tid: u32,
+        start: u64,
+        orig: PathBuf,
+    },
 }
 
 impl Entry {
@@ -120,14 +128,17 @@ impl Entry {
             | Entry::ThreadCgroup { vm, .. }
             | Entry::BfqTunable { vm, .. }
             | Entry::Sched { vm, .. }
-            | Entry::CpuShares { vm, .. } => vm,
+            | Entry::CpuShares { vm, .. }
+            | Entry::CpuCgroup { vm, .. } => vm,
         }
     }
 
     /// Which boost the knob belongs to.
     pub fn resource(&self) -> Resource {
         match self {
-            Entry::Sched { .. } | Entry::CpuShares { .. } => Resource::Cpu,
+            Entry::Sched { .. } | Entry::CpuShares { .. } | Entry::CpuCgroup { .. } => {
+                Resource::Cpu
+            }
             _ => Resource::Io,
         }
     }
@@ -166,6 +177,9 @@ impl Entry {
                 }
             }
             Entry::ThreadCgroup {
+                tid, start, orig, ..
+            }
+            | Entry::CpuCgroup {
                 tid, start, orig, ..
             } => {
                 // A thread that is gone, or a group that was removed (its VM
@@ -241,6 +255,20 @@ impl Journal {
     /// Reverts and forgets the entries of VM `vm`; returns the first error.
     pub fn revert_vm(&mut self, vm: &str) -> Result<()> {
         self.revert_where(|e| e.vm() == vm)
+    }
+
+    /// Reverts and forgets the scheduling entries of thread `tid`
+    /// (started at `start`): its policy and nice, its `cpu` group.
+    pub fn revert_thread(&mut self, tid: u32, start: u64) -> Result<()> {
+        self.revert_where(|e| match e {
+            Entry::Sched {
+                tid: t, start: s, ..
+            }
+            | Entry::CpuCgroup {
+                tid: t, start: s, ..
+            } => *t == tid && *s == start,
+            _ => false,
+        })
     }
 
     /// Reverts and forgets the entries of VM `vm` for `resource` only.
@@ -465,6 +493,23 @@ impl RecoveryScope {
                         vm.name
                     ))
                 }
+            }
+            Entry::CpuCgroup {
+                tid, start, orig, ..
+            } => {
+                let under_mount = self.cpu_mount.as_ref().is_some_and(|m| {
+                    orig.starts_with(m)
+                        && orig
+                            .components()
+                            .all(|c| !matches!(c, std::path::Component::ParentDir))
+                });
+                if !under_mount {
+                    return Err(format!(
+                        "{e:?}: {} is not a group of the cgroup v1 cpu hierarchy",
+                        orig.display()
+                    ));
+                }
+                thread_ok(*tid, *start)
             }
             Entry::ThreadCgroup {
                 tid, start, orig, ..

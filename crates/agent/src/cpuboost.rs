@@ -257,7 +257,7 @@ impl CpuActuator {
 
 /// Refuses an RT boost while RT throttling is off: a `SCHED_RR` vCPU
 /// spinning in a guest would then hold its host CPU for ever.
-fn rt_throttling_on() -> Result<()> {
+pub(crate) fn rt_throttling_on() -> Result<()> {
     match sys::rt_runtime_us() {
         Ok(-1) => Err(err(
             "RT throttling is off (/proc/sys/kernel/sched_rt_runtime_us is -1): hostd makes no SCHED_RR boost without it",

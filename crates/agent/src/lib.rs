@@ -11,6 +11,7 @@
 //! latency benchmark ([`latency`]).
 
 pub mod actuator;
+pub mod cfsv;
 pub mod cpuboost;
 pub mod guestd;
 pub mod hostd;

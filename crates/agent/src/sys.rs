@@ -566,6 +566,50 @@ pub fn set_nice(tid: u32, nice: i32) -> io::Result<()> {
     }
 }
 
+/// The kernel's `struct sched_attr` (`include/uapi/linux/sched/types.h`,
+/// its first version, 48 bytes), which glibc does not wrap.
+#[repr(C)]
+struct SchedAttr {
+    size: u32,
+    policy: u32,
+    flags: u64,
+    nice: i32,
+    priority: u32,
+    runtime: u64,
+    deadline: u64,
+    period: u64,
+}
+
+/// `SCHED_DEADLINE` (`include/uapi/linux/sched.h`).
+pub const SCHED_DEADLINE: i32 = 6;
+/// `SCHED_FLAG_RESET_ON_FORK`: a deadline thread may not fork otherwise
+/// (the kernel refuses with `EAGAIN`), and QEMU's threads start workers.
+const SCHED_FLAG_RESET_ON_FORK: u64 = 1;
+
+/// Puts thread `tid` in `SCHED_DEADLINE` with `runtime_ns` in each
+/// `period_ns` (the deadline is the period). `EBUSY`: the kernel's
+/// admission control refused the bandwidth.
+pub fn sched_set_deadline(tid: u32, runtime_ns: u64, period_ns: u64) -> io::Result<()> {
+    let attr = SchedAttr {
+        size: std::mem::size_of::<SchedAttr>() as u32,
+        policy: SCHED_DEADLINE as u32,
+        flags: SCHED_FLAG_RESET_ON_FORK,
+        nice: 0,
+        priority: 0,
+        runtime: runtime_ns,
+        deadline: period_ns,
+        period: period_ns,
+    };
+    // SAFETY: sched_setattr reads `attr.size` bytes of a valid struct that
+    // outlives the call.
+    let r = unsafe { libc::syscall(libc::SYS_sched_setattr, tid as libc::pid_t, &attr, 0u32) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
 /// Puts thread `tid`'s policy, priority and nice back to `s`.
 pub fn sched_set(tid: u32, s: &SchedState) -> io::Result<()> {
     sched_set_policy(tid, s.policy, s.priority)?;

@@ -222,6 +222,58 @@ pub struct FakeQemuSpec {
     pub write: Vec<std::path::PathBuf>,
     /// Serve QMP on this unix socket.
     pub qmp: Option<std::path::PathBuf>,
+    /// The vCPU threads spin instead of idling (a guest computing).
+    pub busy_vcpus: bool,
+    /// I/O-ish threads named `worker`, as QEMU's thread pool names them:
+    /// each works `work_us` of CPU then sleeps `sleep_us`, over and over.
+    pub workers: usize,
+    pub work_us: u64,
+    pub sleep_us: u64,
+    /// Where the workers' completed operations are written (a number,
+    /// replaced every 100 ms).
+    pub report: Option<std::path::PathBuf>,
+}
+
+/// Spins for `d` of wall-clock time (CPU work while not preempted).
+fn spin(d: Duration) {
+    let t = Instant::now();
+    while t.elapsed() < d {
+        std::hint::spin_loop();
+    }
+}
+
+/// `spec.workers` worker threads and the thread that reports their count.
+fn start_workers(spec: &FakeQemuSpec) -> Result<()> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let ops = std::sync::Arc::new(AtomicU64::new(0));
+    let (work, sleep) = (
+        Duration::from_micros(spec.work_us),
+        Duration::from_micros(spec.sleep_us),
+    );
+    for _ in 0..spec.workers {
+        let ops = ops.clone();
+        thread::Builder::new()
+            .name("worker".into())
+            .spawn(move || loop {
+                spin(work);
+                ops.fetch_add(1, Ordering::Relaxed);
+                thread::sleep(sleep);
+            })
+            .map_err(|e| err(format!("starting a worker: {e}")))?;
+    }
+    if let Some(p) = spec.report.clone() {
+        thread::Builder::new()
+            .name("report".into())
+            .spawn(move || loop {
+                let tmp = p.with_extension("tmp");
+                if std::fs::write(&tmp, format!("{}\n", ops.load(Ordering::Relaxed))).is_ok() {
+                    let _ = std::fs::rename(&tmp, &p);
+                }
+                thread::sleep(Duration::from_millis(100));
+            })
+            .map_err(|e| err(format!("starting a thread: {e}")))?;
+    }
+    Ok(())
 }
 
 /// `tandem hostd fake-qemu`: a process with idle threads and vCPU threads,
@@ -230,13 +282,18 @@ pub fn fake_qemu_main(spec: &FakeQemuSpec) -> Result<()> {
     let mut vcpus: Vec<(u32, u32)> = Vec::new();
     for i in 0..spec.vcpus {
         let (tx, rx) = std::sync::mpsc::channel();
+        let busy = spec.busy_vcpus;
         thread::Builder::new()
             .name(format!("CPU {i}/KVM"))
             .spawn(move || {
                 // SAFETY: gettid has no preconditions.
                 let _ = tx.send(unsafe { libc::gettid() } as u32);
                 loop {
-                    thread::park();
+                    if busy {
+                        spin(Duration::from_secs(1));
+                    } else {
+                        thread::park();
+                    }
                 }
             })
             .map_err(|e| err(format!("starting a vCPU thread: {e}")))?;
@@ -253,6 +310,7 @@ pub fn fake_qemu_main(spec: &FakeQemuSpec) -> Result<()> {
     if let Some(p) = &spec.qmp {
         serve_qmp(p, vcpus)?;
     }
+    start_workers(spec)?;
     let (threads, read, write) = (spec.threads, &spec.read, &spec.write);
     let mut files = Vec::new();
     for p in read {

@@ -108,6 +108,63 @@ pub struct HostdRunArgs {
     log_boosts: bool,
     #[command(flatten)]
     cpu: CpuBoostArgs,
+    #[command(flatten)]
+    cfsv: CfsvArgs,
+}
+
+/// The `cfsv` mode's flags (keys of the same names in the configuration).
+#[derive(Args, Clone)]
+pub struct CfsvArgs {
+    /// CFS-v on stock Linux: sample every QEMU thread's schedstat, classify
+    /// it with CFS-v's 2-bit counter, and favour the I/O-related threads.
+    #[arg(long)]
+    cfsv: bool,
+    /// How: nice (default), shares (a cpu cgroup of their own), rr
+    /// (SCHED_RR, low priority) or deadline (SCHED_DEADLINE, 200 us per ms).
+    #[arg(long, value_name = "KIND")]
+    cfsv_boost: Option<agent::cfsv::CfsvBoost>,
+    /// Sampling period (ms, default 25).
+    #[arg(long, value_name = "MS")]
+    cfsv_period_ms: Option<u64>,
+    /// Nice value of an I/O-related thread with --cfsv-boost nice (default -20).
+    #[arg(long, value_name = "NICE", allow_hyphen_values = true)]
+    cfsv_nice: Option<i32>,
+    /// SCHED_RR priority with --cfsv-boost rr (1-99, default 1).
+    #[arg(long, value_name = "PRIO")]
+    cfsv_rt_priority: Option<i32>,
+    /// cpu.shares of the I/O-related threads' group with --cfsv-boost shares (default 262144).
+    #[arg(long, value_name = "SHARES")]
+    cfsv_shares: Option<u64>,
+    /// SCHED_DEADLINE runtime per 1 ms with --cfsv-boost deadline (us, default 200).
+    #[arg(long, value_name = "US")]
+    cfsv_dl_runtime_us: Option<u64>,
+}
+
+impl CfsvArgs {
+    /// Sets the configuration's cfsv keys that were given as flags.
+    fn apply(self, c: &mut agent::hostd::HostdConfig) {
+        if self.cfsv {
+            c.cfsv = true;
+        }
+        if let Some(v) = self.cfsv_boost {
+            c.cfsv_boost = v;
+        }
+        if let Some(v) = self.cfsv_period_ms {
+            c.cfsv_period_ms = v;
+        }
+        if let Some(v) = self.cfsv_nice {
+            c.cfsv_nice = v;
+        }
+        if let Some(v) = self.cfsv_rt_priority {
+            c.cfsv_rt_priority = v;
+        }
+        if let Some(v) = self.cfsv_shares {
+            c.cfsv_shares = v;
+        }
+        if let Some(v) = self.cfsv_dl_runtime_us {
+            c.cfsv_dl_runtime_us = v;
+        }
+    }
 }
 
 /// The CPU boost's flags (keys of the same names in the configuration).
@@ -228,6 +285,20 @@ pub struct FakeQemuArgs {
     /// A thread id QMP lists as a vCPU though it is not this process's (repeatable).
     #[arg(long, value_name = "TID")]
     foreign_vcpu: Vec<u32>,
+    /// The vCPU threads spin (a guest computing) instead of idling.
+    #[arg(long)]
+    busy_vcpus: bool,
+    /// I/O-ish threads named "worker" (QEMU's thread pool's name): each
+    /// works --work-us then sleeps --sleep-us, over and over.
+    #[arg(long, default_value_t = 0)]
+    workers: usize,
+    #[arg(long, value_name = "US", default_value_t = 50)]
+    work_us: u64,
+    #[arg(long, value_name = "US", default_value_t = 200)]
+    sleep_us: u64,
+    /// Write the workers' completed operations to this file (every 100 ms).
+    #[arg(long, value_name = "FILE")]
+    report: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -416,6 +487,7 @@ fn hostd_config(a: HostdRunArgs) -> Result<agent::hostd::HostdConfig, Failure> {
         c.log_boosts = true;
     }
     a.cpu.apply(&mut c);
+    a.cfsv.apply(&mut c);
     c.validate().map_err(|e| Failure::Usage(e.0))?;
     Ok(c)
 }
@@ -504,6 +576,11 @@ pub fn run_hostd(cmd: HostdCommand) -> Result<(), Failure> {
                 read: a.read,
                 write: a.write,
                 qmp: a.qmp,
+                busy_vcpus: a.busy_vcpus,
+                workers: a.workers,
+                work_us: a.work_us,
+                sleep_us: a.sleep_us,
+                report: a.report,
             })
             .map_err(fail)
         }

@@ -2240,3 +2240,195 @@ fn a_greedy_guest_gets_no_more_cpu_boost_than_its_budget() {
     assert!(h.stop());
     assert!(!is_rr(vcpus[0], 8));
 }
+
+/// A stand-in QEMU for `cfsv`: two spinning vCPU threads (a guest
+/// computing) and two I/O-ish "worker" threads (50 us of work, 200 us
+/// asleep), QMP on `qmp.sock` in `dir`; returned with the vCPUs' and the
+/// workers' thread ids once they all exist.
+fn cfsv_vm(dir: &Scratch) -> (Proc, Vec<u32>, Vec<u32>) {
+    let mut c = fake_qemu(dir);
+    c.args([
+        "hostd",
+        "fake-qemu",
+        "--vcpus",
+        "2",
+        "--busy-vcpus",
+        "--workers",
+        "2",
+        "--qmp",
+    ])
+    .arg(dir.p("qmp.sock"));
+    let vm = Proc::spawn(&mut c);
+    agent::testkit::wait_exec(vm.pid());
+    let named = |prefix: &str| {
+        sys::threads(vm.pid())
+            .unwrap()
+            .into_iter()
+            .filter(|t| {
+                std::fs::read_to_string(format!("/proc/{}/task/{t}/comm", vm.pid()))
+                    .is_ok_and(|c| c.starts_with(prefix))
+            })
+            .collect::<Vec<_>>()
+    };
+    // The main thread, QMP's, 2 vCPUs, 2 workers, named.
+    wait_until("the threads and QMP", 10.0, || {
+        named("CPU ").len() == 2 && named("worker").len() == 2 && dir.p("qmp.sock").exists()
+    });
+    let (vcpus, workers) = (named("CPU "), named("worker"));
+    assert_eq!((vcpus.len(), workers.len()), (2, 2));
+    (vm, vcpus, workers)
+}
+
+/// A CPU hog on the host (not QEMU's): a shell's busy loop.
+fn host_hog() -> Proc {
+    Proc::spawn(Command::new("sh").args(["-c", "while :; do :; done"]))
+}
+
+/// Every thread's scheduling, I/O priority and cpu group, by thread.
+fn thread_state(pid: u32) -> Vec<(u32, sys::SchedState, u32, Option<String>)> {
+    thread_sched(pid)
+        .into_iter()
+        .map(|(t, s, io)| (t, s, io, sys::thread_cgroup(t, "cpu")))
+        .collect()
+}
+
+/// Whether thread `tid` has `kind`'s boost (hostd's defaults).
+fn cfsv_boosted(kind: &str, tid: u32) -> bool {
+    let s = sched(tid);
+    match kind {
+        "nice" => s.nice == -20,
+        "rr" => s.policy == libc::SCHED_RR && s.priority == 1,
+        "deadline" => s.policy & !libc::SCHED_RESET_ON_FORK == sys::SCHED_DEADLINE,
+        "shares" => sys::thread_cgroup(tid, "cpu").as_deref() == Some("/tandem-cfsv"),
+        _ => unreachable!("{kind}"),
+    }
+}
+
+/// `cfsv` with each boost: the workers (and QEMU's main thread) are
+/// boosted, the spinning vCPUs and a host hog are not; `status` counts
+/// them; SIGTERM of hostd puts every thread's policy, nice and cpu group
+/// back, and removes the shares group.
+#[test]
+#[ignore = "needs root: runs hostd, which renices, moves and sets SCHED_RR/SCHED_DEADLINE on a stand-in QEMU's threads"]
+fn cfsv_boosts_the_io_threads_not_the_vcpus_or_hogs_and_restores_on_exit() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    assert!(devemu::is_root(), "needs root");
+    for kind in ["nice", "shares", "rr", "deadline"] {
+        let dir = Scratch::new(&format!("agent-cfsv-{kind}"));
+        let (vm, vcpus, workers) = cfsv_vm(&dir);
+        let hog = host_hog();
+        let before = thread_state(vm.pid());
+        let hog_before = sched(hog.pid());
+        let mut h = cpu_hostd(&dir, vm.pid(), &["--cfsv", "--cfsv-boost", kind]);
+        wait_until(&format!("{kind}: the workers' boost"), 5.0, || {
+            workers.iter().all(|&t| cfsv_boosted(kind, t)) && cfsv_boosted(kind, vm.pid())
+        });
+        // A second of classification: the hog stays as it was, and the
+        // spinning vCPUs are left alone most of the time. Not always:
+        // preempted every few hundred us by the boosted workers on this
+        // 2-core machine (and other load), a vCPU has been seen to pass for
+        // I/O-related for a period or two (short runs, and a quarter of two
+        // periods neither run nor waiting in schedstat, whose CPU time is
+        // brought up to date only at ticks and switches and a wait only
+        // when it ends): a known limit of the schedstat estimate. Not
+        // checked with `deadline`, where it happens more often.
+        let t = Instant::now();
+        let (mut checks, mut boosted) = (0u32, 0u32);
+        while t.elapsed() < Duration::from_secs(1) {
+            for &v in vcpus.iter().filter(|_| kind != "deadline") {
+                checks += 1;
+                boosted += cfsv_boosted(kind, v) as u32;
+            }
+            assert_eq!(sched(hog.pid()), hog_before, "{kind}: the hog changed");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // Seen up to a quarter of the checks under other load.
+        assert!(
+            boosted * 2 <= checks,
+            "{kind}: vCPUs boosted in {boosted} of {checks} checks\n{}",
+            status(&dir)
+        );
+        let st = status(&dir);
+        assert!(
+            st.contains(&format!("cfsv: {kind}  threads 6")) && st.contains("errors 0"),
+            "{st}"
+        );
+        assert!(h.stop(), "{kind}: hostd failed");
+        assert_eq!(thread_state(vm.pid()), before, "{kind}");
+        assert!(!dir.p("hostd.state").exists());
+        let group = sys::cgroup_v1_mount("cpu").map(|m| m.join("tandem-cfsv"));
+        assert!(
+            !group.is_some_and(|g| g.exists()),
+            "{kind}: the group is left"
+        );
+    }
+}
+
+/// hostd killed (SIGKILL) while `cfsv` boosts: the boosts outlive it, are
+/// in the state file, and the next start (without `cfsv`) restores every
+/// thread's policy, nice and cpu group, and removes the shares group.
+#[test]
+#[ignore = "needs root: runs hostd, which renices, moves and sets SCHED_DEADLINE on a stand-in QEMU's threads"]
+fn cfsv_boosts_are_restored_after_sigkill_and_restart() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    assert!(devemu::is_root(), "needs root");
+    for kind in ["nice", "shares", "deadline"] {
+        let dir = Scratch::new(&format!("agent-cfsv-kill-{kind}"));
+        let (vm, _, workers) = cfsv_vm(&dir);
+        let before = thread_state(vm.pid());
+        let mut h = cpu_hostd(&dir, vm.pid(), &["--cfsv", "--cfsv-boost", kind]);
+        wait_until(&format!("{kind}: the workers' boost"), 5.0, || {
+            workers.iter().all(|&t| cfsv_boosted(kind, t))
+        });
+        h.signal(libc::SIGKILL);
+        let _ = h.0.wait();
+        assert!(
+            workers.iter().all(|&t| cfsv_boosted(kind, t)),
+            "{kind}: the boost outlives the daemon"
+        );
+        let state = std::fs::read_to_string(dir.p("hostd.state")).unwrap();
+        assert!(
+            state.contains(&format!("\"tid\": {}", workers[0])),
+            "{state}"
+        );
+        let mut h2 = cpu_hostd(&dir, vm.pid(), &[]);
+        assert_eq!(thread_state(vm.pid()), before, "{kind}");
+        assert!(!dir.p("hostd.state").exists());
+        let group = sys::cgroup_v1_mount("cpu").map(|m| m.join("tandem-cfsv"));
+        assert!(
+            !group.is_some_and(|g| g.exists()),
+            "{kind}: the group is left"
+        );
+        assert!(h2.stop());
+    }
+}
+
+/// `cfsv` and `cpu_boost` both set vCPU threads' scheduling: refused; and
+/// the cfsv settings are checked.
+#[test]
+fn cfsv_settings_are_checked() {
+    for (args, want) in [
+        (&["--cfsv", "--cpu-boost", "nice"][..], "cfsv and cpu_boost"),
+        (
+            &["--cfsv", "--cfsv-period-ms", "0"][..],
+            "cfsv_period_ms = 0",
+        ),
+        (&["--cfsv", "--cfsv-nice", "-21"][..], "cfsv_nice = -21"),
+        (&["--cfsv", "--cfsv-shares", "1"][..], "cfsv_shares = 1"),
+        (
+            &["--cfsv", "--cfsv-dl-runtime-us", "1001"][..],
+            "cfsv_dl_runtime_us = 1001",
+        ),
+        (
+            &["--cfsv", "--cfsv-boost", "fifo"][..],
+            "accepted: shares, nice, rr, deadline",
+        ),
+    ] {
+        let mut a = vec!["--vm", "name=a,socket=/nonexistent/a.sock,pid=1"];
+        a.extend_from_slice(args);
+        let o = hostd_run(&a);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert!(e.contains(want), "{args:?}: {e}");
+    }
+}

@@ -114,6 +114,9 @@ impl Hostd {
             if let Some(l) = self.cpu_status(i, now) {
                 s += &l;
             }
+            if let Some(l) = self.cfsv_status(i) {
+                s += &l;
+            }
             if let Some(e) = &r.last_error {
                 s += &format!("  last actuator error: {e}\n");
             }
@@ -215,6 +218,9 @@ impl Hostd {
         }
         if self.cpu_actuator.is_some() {
             self.register_cpu(&mut reg, &served);
+        }
+        if self.cfsv.is_some() {
+            self.register_cfsv(&mut reg, &served);
         }
         if self.cfg.vsock_port.is_some() {
             let c = Counter::<u64>::default();

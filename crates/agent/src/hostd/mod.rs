@@ -15,6 +15,7 @@
 //! the channel closes, when the VM's process exits, on SIGINT/SIGTERM/SIGHUP,
 //! and at the next start after a crash (the [`Journal`] state file).
 
+mod cfsv;
 mod channel;
 mod config;
 mod control;
@@ -171,6 +172,12 @@ pub struct Hostd {
     skipped: std::collections::BTreeSet<PathBuf>,
     /// For the channels of VMs found while running.
     tx: Option<Sender<Event>>,
+    /// The `cfsv` mode's boost, if it is on.
+    cfsv: Option<crate::cfsv::CfsvActuator>,
+    /// Its threads and counters, by VM slot.
+    cfsv_vms: BTreeMap<usize, crate::cfsv::VmCfsv>,
+    /// Its next sample.
+    cfsv_next: u64,
 }
 
 /// The CPU arbiter's policy: the I/O one's leases and budget, and as many
@@ -244,6 +251,26 @@ fn needs_restart(old: &HostdConfig, new: &HostdConfig) -> Vec<&'static str> {
         ),
     );
     differ(
+        "cfsv",
+        (
+            old.cfsv,
+            old.cfsv_boost,
+            old.cfsv_period_ms,
+            old.cfsv_nice,
+            old.cfsv_rt_priority,
+            old.cfsv_shares,
+            old.cfsv_dl_runtime_us,
+        ) != (
+            new.cfsv,
+            new.cfsv_boost,
+            new.cfsv_period_ms,
+            new.cfsv_nice,
+            new.cfsv_rt_priority,
+            new.cfsv_shares,
+            new.cfsv_dl_runtime_us,
+        ),
+    );
+    differ(
         "the lease and budget",
         (old.lease_ms, old.budget_fraction, old.budget_window_s)
             != (new.lease_ms, new.budget_fraction, new.budget_window_s),
@@ -304,7 +331,11 @@ impl Hostd {
             .iter()
             .map(|_| Arc::new(Mutex::new(ChannelLimiter::new(&cfg.channel_limits(), now))))
             .collect();
+        let cfsv = cfg.cfsv_actuator()?;
         let mut h = Hostd {
+            cfsv,
+            cfsv_vms: BTreeMap::new(),
+            cfsv_next: now,
             vms: cfg.vms.clone(),
             cpu_actuator: cfg.cpu_actuator(),
             cfg,
@@ -412,6 +443,13 @@ impl Hostd {
                 self.cfg.state_file.display()
             ));
         }
+        if !self
+            .cfsv
+            .as_ref()
+            .is_some_and(|a| a.boost == crate::cfsv::CfsvBoost::Shares)
+        {
+            crate::cfsv::remove_leftover_group();
+        }
         if rec.restored > 0 {
             log(&format!(
                 "restored {} knob(s) left boosted by a previous hostd ({})",
@@ -476,6 +514,7 @@ impl Hostd {
                     .join(", ")
             ));
             self.log_cpu_settings();
+            self.log_cfsv_settings();
             notify(&[
                 sd_notify::NotifyState::Ready,
                 sd_notify::NotifyState::Status(&format!("serving {} VM(s)", self.live_vms())),
@@ -492,6 +531,9 @@ impl Hostd {
         }
         self.update_cpu(now);
         let rev = self.journal.revert_all();
+        if let Some(a) = &self.cfsv {
+            a.finish();
+        }
         for p in created {
             let _ = std::fs::remove_file(p);
         }
@@ -528,6 +570,9 @@ impl Hostd {
             if let Some(d) = self.cpu_deadline() {
                 wake = wake.min(d);
             }
+            if let Some(d) = self.cfsv_deadline() {
+                wake = wake.min(d);
+            }
             match rx.recv_timeout(Duration::from_nanos(wake.saturating_sub(now))) {
                 Ok(ev) => {
                     let now = now_ns();
@@ -543,6 +588,9 @@ impl Hostd {
             }
             if self.cpu_deadline().is_some_and(|d| d <= now) {
                 self.update_cpu(now);
+            }
+            if self.cfsv_deadline().is_some_and(|d| d <= now) {
+                self.cfsv_step(now);
             }
             if now >= next_rescan {
                 self.sync_vm_dir(now);
