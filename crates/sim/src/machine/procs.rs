@@ -57,7 +57,8 @@ pub enum Role {
     /// A worker of a VM's QEMU thread pool (`aio=threads`), on the host,
     /// with the request it is performing.
     QemuWorker { vm: usize, job: Option<usize> },
-    /// A VM's QEMU iothread (`aio=native`/`io_uring`), on the host.
+    /// A VM's QEMU iothread (`aio=native`/`io_uring`), on the host, or a
+    /// submitter thread of its vhost-user-blk backend (`vhost-ioprio`).
     QemuIoThread { vm: usize },
     /// Finished or stopped.
     Gone,
