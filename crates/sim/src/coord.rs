@@ -182,9 +182,7 @@ impl CoordConfig {
         match self.mode.knob() {
             // `vhost-ioprio` changes no thread: the backend issues each
             // request from the submitter of its mapped ioprio.
-            Knob::None | Knob::SchedRr | Knob::RequestIoprio => {
-                (HostBoost::None, IoPrio::DEFAULT)
-            }
+            Knob::None | Knob::SchedRr | Knob::RequestIoprio => (HostBoost::None, IoPrio::DEFAULT),
             Knob::IoprioRt => (HostBoost::None, BOOST_IOPRIO),
             Knob::BfqWeight => (HostBoost::Weight(self.weight_factor), IoPrio::DEFAULT),
             Knob::BfqRaise => (HostBoost::Raise, IoPrio::DEFAULT),

@@ -273,6 +273,18 @@ impl Machine {
         self.procs.ioc(pid).prio
     }
 
+    /// The live processes of kernel `k` whose ioprio is `prio`, in pid
+    /// order (what `ionice -p` would show for each task there).
+    pub fn pids_with_ioprio(&self, k: KernelId, prio: IoPrio) -> Vec<Pid> {
+        (0..self.procs.table.len() as Pid)
+            .filter(|&p| {
+                self.procs.kernel_of(p) == k
+                    && !self.procs.is_gone(p)
+                    && self.procs.ioc(p).prio == prio
+            })
+            .collect()
+    }
+
     pub(super) fn wake_in(&mut self, pid: Pid, delay: Nanos) {
         self.procs.wake_in(&mut self.q, pid, delay);
     }

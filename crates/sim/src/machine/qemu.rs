@@ -341,9 +341,7 @@ impl Machine {
             return pid;
         }
         let cg = v.cgroup;
-        let pid = self
-            .procs
-            .spawn(HOST, Role::QemuIoThread { vm }, prio, cg);
+        let pid = self.procs.spawn(HOST, Role::QemuIoThread { vm }, prio, cg);
         let v = &mut self.qemu.vms[vm];
         v.submitters.push((prio, pid));
         v.threads.push(pid);
