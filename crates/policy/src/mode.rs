@@ -41,6 +41,14 @@ pub enum CoordMode {
     /// The host BFQ treats the VM's queues as weight-raised while it is
     /// helped, as Virtual-BFQ did (a kernel patch on a real host).
     HelpWr,
+    /// Per-request priority through virtio-blk: the guest raises a starting
+    /// task's ioprio for a lease (the same urgency rule as the help modes,
+    /// but no message to the host), the virtio-blk header carries it, and
+    /// the VM's vhost-user-blk backend (`tandem vhost-blk`) issues each
+    /// request with it, mapped by its policy (RT only for a VM allowed it
+    /// and within its RT budget, else best-effort level 0). Only the marked
+    /// requests are favoured, not the VM's other I/O.
+    VhostIoprio,
     /// The VM's vCPU threads always `SCHED_RR`, as pvsched's boost.
     StaticCpu,
     /// The VM's vCPU threads `SCHED_RR` while the guest asks for help
@@ -58,6 +66,9 @@ pub enum Threads {
     QemuIo,
     /// The VM's vCPU threads.
     Vcpu,
+    /// The VM's vhost-user-blk backend: its submitter threads, one per host
+    /// ioprio in use, each set to that ioprio (`tandem vhost-blk`).
+    Backend,
 }
 
 /// What the host changes on the threads a mode acts on.
@@ -75,6 +86,10 @@ pub enum Knob {
     BfqRaise,
     /// The threads' CPU policy, `SCHED_RR` (`sched_setscheduler(2)`).
     SchedRr,
+    /// Each request issued with the ioprio the guest wrote in its virtio-blk
+    /// header, mapped by the backend's policy, from the submitter thread of
+    /// the mapped ioprio (host BFQ takes the class from the issuing task).
+    RequestIoprio,
 }
 
 /// When a mode's knob is applied.
@@ -88,6 +103,10 @@ pub enum When {
     /// While the host's [`crate::Arbiter`] has the VM helped: the guest asks
     /// with HELP under a lease, the host grants within budgets.
     WhileHelped,
+    /// Request by request, for the requests of tasks the guest marked
+    /// urgent itself (their ioprio raised for a lease); the host is not
+    /// asked, its backend applies its policy and budgets to each request.
+    PerRequest,
 }
 
 /// An unknown coordination mode name: says the value and what is accepted.
@@ -109,12 +128,13 @@ impl std::error::Error for UnknownMode {}
 
 impl CoordMode {
     /// Every mode, I/O modes then CPU modes: the order of listings.
-    pub const ALL: [CoordMode; 7] = [
+    pub const ALL: [CoordMode; 8] = [
         CoordMode::Off,
         CoordMode::StaticRt,
         CoordMode::HelpRt,
         CoordMode::HelpWeight,
         CoordMode::HelpWr,
+        CoordMode::VhostIoprio,
         CoordMode::StaticCpu,
         CoordMode::HelpCpu,
     ];
@@ -127,6 +147,7 @@ impl CoordMode {
             CoordMode::HelpRt => "help-rt",
             CoordMode::HelpWeight => "help-weight",
             CoordMode::HelpWr => "help-wr",
+            CoordMode::VhostIoprio => "vhost-ioprio",
             CoordMode::StaticCpu => "static-cpu",
             CoordMode::HelpCpu => "help-cpu",
         }
@@ -154,7 +175,7 @@ impl CoordMode {
     pub fn resource(self) -> Option<Resource> {
         match self.threads() {
             Threads::None => None,
-            Threads::QemuIo => Some(Resource::Io),
+            Threads::QemuIo | Threads::Backend => Some(Resource::Io),
             Threads::Vcpu => Some(Resource::Cpu),
         }
     }
@@ -166,6 +187,7 @@ impl CoordMode {
             CoordMode::StaticRt | CoordMode::HelpRt | CoordMode::HelpWeight | CoordMode::HelpWr => {
                 Threads::QemuIo
             }
+            CoordMode::VhostIoprio => Threads::Backend,
             CoordMode::StaticCpu | CoordMode::HelpCpu => Threads::Vcpu,
         }
     }
@@ -177,6 +199,7 @@ impl CoordMode {
             CoordMode::StaticRt | CoordMode::HelpRt => Knob::IoprioRt,
             CoordMode::HelpWeight => Knob::BfqWeight,
             CoordMode::HelpWr => Knob::BfqRaise,
+            CoordMode::VhostIoprio => Knob::RequestIoprio,
             CoordMode::StaticCpu | CoordMode::HelpCpu => Knob::SchedRr,
         }
     }
@@ -189,7 +212,14 @@ impl CoordMode {
             CoordMode::HelpRt | CoordMode::HelpWeight | CoordMode::HelpWr | CoordMode::HelpCpu => {
                 When::WhileHelped
             }
+            CoordMode::VhostIoprio => When::PerRequest,
         }
+    }
+
+    /// Modes in which the guest marks its urgent tasks' requests itself and
+    /// the host's backend honours each request's ioprio.
+    pub fn marks_requests(self) -> bool {
+        self.when() == When::PerRequest
     }
 
     /// Modes in which guests ask for help and the host answers.
@@ -331,7 +361,7 @@ mod tests {
         assert_eq!(
             e,
             "unknown coordination mode \"help-io\"; accepted: off, static-rt, help-rt, \
-             help-weight, help-wr, static-cpu, help-cpu"
+             help-weight, help-wr, vhost-ioprio, static-cpu, help-cpu"
         );
     }
 
@@ -355,6 +385,11 @@ mod tests {
             Some(IoprioBoost::Rt)
         );
         assert_eq!(IoprioBoost::for_mode(CoordMode::HelpWeight), None);
+        // vhost-ioprio needs no hostd actuator: the backend acts per request.
+        let v = CoordMode::VhostIoprio;
+        assert_eq!(IoprioBoost::for_mode(v), None);
+        assert!(v.is_io() && v.marks_requests() && !v.asks_for_help());
+        assert_eq!(v.threads(), Threads::Backend);
     }
 
     #[test]

@@ -305,6 +305,21 @@ fn coord_counters(m: &Machine, vms: usize, out: &mut RunResult) {
             .insert(format!("vm{}_boosted_s", vm + 1), to_secs(s.boosted_ns));
         out.counters
             .insert(format!("vm{}_helps", vm + 1), s.helps_sent as f64);
+        // `vhost-ioprio`'s backend: requests issued, and how many the
+        // guest marked RT and the host got as RT (only in that mode, so the
+        // other modes' results are unchanged).
+        if s.backend_requests > 0 {
+            let n = vm + 1;
+            for (name, v) in [
+                ("marks", s.marks),
+                ("backend_requests", s.backend_requests),
+                ("guest_rt_requests", s.guest_rt_requests),
+                ("host_rt_requests", s.host_rt_requests),
+                ("rt_demoted", s.rt_demoted),
+            ] {
+                out.counters.insert(format!("vm{n}_{name}"), v as f64);
+            }
+        }
     }
 }
 

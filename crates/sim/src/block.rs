@@ -4,7 +4,7 @@
 //! commands in flight.
 
 use crate::iosched::{Cgroups, HostBoost, IoScheduler, MergeKind, SchedCtx, TickSource};
-use crate::request::{BioOwner, IoContext, Pid, Request, RequestTable, RqId};
+use crate::request::{BioOwner, IoContext, IoPrio, Pid, Request, RequestTable, RqId};
 use crate::virtio::Virtqueue;
 use devmodel::{Device, Direction, IoRequest, Nanos};
 use rustc_hash::FxHashMap as HashMap;
@@ -51,10 +51,12 @@ impl Backend {
         }
     }
 
-    fn submit(&mut self, now: Nanos, tag: u64, io: IoRequest) {
+    /// `ioprio` is the request's (`req_get_ioprio()`), which only a
+    /// virtio-blk disk passes on, in its request header.
+    fn submit(&mut self, now: Nanos, tag: u64, io: IoRequest, ioprio: IoPrio) {
         match self {
             Backend::Disk(d) => d.submit(now, tag, io),
-            Backend::Virtio(v) => v.submit(tag, io),
+            Backend::Virtio(v) => v.submit(tag, io, ioprio),
         }
     }
 
@@ -323,7 +325,8 @@ impl BlockLayer {
                 });
             }
             self.in_driver += 1;
-            self.backend.submit(now, id as u64, io);
+            let ioprio = rq.ioc.prio;
+            self.backend.submit(now, id as u64, io, ioprio);
         }
     }
 

@@ -150,6 +150,10 @@ pub struct CoordConfig {
     /// A raised queue counts as a need for help only during the first
     /// this-long of its raising.
     pub help_per_raising_ns: Nanos,
+    /// `vhost-ioprio`: the VMs (by index, VM 1 is 0) whose backend may
+    /// issue RT as RT (`tandem vhost-blk --allow-rt`); the others' RT
+    /// requests become best-effort level 0.
+    pub vhost_allow_rt: Vec<usize>,
 }
 
 impl Default for CoordConfig {
@@ -161,6 +165,9 @@ impl Default for CoordConfig {
             weight_factor: DEFAULT_WEIGHT_FACTOR,
             no_help_delay_ns: DEFAULT_NO_HELP_DELAY_NS,
             help_per_raising_ns: DEFAULT_HELP_PER_RAISING_NS,
+            // The scenario's VM 1, whose start-ups are measured; VMs 2..N
+            // are the neighbours.
+            vhost_allow_rt: vec![0],
         }
     }
 }
@@ -173,7 +180,9 @@ impl CoordConfig {
             return (HostBoost::None, IoPrio::DEFAULT);
         }
         match self.mode.knob() {
-            Knob::None | Knob::SchedRr => (HostBoost::None, IoPrio::DEFAULT),
+            // `vhost-ioprio` changes no thread: the backend issues each
+            // request from the submitter of its mapped ioprio.
+            Knob::None | Knob::SchedRr | Knob::RequestIoprio => (HostBoost::None, IoPrio::DEFAULT),
             Knob::IoprioRt => (HostBoost::None, BOOST_IOPRIO),
             Knob::BfqWeight => (HostBoost::Weight(self.weight_factor), IoPrio::DEFAULT),
             Knob::BfqRaise => (HostBoost::Raise, IoPrio::DEFAULT),
@@ -193,4 +202,15 @@ pub struct CoordStats {
     pub no_helps_sent: u64,
     /// Time the host had the VM boosted, in total.
     pub boosted_ns: Nanos,
+    /// `vhost-ioprio`: tasks the guest marked urgent (new leases).
+    pub marks: u64,
+    /// `vhost-ioprio`: requests the VM's backend issued on the host.
+    pub backend_requests: u64,
+    /// Of those, the ones whose virtio-blk header said RT.
+    pub guest_rt_requests: u64,
+    /// Of those, the ones issued with RT on the host.
+    pub host_rt_requests: u64,
+    /// RT requests issued as best-effort level 0 (the VM may not use RT,
+    /// or spent its RT budget).
+    pub rt_demoted: u64,
 }

@@ -8,6 +8,7 @@
 //! outstanding, which is what the guest's block layer sees as the device's
 //! queue depth.
 
+use crate::request::IoPrio;
 use devmodel::{IoRequest, Nanos};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -17,12 +18,23 @@ use std::collections::BinaryHeap;
 /// it to 256). The published runs used QEMU of 2014.
 pub const DEFAULT_VIRTQUEUE_DEPTH: usize = 128;
 
+/// A request in the available ring: the guest's tag, the request, and the
+/// ioprio of its header (`out_hdr.ioprio`, which the Linux driver fills
+/// from `req_get_ioprio()` in `virtblk_setup_cmd()`). QEMU's own
+/// virtio-blk ignores the ioprio; the `vhost-ioprio` backend honours it.
+#[derive(Clone, Copy, Debug)]
+pub struct VirtioReq {
+    pub tag: u64,
+    pub req: IoRequest,
+    pub ioprio: IoPrio,
+}
+
 /// A virtqueue seen from the guest.
 #[derive(Debug)]
 pub struct Virtqueue {
     depth: usize,
     /// Requests in the available ring that QEMU has not taken yet.
-    avail: Vec<(u64, IoRequest)>,
+    avail: Vec<VirtioReq>,
     /// Requests QEMU finished, with the time their interrupt reaches the
     /// guest, earliest first.
     used: BinaryHeap<Reverse<(Nanos, u64)>>,
@@ -50,9 +62,9 @@ impl Virtqueue {
     }
 
     /// The guest adds a request to the available ring.
-    pub fn submit(&mut self, tag: u64, req: IoRequest) {
+    pub fn submit(&mut self, tag: u64, req: IoRequest, ioprio: IoPrio) {
         self.in_flight += 1;
-        self.avail.push((tag, req));
+        self.avail.push(VirtioReq { tag, req, ioprio });
     }
 
     /// Whether the guest has added requests QEMU has not taken yet.
@@ -61,7 +73,7 @@ impl Virtqueue {
     }
 
     /// QEMU drains the available ring (`virtio_blk_handle_vq()`).
-    pub fn take_avail(&mut self) -> Vec<(u64, IoRequest)> {
+    pub fn take_avail(&mut self) -> Vec<VirtioReq> {
         std::mem::take(&mut self.avail)
     }
 
@@ -101,8 +113,8 @@ mod tests {
             sectors: 8,
             dir: Direction::Read,
         };
-        vq.submit(1, rq);
-        vq.submit(2, rq);
+        vq.submit(1, rq, IoPrio::DEFAULT);
+        vq.submit(2, rq, IoPrio::DEFAULT);
         assert!(!vq.can_accept());
         assert_eq!(vq.take_avail().len(), 2);
         assert!(!vq.has_avail());

@@ -291,7 +291,15 @@ struct SchedData {
     class_idle_last_service: Jiffies,
 }
 
+/// The kinds of raising [`BfqExt::raised_busy_queues`] counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum UrgentRaising {
+    Interactive,
+    SoftRt,
+}
+
 #[derive(Clone, Debug)]
+
 struct Queue {
     entity: EntId,
     sync: bool,
@@ -2005,6 +2013,30 @@ impl Bfq {
     }
 
     /// The estimated peak rate in bytes per second.
+    /// Whether queue `q` is one of [`BfqExt::raised_busy_queues`]: raised
+    /// since `since`, with I/O queued or in flight, for a program starting
+    /// or a soft real-time one.
+    fn urgent_raising(q: &Queue, since: Nanos) -> Option<UrgentRaising> {
+        if !(q.sync && q.wr_coeff > 1 && (q.busy || q.dispatched > 0) && q.wr_started_at >= since) {
+            return None;
+        }
+        // An interactive raising that BFQ switched to soft real-time (the
+        // starting program's reads came spaced out enough) is still a
+        // program starting.
+        let started_interactive = !q.softrt || q.wr_start_at_switch_to_srt != LONG_AGO;
+        if started_interactive {
+            // A raising that only the device's slowness earned is no
+            // program starting (on a guest, the host's load starving a
+            // background reader: the missing link seen from inside).
+            (!q.wr_from_slow_device).then_some(UrgentRaising::Interactive)
+        } else {
+            // Mainline BFQ never deems a totally seeky queue soft real-time
+            // (v7r2 did, on coarse ticks): such a raising is a greedy random
+            // reader, not a need for help.
+            (!Self::totally_seeky(q)).then_some(UrgentRaising::SoftRt)
+        }
+    }
+
     pub fn peak_rate_bytes_per_s(&self) -> f64 {
         self.peak_rate as f64 / (1u64 << RATE_SHIFT) as f64 * 512.0 * 1e6
     }
@@ -2288,29 +2320,24 @@ impl BfqExt for Bfq {
     fn raised_busy_queues(&self, since: Nanos) -> (usize, usize) {
         let mut counts = (0, 0);
         for q in &self.queues {
-            if q.sync && q.wr_coeff > 1 && (q.busy || q.dispatched > 0) && q.wr_started_at >= since
-            {
-                // An interactive raising that BFQ switched to soft real-time
-                // (the starting program's reads came spaced out enough) is
-                // still a program starting.
-                let started_interactive = !q.softrt || q.wr_start_at_switch_to_srt != LONG_AGO;
-                if started_interactive {
-                    // A raising that only the device's slowness earned is
-                    // no program starting (on a guest, the host's load
-                    // starving a background reader: the missing link seen
-                    // from inside).
-                    if !q.wr_from_slow_device {
-                        counts.0 += 1;
-                    }
-                } else if !Self::totally_seeky(q) {
-                    // Mainline BFQ never deems a totally seeky queue soft
-                    // real-time (v7r2 did, on coarse ticks): such a raising
-                    // is a greedy random reader, not a need for help.
-                    counts.1 += 1;
-                }
+            match Self::urgent_raising(q, since) {
+                Some(UrgentRaising::Interactive) => counts.0 += 1,
+                Some(UrgentRaising::SoftRt) => counts.1 += 1,
+                None => {}
             }
         }
         counts
+    }
+
+    fn raised_busy_pids(&self, since: Nanos) -> Vec<Pid> {
+        self.sync_queues
+            .iter()
+            .enumerate()
+            .filter_map(|(pid, q)| {
+                let q = &self.queues[(*q)?];
+                Self::urgent_raising(q, since).map(|_| pid as Pid)
+            })
+            .collect()
     }
 
     fn set_boost(&mut self, ctx: &mut SchedCtx, pid: Pid, boost: HostBoost) {

@@ -218,6 +218,11 @@ pub trait BfqExt {
     /// queue whose previous request had just completed) are left out.
     fn raised_busy_queues(&self, since: Nanos) -> (usize, usize);
 
+    /// The processes whose sync queues [`BfqExt::raised_busy_queues`]
+    /// counts, in pid order: the tasks a guest daemon that marks urgency
+    /// itself (`vhost-ioprio`) raises the ioprio of.
+    fn raised_busy_pids(&self, since: Nanos) -> Vec<Pid>;
+
     /// Host-side coordination: privilege (or stop privileging) the I/O of
     /// process `pid`, a QEMU thread of a VM that asked for help. It may be
     /// called before the process has issued any I/O; the scheduler applies

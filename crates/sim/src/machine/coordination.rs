@@ -5,11 +5,20 @@
 //! flight and the deadlines of both sides. Actuation, what privileging a
 //! VM does to its QEMU threads, is the mode's ([`CoordConfig::actuation`]),
 //! applied here to the threads QEMU has.
+//!
+//! In `vhost-ioprio` the guest side asks nothing: on the same need, guestd
+//! raises the urgent tasks' ioprio inside the guest for a lease ([`Marks`]),
+//! and the VM's vhost-user-blk backend ([`VhostBackend`]) maps each
+//! request's header ioprio to the host's with the real backend's policy
+//! (`vhostblk::classmap::ClassPolicy`).
 
 use super::{Ev, Machine};
-use crate::coord::{CoordConfig, CoordStats, Coordination};
-use crate::request::Pid;
+use crate::coord::{CoordConfig, CoordStats, Coordination, BOOST_IOPRIO};
+use crate::request::{IoPrio, IoPrioClass, Pid};
 use devmodel::Nanos;
+use policy::mode::Knob;
+use vhostblk::classmap::ClassPolicy;
+use vhostblk::ioprio::{Class, Ioprio};
 
 /// The coordination part's events.
 #[derive(Clone, Copy, Debug)]
@@ -33,10 +42,96 @@ pub(super) enum CoordMsg {
     NoHelp,
 }
 
+/// What a coordinated guest does about the need its detector sees.
+enum GuestAction {
+    /// Asks its host for help (the help modes).
+    Ask(policy::HelpClient),
+    /// Marks the urgent tasks itself (`vhost-ioprio`).
+    Mark(Marks),
+}
+
+/// guestd's marks in a `vhost-ioprio` guest: the tasks whose ioprio it
+/// raised (`ioprio_set(2)` to [`BOOST_IOPRIO`], what `ionice -c1` sets),
+/// each with the end of its lease and the ioprio to give back.
+#[derive(Default)]
+struct Marks {
+    leases: Vec<(Pid, Nanos, IoPrio)>,
+}
+
+impl Marks {
+    /// Applies the need as of `now`: while it lasts, each task of `urgent`
+    /// is marked (or its lease renewed) until `now + lease`; leases that
+    /// ran out, and all of them once the need is gone, end. Returns the
+    /// ioprio changes to make, and the number of new marks.
+    fn update(
+        &mut self,
+        now: Nanos,
+        need: bool,
+        urgent: &[Pid],
+        lease: Nanos,
+        prio_of: impl Fn(Pid) -> IoPrio,
+    ) -> (Vec<(Pid, IoPrio)>, u64) {
+        let mut changes = Vec::new();
+        self.leases.retain(|&(pid, until, old)| {
+            let live = need && until > now;
+            if !live {
+                changes.push((pid, old));
+            }
+            live
+        });
+        let mut new = 0;
+        if need {
+            for &pid in urgent {
+                match self.leases.iter_mut().find(|l| l.0 == pid) {
+                    Some(l) => l.1 = now + lease,
+                    None => {
+                        self.leases.push((pid, now + lease, prio_of(pid)));
+                        changes.push((pid, BOOST_IOPRIO));
+                        new += 1;
+                    }
+                }
+            }
+        }
+        (changes, new)
+    }
+
+    fn next_deadline(&self) -> Option<Nanos> {
+        self.leases.iter().map(|l| l.1).min()
+    }
+}
+
+/// A VM's vhost-user-blk backend (`tandem vhost-blk`), as `vhost-ioprio`
+/// models it: the real backend's class policy, and its counters.
+struct VhostBackend {
+    policy: ClassPolicy,
+}
+
+/// The `vhostblk` encoding of a simulated ioprio.
+fn to_vhost(p: IoPrio) -> Ioprio {
+    let class = match p.class {
+        IoPrioClass::Rt => Class::Rt,
+        IoPrioClass::Be => Class::Be,
+        IoPrioClass::Idle => Class::Idle,
+    };
+    Ioprio::new(class, p.level)
+}
+
+/// A simulated ioprio from the `vhostblk` encoding; no class is the
+/// issuing thread's own, the default.
+fn from_vhost(p: Ioprio) -> IoPrio {
+    let class = match p.class {
+        Class::None => return IoPrio::DEFAULT,
+        Class::Rt => IoPrioClass::Rt,
+        Class::Be => IoPrioClass::Be,
+        Class::Idle => IoPrioClass::Idle,
+    };
+    IoPrio::new(class, p.level)
+}
+
 /// The guest side of a coordinated VM.
 struct GuestCoord {
     detector: policy::BfqStateDetector,
-    client: policy::HelpClient,
+    action: GuestAction,
     /// The current need, as the detector last said.
     urgency: policy::Urgency,
     /// The guest asks for help all the time (a misbehaving guest).
@@ -50,8 +145,10 @@ struct GuestCoord {
 /// One VM, as coordination sees it.
 #[derive(Default)]
 struct VmCoord {
-    /// The guest side (None when the VM does not ask).
+    /// The guest side (None when the VM neither asks nor marks).
     guest: Option<GuestCoord>,
+    /// The VM's vhost-user-blk backend (`vhost-ioprio` only).
+    backend: Option<VhostBackend>,
     /// The host privileges the VM's threads now (helped, or statically).
     boosted: bool,
     /// Statically privileged (`static-rt`), whatever the guest says.
@@ -84,17 +181,34 @@ impl Coordinator {
         self.arbiter.is_some()
     }
 
-    /// A VM was added: it gets a guest side that asks for help when the
-    /// mode does, and the host's arbiter learns of it.
+    /// Whether the guests mark their urgent requests (`vhost-ioprio`).
+    pub(super) fn marks_requests(&self) -> bool {
+        self.cfg.mode.marks_requests()
+    }
+
+    /// A VM was added: it gets a guest side that asks for help, or marks
+    /// its urgent tasks, when the mode does, and the host's arbiter or the
+    /// VM's backend learns of it.
     pub(super) fn add_vm(&mut self, vm: usize) {
         let mut v = VmCoord::default();
-        if let Some(arb) = self.arbiter.as_mut() {
+        let lease = self.cfg.policy.max_lease_ns;
+        let action = if let Some(arb) = self.arbiter.as_mut() {
             arb.add_vm(vm as policy::VmId, 1);
-            let lease = self.cfg.policy.max_lease_ns;
+            Some(GuestAction::Ask(policy::HelpClient::new(lease)))
+        } else if self.cfg.mode.marks_requests() {
+            let allow_rt = self.cfg.vhost_allow_rt.contains(&vm);
+            v.backend = Some(VhostBackend {
+                policy: ClassPolicy::new(allow_rt, &self.cfg.policy),
+            });
+            Some(GuestAction::Mark(Marks::default()))
+        } else {
+            None
+        };
+        if let Some(action) = action {
             v.guest = Some(GuestCoord {
                 detector: policy::BfqStateDetector::new(lease)
                     .with_hysteresis(self.cfg.no_help_delay_ns),
-                client: policy::HelpClient::new(lease),
+                action,
                 urgency: policy::Urgency::NoHelp,
                 greedy: false,
                 last_raised: 0,
@@ -155,7 +269,10 @@ impl Coordinator {
                 gc.urgency = u;
             }
         }
-        match gc.client.step(now, &gc.urgency)? {
+        let GuestAction::Ask(client) = &mut gc.action else {
+            return None;
+        };
+        match client.step(now, &gc.urgency)? {
             policy::Message::Help {
                 duration_hint_ms,
                 reason,
@@ -176,11 +293,63 @@ impl Coordinator {
         }
     }
 
+    /// The guest side of VM `vm` marks its urgent tasks (`vhost-ioprio`):
+    /// while its detector sees a need, the tasks `urgent` lists get their
+    /// ioprio raised for a lease. Returns the ioprio changes to make.
+    fn guest_mark(
+        &mut self,
+        vm: usize,
+        now: Nanos,
+        urgent: &[Pid],
+        prio_of: impl Fn(Pid) -> IoPrio,
+    ) -> Vec<(Pid, IoPrio)> {
+        let lease = self.cfg.policy.max_lease_ns;
+        let v = &mut self.vms[vm];
+        let Some(gc) = v.guest.as_mut() else {
+            return Vec::new();
+        };
+        let need = matches!(gc.urgency, policy::Urgency::Help { .. });
+        let GuestAction::Mark(marks) = &mut gc.action else {
+            return Vec::new();
+        };
+        let (changes, new) = marks.update(now, need, urgent, lease, prio_of);
+        v.stats.marks += new;
+        changes
+    }
+
+    /// Whether VM `vm`'s guest needs urgency now (its detector's last word).
+    fn guest_needs(&self, vm: usize) -> bool {
+        self.vms[vm]
+            .guest
+            .as_ref()
+            .is_some_and(|gc| matches!(gc.urgency, policy::Urgency::Help { .. }))
+    }
+
+    /// VM `vm`'s backend maps a request's header ioprio to the host's
+    /// (the real backend's policy); the counters see it.
+    fn backend_map(&mut self, vm: usize, header: IoPrio, now: Nanos) -> IoPrio {
+        let v = &mut self.vms[vm];
+        let Some(b) = v.backend.as_mut() else {
+            return IoPrio::DEFAULT;
+        };
+        let mapped = b.policy.map(to_vhost(header), now);
+        let host = from_vhost(mapped.host);
+        v.stats.backend_requests += 1;
+        v.stats.guest_rt_requests += (header.class == IoPrioClass::Rt) as u64;
+        v.stats.host_rt_requests += (host.class == IoPrioClass::Rt) as u64;
+        v.stats.rt_demoted += mapped.demoted.is_some() as u64;
+        host
+    }
+
     /// The guest side's next deadline after `now`, if it needs a new
     /// [`CoordEv::Guest`] event for it.
     fn guest_timer(&mut self, vm: usize, now: Nanos) -> Option<Nanos> {
         let gc = self.vms[vm].guest.as_mut()?;
-        let next = [gc.detector.next_deadline(), gc.client.next_deadline()]
+        let action_next = match &gc.action {
+            GuestAction::Ask(client) => client.next_deadline(),
+            GuestAction::Mark(marks) => marks.next_deadline(),
+        };
+        let next = [gc.detector.next_deadline(), action_next]
             .into_iter()
             .flatten()
             .filter(|&t| t > now)
@@ -208,6 +377,16 @@ impl Machine {
             .then(|| policy::Arbiter::new(cfg.policy.clone()));
         self.coord.cfg = cfg;
         Ok(())
+    }
+
+    /// Whether VM `vm`'s backend may issue RT requests as RT
+    /// (`vhost-ioprio`; by default VM 1 may, as `CoordConfig::vhost_allow_rt`
+    /// says). Call it before the VM issues I/O: it starts a new budget.
+    pub fn set_vhost_allow_rt(&mut self, vm: usize, allow: bool) {
+        let policy = &self.coord.cfg.policy;
+        if let Some(b) = self.coord.vms[vm].backend.as_mut() {
+            b.policy = ClassPolicy::new(allow, policy);
+        }
     }
 
     /// Makes VM `vm` a greedy guest: it asks for help all the time.
@@ -295,8 +474,50 @@ impl Machine {
             let at = self.coord.cfg.channel.delivery(now);
             self.q.push(at, Ev::Coord(CoordEv::Msg(vm, msg)));
         }
+        if self.coord.marks_requests() {
+            self.mark_guest(vm, since);
+        }
         if let Some(t) = self.coord.guest_timer(vm, now) {
             self.q.push(t, Ev::Coord(CoordEv::Guest(vm, t)));
+        }
+    }
+
+    /// guestd in VM `vm`'s guest (`vhost-ioprio`) raises the ioprio of the
+    /// tasks its elevator deems urgent, for a lease, and gives it back when
+    /// the lease or the need ends; their next requests carry it.
+    fn mark_guest(&mut self, vm: usize, since: Nanos) {
+        let now = self.now();
+        let urgent = if self.coord.guest_needs(vm) {
+            let guest = self.qemu.guest_of(vm);
+            self.kernels[guest]
+                .block
+                .scheduler()
+                .as_bfq()
+                .map_or_else(Vec::new, |b| b.raised_busy_pids(since))
+        } else {
+            Vec::new()
+        };
+        let procs = &self.procs;
+        let changes = self
+            .coord
+            .guest_mark(vm, now, &urgent, |pid| procs.ioc(pid).prio);
+        for (pid, prio) in changes {
+            self.procs.set_prio(pid, prio);
+        }
+    }
+
+    /// VM `vm`'s vhost-user-blk backend maps a request's header ioprio to
+    /// the host ioprio it issues the request with.
+    pub(super) fn vhost_map(&mut self, vm: usize, header: IoPrio) -> IoPrio {
+        let now = self.now();
+        self.coord.backend_map(vm, header, now)
+    }
+
+    /// An RT request of VM `vm`'s backend completed (its RT budget).
+    pub(super) fn vhost_rt_done(&mut self, vm: usize) {
+        let now = self.now();
+        if let Some(b) = self.coord.vms[vm].backend.as_mut() {
+            b.policy.rt_done(now);
         }
     }
 
@@ -332,7 +553,11 @@ impl Machine {
     /// host elevator's own boost.
     pub(super) fn actuate_thread(&mut self, vm: usize, pid: Pid) {
         let on = self.coord.vms[vm].privileged();
-        if self.coord.cfg.mode == Coordination::Off {
+        // `vhost-ioprio` leaves the threads alone: each backend submitter
+        // keeps the ioprio it was made with.
+        if self.coord.cfg.mode == Coordination::Off
+            || self.coord.cfg.mode.knob() == Knob::RequestIoprio
+        {
             return;
         }
         let (boost, prio) = self.coord.cfg.actuation(on);

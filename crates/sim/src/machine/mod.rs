@@ -152,7 +152,7 @@ impl Machine {
             }
             let (now, ev) = self.q.pop().expect("peeked");
             self.handle(now, ev);
-            if self.coord.asks_for_help() {
+            if self.coord.asks_for_help() || self.coord.marks_requests() {
                 self.poll_guests();
             }
             self.schedule_block_events();

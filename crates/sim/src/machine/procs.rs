@@ -57,7 +57,8 @@ pub enum Role {
     /// A worker of a VM's QEMU thread pool (`aio=threads`), on the host,
     /// with the request it is performing.
     QemuWorker { vm: usize, job: Option<usize> },
-    /// A VM's QEMU iothread (`aio=native`/`io_uring`), on the host.
+    /// A VM's QEMU iothread (`aio=native`/`io_uring`), on the host, or a
+    /// submitter thread of its vhost-user-blk backend (`vhost-ioprio`).
     QemuIoThread { vm: usize },
     /// Finished or stopped.
     Gone,
@@ -270,6 +271,18 @@ impl Machine {
     /// The ioprio process `pid` issues its I/O with now.
     pub fn ioprio(&self, pid: Pid) -> IoPrio {
         self.procs.ioc(pid).prio
+    }
+
+    /// The live processes of kernel `k` whose ioprio is `prio`, in pid
+    /// order (what `ionice -p` would show for each task there).
+    pub fn pids_with_ioprio(&self, k: KernelId, prio: IoPrio) -> Vec<Pid> {
+        (0..self.procs.table.len() as Pid)
+            .filter(|&p| {
+                self.procs.kernel_of(p) == k
+                    && !self.procs.is_gone(p)
+                    && self.procs.ioc(p).prio == prio
+            })
+            .collect()
     }
 
     pub(super) fn wake_in(&mut self, pid: Pid, delay: Nanos) {

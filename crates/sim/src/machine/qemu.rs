@@ -4,12 +4,19 @@
 //! image file (see [`crate::vm`] for the model). It owns the kicks (QEMU
 //! drains a virtqueue after the guest's notification) and the completion
 //! of requests that needed no disk I/O.
+//!
+//! In `vhost-ioprio` a VM's disk is served by a vhost-user-blk backend
+//! (`tandem vhost-blk`) instead: one thread per virtqueue takes the
+//! requests, always `O_DIRECT` (as `aio=native`), and each request is
+//! issued from the submitter thread of the host ioprio its header maps to
+//! (host BFQ takes the class from the issuing task's I/O context).
 
 use super::kernel::{FileRange, Kernel, KernelId, Submitter, HOST};
 use super::readahead::ReadaheadState;
 use super::{Ev, Machine, Role};
 use crate::fs::{FileId, PAGE};
-use crate::request::{BioOwner, CgroupId, IoPrio, Pid};
+use crate::request::{BioOwner, CgroupId, IoPrio, IoPrioClass, Pid};
+use crate::virtio::VirtioReq;
 use crate::vm::{
     Aio, VmConfig, COPY_NS_PER_BYTE, IRQ_INJECT_NS, THREAD_POOL_IDLE_NS, THREAD_POOL_MAX,
     VIRTQUEUE_NOTIFY_NS, WORKER_HANDOFF_NS,
@@ -48,7 +55,7 @@ struct Vm {
     /// Host cgroup of the VM's QEMU threads.
     cgroup: CgroupId,
     kick_scheduled: bool,
-    waiting: VecDeque<(u64, IoRequest)>,
+    waiting: VecDeque<VirtioReq>,
     /// Idle pool workers, longest idle first: the pool's semaphore wakes
     /// its waiters in FIFO order (futex wake-ups are FIFO among waiters of
     /// one priority).
@@ -57,6 +64,9 @@ struct Vm {
     /// The host's readahead on the image file (buffered reads only).
     image_ra: ReadaheadState,
     iothread: Option<Pid>,
+    /// `vhost-ioprio`: the backend's submitter threads besides the iothread
+    /// (which submits the default ioprio), one per host ioprio in use.
+    submitters: Vec<(IoPrio, Pid)>,
     /// Every QEMU thread the VM ever had.
     threads: Vec<Pid>,
 }
@@ -71,6 +81,10 @@ struct Job {
     pending: u32,
     /// The QEMU thread performing it.
     thread: Pid,
+    /// The ioprio of its virtio-blk header.
+    ioprio: IoPrio,
+    /// `vhost-ioprio`: the backend issued it as RT (its budget counts it).
+    host_rt: bool,
 }
 
 /// Every VM's QEMU, and the guest requests in progress.
@@ -132,10 +146,17 @@ impl Machine {
         self.kernels.push(guest);
         let image = self.kernels[HOST].add_sparse_file(image_path, cfg.image_bytes);
         let vm = self.qemu.vms.len();
+        // The vhost-user-blk backend always does direct I/O from a thread
+        // of its own, whatever QEMU's `aio` would have been.
+        let aio = if self.coord.marks_requests() {
+            Aio::IoThread
+        } else {
+            cfg.aio
+        };
         self.qemu.vms.push(Vm {
             guest: k,
             image,
-            aio: cfg.aio,
+            aio,
             cgroup: 0,
             kick_scheduled: false,
             waiting: VecDeque::new(),
@@ -143,10 +164,11 @@ impl Machine {
             workers: 0,
             image_ra: ReadaheadState::default(),
             iothread: None,
+            submitters: Vec::new(),
             threads: Vec::new(),
         });
         self.coord.add_vm(vm);
-        if cfg.aio == Aio::IoThread {
+        if aio == Aio::IoThread {
             let role = Role::QemuIoThread { vm };
             let pid = self.procs.spawn(HOST, role, IoPrio::DEFAULT, 0);
             self.qemu.vms[vm].iothread = Some(pid);
@@ -186,7 +208,7 @@ impl Machine {
         });
         QemuStats {
             threads_created: v.threads.len(),
-            threads_alive: v.workers + v.iothread.is_some() as usize,
+            threads_alive: v.workers + v.iothread.is_some() as usize + v.submitters.len(),
             host_raisings,
         }
     }
@@ -256,7 +278,7 @@ impl Machine {
     fn qemu_dispatch(&mut self, vm: usize) {
         loop {
             let v = &mut self.qemu.vms[vm];
-            let Some(&(tag, req)) = v.waiting.front() else {
+            let Some(&VirtioReq { tag, req, ioprio }) = v.waiting.front() else {
                 return;
             };
             let thread = match v.aio {
@@ -273,6 +295,8 @@ impl Machine {
                 req,
                 pending: 0,
                 thread,
+                ioprio,
+                host_rt: false,
             });
             match self.qemu.vms[vm].aio {
                 Aio::IoThread => self.issue_job(job),
@@ -305,12 +329,39 @@ impl Machine {
         Some(pid)
     }
 
+    /// The `vhost-ioprio` backend's submitter thread for host ioprio
+    /// `prio`: the iothread for the default, otherwise a thread made with
+    /// that ioprio the first time it is needed.
+    fn vhost_submitter(&mut self, vm: usize, prio: IoPrio) -> Pid {
+        let v = &self.qemu.vms[vm];
+        if prio == IoPrio::DEFAULT {
+            return v.iothread.expect("iothread");
+        }
+        if let Some(&(_, pid)) = v.submitters.iter().find(|s| s.0 == prio) {
+            return pid;
+        }
+        let cg = v.cgroup;
+        let pid = self.procs.spawn(HOST, Role::QemuIoThread { vm }, prio, cg);
+        let v = &mut self.qemu.vms[vm];
+        v.submitters.push((prio, pid));
+        v.threads.push(pid);
+        pid
+    }
+
     /// A QEMU thread performs a guest request on the image file.
     fn issue_job(&mut self, job: usize) {
-        let (vm, req, thread) = {
+        let (vm, req, mut thread) = {
             let j = self.qemu.job(job);
             (j.vm, j.req, j.thread)
         };
+        if self.coord.marks_requests() {
+            let header = self.qemu.job(job).ioprio;
+            let host = self.vhost_map(vm, header);
+            thread = self.vhost_submitter(vm, host);
+            let j = self.qemu.job_mut(job);
+            j.thread = thread;
+            j.host_rt = host.class == IoPrioClass::Rt;
+        }
         let image = self.qemu.vms[vm].image;
         if self.qemu.vms[vm].aio == Aio::IoThread {
             // O_DIRECT: the request itself goes to the host's block layer,
@@ -385,6 +436,9 @@ impl Machine {
         let now = self.now();
         let j = self.qemu.jobs[job].take().expect("live job");
         self.qemu.free_jobs.push(job);
+        if j.host_rt {
+            self.vhost_rt_done(j.vm);
+        }
         let guest = self.qemu.vms[j.vm].guest;
         if let Some(vq) = self.kernels[guest].virtqueue_mut() {
             vq.complete(j.tag, now + IRQ_INJECT_NS);
