@@ -204,6 +204,8 @@ pub(crate) struct InGuest<'a> {
     /// The repetition's seed, for the workers' random offsets.
     seed: u64,
     cleanup: &'a mut Cleanup,
+    /// The cell's cyclictest histogram, the repetitions' merged (latency).
+    hist: &'a mut Option<cpusched::cyclictest::Histogram>,
 }
 
 impl procedure::Host for InGuest<'_> {
@@ -258,6 +260,12 @@ impl procedure::Host for InGuest<'_> {
         Ok(a.get("secs").and_then(serde_json::Value::as_f64))
     }
 
+    fn latency(&mut self, loops: u64) -> Result<RunResult> {
+        let run = guest_latency(self.guest, self.x.c, loops)?;
+        crate::native::keep_histogram(self.hist, &run.hist);
+        Ok(run.run_result())
+    }
+
     fn sectors(&mut self) -> Result<u64> {
         Ok(self
             .guest
@@ -282,6 +290,55 @@ impl procedure::Host for InGuest<'_> {
         crate::native::cpu_model_only(what)
     }
 }
+/// One repetition of a VM latency cell: the host's busy loops
+/// (`host_cpu_load`) and the guest's (`guest_cpu_load`, by the agent)
+/// started, [`crate::latency::WARMUP`], the guest's cyclictest for `loops`
+/// samples, each side's loops sampled around it; the guest's loops stopped
+/// (the host's when `load` drops, on an error too).
+fn guest_latency(
+    guest: &mut vm::Guest,
+    c: &Cell,
+    loops: u64,
+) -> Result<crate::latency::LatencyRun> {
+    use crate::latency;
+    let mut load = crate::cpuload::CpuLoad::start(c.cpu.host_cpu_load as usize)?;
+    let guest_loops = c.cpu.guest_cpu_load;
+    guest.call(json!({"op": "cpu_load", "n": guest_loops}), None)?;
+    let r = (|| {
+        sleep(latency::WARMUP.as_secs_f64())?;
+        let (host_before, guest_before) = (
+            load.sample(),
+            guest.call(json!({"op": "cpu_load_sample"}), None)?,
+        );
+        let a = guest.call(
+            json!({"op": "cyclictest", "loops": loops}),
+            Some(latency::run_timeout(loops)),
+        )?;
+        let (host_after, guest_after) = (
+            load.sample(),
+            guest.call(json!({"op": "cpu_load_sample"}), None)?,
+        );
+        load.check_running()?;
+        let output = a
+            .get("output")
+            .and_then(serde_json::Value::as_str)
+            .ok_or_else(|| run_err(format!("cyclictest in the guest: no output in {a}")))?;
+        Ok(latency::LatencyRun {
+            hist: latency::parse(output)?,
+            host_loops_iter_s: (!load.is_empty()).then(|| host_after.rate_since(&host_before)),
+            guest_loops_iter_s: if guest_loops > 0 {
+                Some(latency::guest_loops_rate(&guest_before, &guest_after)?)
+            } else {
+                None
+            },
+        })
+    })();
+    let stopped = guest.call(json!({"op": "cpu_load", "n": 0}), None);
+    let run = r?;
+    stopped?;
+    Ok(run)
+}
+
 /// The cell's coordination: none for `off`; for `help-rt`, hostd on the
 /// host and guestd in the guest.
 fn start_coordination(
@@ -385,7 +442,11 @@ fn boot(
 
 /// The repetitions of one VM cell, each through the procedure: one guest
 /// boot for the cell, and for `help-rt` a hostd and a guestd for it.
-pub(crate) fn run_cell(x: &CellCtx, cleanup: &mut Cleanup) -> Result<Vec<RunResult>> {
+pub(crate) fn run_cell(
+    x: &CellCtx,
+    cleanup: &mut Cleanup,
+    hist: &mut Option<cpusched::cyclictest::Histogram>,
+) -> Result<Vec<RunResult>> {
     let o = x.d.o;
     let ctx = x
         .ready
@@ -407,6 +468,7 @@ pub(crate) fn run_cell(x: &CellCtx, cleanup: &mut Cleanup) -> Result<Vec<RunResu
             guest_w,
             seed: x.rep_seed(rep),
             cleanup,
+            hist: &mut *hist,
         };
         runs.push(procedure::run_repetition(x.c, &o.waits(), &mut host)?);
     }
