@@ -112,6 +112,8 @@ impl Agent {
             }
             "guestd" => {
                 let lease = req.get("lease_ms").and_then(Value::as_u64).unwrap_or(1000);
+                // `cpu`: guestd's CPU detection too (`help-cpu`).
+                let cpu = req.get("cpu").and_then(Value::as_bool).unwrap_or(false);
                 if self.guestd.is_none() {
                     // guestd speaks on the guest's console, which the host
                     // keeps as console.log.
@@ -125,6 +127,7 @@ impl Agent {
                         .arg(format!("virtio:{}", crate::vm::HELP_PORT))
                         .args(["--name", crate::vm::VM_NAME])
                         .args(["--lease-ms", &lease.to_string(), "--verbose"])
+                        .args(cpu.then_some("--cpu"))
                         .stdin(Stdio::null())
                         .stdout(log)
                         .stderr(log2)

@@ -339,38 +339,76 @@ fn guest_latency(
     Ok(run)
 }
 
-/// The cell's coordination: none for `off`; for `help-rt`, hostd on the
-/// host and guestd in the guest.
+/// The cell's coordination: none for `off`; for `help-rt` and `help-cpu`,
+/// hostd on the host (ioprio RT on the I/O threads, `SCHED_RR` on the vCPU
+/// threads) and guestd in the guest (with its CPU detection for
+/// `help-cpu`); for `static-cpu`, the vCPU threads at `SCHED_RR`
+/// [`STATIC_CPU_RR_PRIO`] for the cell ([`static_cpu`]).
 fn start_coordination(
     o: &Options,
     c: &Cell,
     guest: &mut vm::Guest,
     group: Option<&vm::VmGroup>,
+    cleanup: &mut Cleanup,
 ) -> Result<Option<vm::Hostd>> {
     let mode = c.coordination;
-    match (mode, IoprioBoost::for_mode(mode)) {
-        (CoordMode::Off, _) => Ok(None),
-        (CoordMode::HelpRt, Some(ioprio)) => {
-            let h = vm::Hostd::start(
-                &o.exe,
-                guest,
-                ioprio,
-                group.map(|g| g.root.as_path()),
-                o.vm.hostd_budget_fraction,
-            )?;
-            guest.call(serde_json::json!({"op": "guestd", "lease_ms": 1000}), None)?;
-            Ok(Some(h))
+    let boost = match (mode, IoprioBoost::for_mode(mode)) {
+        (CoordMode::Off, _) => return Ok(None),
+        (CoordMode::StaticCpu, _) => return static_cpu(guest, cleanup).map(|()| None),
+        (CoordMode::HelpRt, Some(ioprio)) => vm::HostdBoost::Io(ioprio),
+        (CoordMode::HelpCpu, _) => vm::HostdBoost::Cpu(agent::cpuboost::CpuBoostKind::Rr),
+        (other, _) => {
+            return Err(Error::Usage(format!(
+                "coordination {:?}: the real runner runs {}",
+                other.name(),
+                COORDINATION
+                    .iter()
+                    .map(|m| m.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )))
         }
-        (other, _) => Err(Error::Usage(format!(
-            "coordination {:?}: the real runner runs {}",
-            other.name(),
-            COORDINATION
-                .iter()
-                .map(|m| m.name())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ))),
+    };
+    let h = vm::Hostd::start(
+        &o.exe,
+        guest,
+        boost,
+        group.map(|g| g.root.as_path()),
+        o.vm.hostd_budget_fraction,
+    )?;
+    let cpu = mode == CoordMode::HelpCpu;
+    guest.call(
+        serde_json::json!({"op": "guestd", "lease_ms": 1000, "cpu": cpu}),
+        None,
+    )?;
+    Ok(Some(h))
+}
+
+/// `static-cpu`'s priority: pvsched's boost, `SCHED_RR` 8, as the
+/// simulator's (`cpusched::cyclictest::PVSCHED_RR_PRIO`).
+pub const STATIC_CPU_RR_PRIO: u8 = cpusched::cyclictest::PVSCHED_RR_PRIO;
+
+/// `static-cpu`: every vCPU thread of the VM (QMP's `query-cpus-fast`) at
+/// `SCHED_RR` [`STATIC_CPU_RR_PRIO`] for the whole cell, each recorded in
+/// the run's journal first, so that the end of the cell, an error, Ctrl-C
+/// or `tandem bench cleanup` after a killed run puts it back. QEMU's other
+/// threads are left alone. The kernel's RT throttling stays as it is.
+fn static_cpu(guest: &vm::Guest, cleanup: &mut Cleanup) -> Result<()> {
+    let threads = agent::qmp::query_threads(&guest.qmp_socket())
+        .map_err(|e| run_err(format!("static-cpu: {e}")))?;
+    if threads.vcpus.is_empty() {
+        return Err(run_err("static-cpu: QMP names no vCPU thread"));
     }
+    for &(_, tid) in &threads.vcpus {
+        let orig = agent::sys::sched_get(tid)
+            .map_err(|e| run_err(format!("static-cpu: vCPU thread {tid}: {e}")))?;
+        let start = agent::sys::thread_start_time(tid)
+            .ok_or_else(|| run_err(format!("static-cpu: vCPU thread {tid} is gone")))?;
+        cleanup.push_thread(crate::cleanup::ThreadSched { tid, start, orig })?;
+        agent::sys::sched_set_policy(tid, libc::SCHED_RR, STATIC_CPU_RR_PRIO.into())
+            .map_err(|e| run_err(format!("static-cpu: SCHED_RR on vCPU thread {tid}: {e}")))?;
+    }
+    Ok(())
 }
 
 /// hostd's counters over a repetition (metrics after minus before), into
@@ -456,7 +494,7 @@ pub(crate) fn run_cell(
     let guest_w: WorkloadSpec = x.c.guest_workload.unwrap_or(WorkloadSpec::NONE);
     let dir = ctx.run_dir.join(format!("vm-cell{}", x.ci + 1));
     let (mut guest, group) = boot(x, ctx, &dir, cleanup)?;
-    let hostd = start_coordination(o, x.c, &mut guest, group.as_ref())?;
+    let hostd = start_coordination(o, x.c, &mut guest, group.as_ref(), cleanup)?;
     let mut runs = Vec::new();
     for rep in 0..x.c.repetitions {
         x.progress_repetition(rep);
@@ -475,6 +513,7 @@ pub(crate) fn run_cell(
     if let Some(h) = hostd {
         h.stop()?;
     }
+    cleanup.restore_threads()?;
     guest.shutdown()?;
     drop(group);
     keep_vm_logs(o, x.c, &dir);
