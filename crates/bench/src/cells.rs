@@ -5,7 +5,8 @@
 
 use std::path::Path;
 
-use experiment::{Cell, CellResult, Metric, RunMeta};
+use cpusched::cyclictest::Histogram;
+use experiment::{Cell, CellResult, RunMeta};
 
 use crate::cleanup::Cleanup;
 use crate::device::{self, DeviceRun, Ready};
@@ -56,6 +57,7 @@ pub(crate) fn run_devices(
 ) -> Result<Vec<CellResult>> {
     crate::interrupt::install_signal_handlers();
     let mut results = Vec::new();
+    let mut hists: Vec<(Cell, Histogram)> = Vec::new();
     let mut extra = serde_json::Map::new();
     // On a virtual machine, time the hypervisor gives other guests delays
     // every process of the run, the emulated device's included: recorded
@@ -76,7 +78,7 @@ pub(crate) fn run_devices(
             device_use,
         };
         let r = device::prepare(&d, &mut cleanup, &mut extra)
-            .and_then(|ready| run_cells(&d, &ready, &mut cleanup, &mut extra));
+            .and_then(|ready| run_cells(&d, &ready, &mut cleanup, &mut extra, &mut hists));
         let fin = cleanup.finish();
         results.extend(r?);
         fin?;
@@ -99,7 +101,19 @@ pub(crate) fn run_devices(
     };
     experiment::write_outputs(out, &meta, &results)
         .map_err(|e| run_err(format!("writing {}: {e}", out.display())))?;
+    write_histograms(out, &hists)?;
     Ok(results)
+}
+
+/// cyclictest's histograms, one per latency cell, in its `-h` format and
+/// under the simulator's names ([`experiment::latency::histogram_file_name`]).
+fn write_histograms(out: &Path, hists: &[(Cell, Histogram)]) -> Result<()> {
+    for (c, h) in hists {
+        let path = out.join(experiment::latency::histogram_file_name(c));
+        std::fs::write(&path, h.to_cyclictest_text())
+            .map_err(|e| run_err(format!("writing {}: {e}", path.display())))?;
+    }
+    Ok(())
 }
 
 /// The cells of a ready device, each with its host scheduler.
@@ -108,6 +122,7 @@ fn run_cells(
     ready: &Ready,
     cleanup: &mut Cleanup,
     extra: &mut serde_json::Map<String, serde_json::Value>,
+    hists: &mut Vec<(Cell, Histogram)>,
 ) -> Result<Vec<CellResult>> {
     let mut results = Vec::new();
     let mut tunables = serde_json::Map::new();
@@ -119,18 +134,15 @@ fn run_cells(
             serde_json::to_value(read_tunables(&ready.sb.queue)).unwrap_or_default(),
         );
         let x = CellCtx { d, ready, c, ci };
+        let mut hist = None;
         let runs = if c.is_native() {
-            native::run_cell(&x, cleanup)?
+            native::run_cell(&x, cleanup, &mut hist)?
         } else {
-            vm_cell::run_cell(&x, cleanup)?
+            vm_cell::run_cell(&x, cleanup, &mut hist)?
         };
         cleanup.restore_sched();
-        results.push(CellResult {
-            cell: (*c).clone(),
-            runner: "real".into(),
-            metric: Metric::for_benchmark(c.benchmark),
-            runs,
-        });
+        results.extend(experiment::latency::cell_results(c, "real", runs));
+        hists.extend(hist.map(|h| ((*c).clone(), h)));
     }
     extra.insert(format!("scheduler_tunables:{}", d.label), tunables.into());
     Ok(results)

@@ -121,6 +121,20 @@ struct Journal {
     devemu_instance: Option<String>,
     #[serde(default)]
     cgroups: Vec<PathBuf>,
+    /// vCPU threads the run set to a real-time policy (`static-cpu`), with
+    /// what they had.
+    #[serde(default)]
+    threads: Vec<ThreadSched>,
+}
+
+/// A thread's CPU scheduling as the run found it: restored only while the
+/// thread is the same one (its start time, so that a thread id the kernel
+/// gave to another thread since is left alone).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ThreadSched {
+    pub tid: u32,
+    pub start: u64,
+    pub orig: agent::sys::SchedState,
 }
 
 /// What the run changed, undone on drop in reverse order.
@@ -233,6 +247,23 @@ impl Cleanup {
         Ok(())
     }
 
+    /// Records a thread's scheduling, before the run changes it.
+    pub(crate) fn push_thread(&mut self, t: ThreadSched) -> Result<()> {
+        self.j.threads.push(t);
+        self.save()
+    }
+
+    /// Puts every recorded thread's policy, priority and nice back (those
+    /// still alive and the same thread) and forgets them.
+    pub(crate) fn restore_threads(&mut self) -> Result<()> {
+        for t in std::mem::take(&mut self.j.threads).into_iter().rev() {
+            if agent::sys::thread_start_time(t.tid) == Some(t.start) {
+                let _ = agent::sys::sched_set(t.tid, &t.orig);
+            }
+        }
+        self.save()
+    }
+
     pub(crate) fn push_cgroup(&mut self, g: PathBuf) -> Result<()> {
         self.j.cgroups.push(g);
         self.save()
@@ -259,6 +290,12 @@ impl Cleanup {
         }
         for g in &self.j.cgroups {
             d.push(format!("remove the blkio group {}", g.display()));
+        }
+        for t in &self.j.threads {
+            d.push(format!(
+                "thread {} back to policy {} priority {} nice {}",
+                t.tid, t.orig.policy, t.orig.priority, t.orig.nice
+            ));
         }
         if let Some(r) = &self.run_dir {
             d.push(format!("remove {}", r.display()));
@@ -296,6 +333,9 @@ impl Cleanup {
     pub(crate) fn finish(&mut self) -> Result<()> {
         let mut first = None;
         self.stop_workers();
+        if !self.j.threads.is_empty() {
+            let _ = self.restore_threads();
+        }
         // The scheduler of a device the run brought up goes with the
         // device; its loop device may be another instance's by the time a
         // killed run is undone, so it is left alone.

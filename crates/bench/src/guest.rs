@@ -34,6 +34,10 @@ struct Agent {
     data: PathBuf,
     workers: Vec<Child>,
     guestd: Option<Child>,
+    /// The latency benchmark's busy loops and cyclictest
+    /// ([`crate::latency::GuestLatency`]: `cpu_load`, `cpu_load_sample`,
+    /// `cyclictest`).
+    latency: crate::latency::GuestLatency,
 }
 
 impl Agent {
@@ -45,6 +49,7 @@ impl Agent {
 
     fn stop_all(&mut self) {
         self.stop_workers();
+        self.latency.stop();
         if let Some(mut g) = self.guestd.take() {
             // SIGTERM: guestd says NO-HELP before it leaves.
             workers::terminate(&mut g, std::time::Duration::from_secs(3));
@@ -82,6 +87,7 @@ impl Agent {
             }
             "stop" => {
                 self.stop_workers();
+                self.latency.stop();
                 Ok(json!({"ok": true}))
             }
             "drop_caches" => {
@@ -106,6 +112,8 @@ impl Agent {
             }
             "guestd" => {
                 let lease = req.get("lease_ms").and_then(Value::as_u64).unwrap_or(1000);
+                // `cpu`: guestd's CPU detection too (`help-cpu`).
+                let cpu = req.get("cpu").and_then(Value::as_bool).unwrap_or(false);
                 if self.guestd.is_none() {
                     // guestd speaks on the guest's console, which the host
                     // keeps as console.log.
@@ -119,6 +127,7 @@ impl Agent {
                         .arg(format!("virtio:{}", crate::vm::HELP_PORT))
                         .args(["--name", crate::vm::VM_NAME])
                         .args(["--lease-ms", &lease.to_string(), "--verbose"])
+                        .args(cpu.then_some("--cpu"))
                         .stdin(Stdio::null())
                         .stdout(log)
                         .stderr(log2)
@@ -129,8 +138,13 @@ impl Agent {
                 Ok(json!({"ok": true}))
             }
             "quit" => Ok(json!({"ok": true})),
+            other if crate::latency::GuestLatency::OPS.contains(&other) => self
+                .latency
+                .handle(other, req)
+                .unwrap_or_else(|| Err(run_err(format!("{other}: not a latency op")))),
             other => Err(Error::Usage(format!(
-                "unknown op {other:?}; accepted: hello, sched, workload, stop, drop_caches, start, sectors, guestd, quit"
+                "unknown op {other:?}; accepted: hello, sched, workload, stop, drop_caches, start, sectors, guestd, quit, {}",
+                crate::latency::GuestLatency::OPS.join(", ")
             ))),
         }
     }
@@ -185,6 +199,7 @@ pub fn agent_main(port: &str, data: &Path) -> Result<()> {
         data: data.to_path_buf(),
         workers: Vec::new(),
         guestd: None,
+        latency: Default::default(),
     };
     let send = |out: &mut fs::File, v: &Value| -> Result<()> {
         let mut line = v.to_string();

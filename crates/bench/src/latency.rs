@@ -30,7 +30,7 @@ use crate::{run_err, workers, Result};
 pub const CYCLICTEST: &str = "cyclictest";
 
 /// Counter of a latency run: its maximum latency (us), as the simulator's.
-pub const LATENCY_MAX_US: &str = "latency_max_us";
+pub use experiment::latency::LATENCY_MAX_US;
 /// Counter of a latency run: the host's busy loops' iterations per second
 /// while cyclictest ran (absent without host loops).
 pub const HOST_LOOPS_ITER_S: &str = "host_loops_iter_s";

@@ -98,12 +98,19 @@ pub fn accepted() -> experiment::Accepted {
     }
 }
 
-/// Coordination modes the real runner runs: `off` without tandem, and
+/// Coordination modes the real runner runs: `off` without tandem;
 /// `help-rt` with `tandem guestd` in the guest and `tandem hostd` on the
-/// host (ioprio RT on the QEMU process's threads while helped).
+/// host (ioprio RT on the QEMU process's threads while helped); `help-cpu`
+/// the same for the vCPU threads (`SCHED_RR` while helped); `static-cpu`,
+/// the vCPU threads at `SCHED_RR` 8 for the whole cell, set by the runner.
 /// `help-weight` needs the VM in a cgroup of its own and `help-wr` a kernel
 /// patch; the simulator runs those.
-pub const COORDINATION: &[CoordMode] = &[CoordMode::Off, CoordMode::HelpRt];
+pub const COORDINATION: &[CoordMode] = &[
+    CoordMode::Off,
+    CoordMode::HelpRt,
+    CoordMode::StaticCpu,
+    CoordMode::HelpCpu,
+];
 
 /// Progress lines on stderr, when it is a terminal and not `--quiet`.
 pub(crate) fn progress(o: &Options, msg: &str) {

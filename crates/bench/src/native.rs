@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::time::{Duration, Instant};
 
+use cpusched::cyclictest::Histogram;
 use experiment::procedure::{self, Scope};
 use experiment::{Pattern, RunResult, WorkloadSpec};
 
@@ -27,6 +28,8 @@ pub(crate) struct OnHost<'a> {
     /// The repetition's seed, for the workers' random offsets.
     seed: u64,
     cleanup: &'a mut Cleanup,
+    /// The cell's cyclictest histogram, the repetitions' merged (latency).
+    hist: &'a mut Option<Histogram>,
 }
 
 impl procedure::Host for OnHost<'_> {
@@ -73,6 +76,13 @@ impl procedure::Host for OnHost<'_> {
         )
     }
 
+    fn latency(&mut self, loops: u64) -> Result<RunResult> {
+        let host_loops = self.x.c.cpu.host_cpu_load as usize;
+        let run = crate::latency::run_native(loops, host_loops, &mut check_interrupted)?;
+        keep_histogram(self.hist, &run.hist);
+        Ok(run.run_result())
+    }
+
     fn sectors(&mut self) -> Result<u64> {
         Ok(sectors_done(&self.x.ready.sb.stat))
     }
@@ -87,16 +97,28 @@ impl procedure::Host for OnHost<'_> {
     }
 }
 
-/// The real runner's error for a cell of the CPU model's benchmarks (the
-/// scenario's check refuses them first; this is the procedure's word on it).
+/// The real runner's error for a cell of the CPU model's benchmarks (hot
+/// start-up: the scenario's check refuses it first; this is the procedure's
+/// word on it).
 pub(crate) fn cpu_model_only(what: &str) -> Error {
     Error::Usage(format!(
         "{what}: runs on the simulator's CPU model only (tandem sim run)"
     ))
 }
 
-/// The repetitions of a native cell, each through the procedure.
-pub(crate) fn run_cell(x: &CellCtx, cleanup: &mut Cleanup) -> Result<Vec<RunResult>> {
+/// Adds a repetition's histogram to the cell's (the simulator merges its
+/// repetitions' the same way).
+pub(crate) fn keep_histogram(cell: &mut Option<Histogram>, run: &Histogram) {
+    cell.get_or_insert_with(Histogram::default).merge(run);
+}
+
+/// The repetitions of a native cell, each through the procedure; a latency
+/// cell's histogram goes to `hist`.
+pub(crate) fn run_cell(
+    x: &CellCtx,
+    cleanup: &mut Cleanup,
+    hist: &mut Option<Histogram>,
+) -> Result<Vec<RunResult>> {
     let mut runs = Vec::new();
     for rep in 0..x.c.repetitions {
         x.progress_repetition(rep);
@@ -107,6 +129,7 @@ pub(crate) fn run_cell(x: &CellCtx, cleanup: &mut Cleanup) -> Result<Vec<RunResu
                 x,
                 seed: x.rep_seed(rep),
                 cleanup,
+                hist,
             },
         );
         cleanup.stop_workers();

@@ -97,7 +97,9 @@ pub(crate) fn check_options(o: &Options) -> Result<Vec<String>> {
                 c.other_vms
             )));
         }
-        if c.is_native() && !c.coordination.is_off() {
+        // A CPU mode in a native cell has no vCPU to boost: the cell is the
+        // "no guest" reference, run as with `off` (the simulator does the same).
+        if c.is_native() && !c.coordination.is_off() && !c.coordination.is_cpu() {
             return Err(Error::Usage(format!(
                 "coordination {:?} needs VM cells (matrix.guest_sched)",
                 c.coordination

@@ -450,6 +450,11 @@ impl Guest {
         Ok(g)
     }
 
+    /// QEMU's QMP socket (`-qmp`), which names the vCPU threads.
+    pub fn qmp_socket(&self) -> PathBuf {
+        self.dir.join("qmp.sock")
+    }
+
     pub fn pid(&self) -> u32 {
         self.qemu.id()
     }
@@ -625,13 +630,21 @@ pub struct Hostd {
     pub control: PathBuf,
 }
 
+/// What hostd boosts for a cell: the VM's I/O threads (`--ioprio`, with
+/// BFQ idling: `help-rt`) or its vCPU threads (`--cpu-boost`: `help-cpu`).
+#[derive(Clone, Copy, Debug)]
+pub enum HostdBoost {
+    Io(policy::IoprioBoost),
+    Cpu(agent::cpuboost::CpuBoostKind),
+}
+
 impl Hostd {
     /// `boost_cgroup`: hostd's `--boost-cgroup` (see [`VmGroup`]);
     /// `budget_fraction`: its `--budget-fraction` (`None`: its default).
     pub fn start(
         exe: &Path,
         guest: &Guest,
-        ioprio: policy::IoprioBoost,
+        boost: HostdBoost,
         boost_cgroup: Option<&Path>,
         budget_fraction: Option<f64>,
     ) -> Result<Hostd> {
@@ -652,11 +665,21 @@ impl Hostd {
             .arg(dir.join("hostd.state"))
             .arg("--control")
             .arg(&control)
-            .args(["--ioprio", ioprio.name()])
-            .arg("--bfq-idling")
             // hostd.log, kept in OUT/vm-logs, then tells when each boost
             // began and ended and what the budget allowed.
             .arg("--log-boosts");
+        match boost {
+            HostdBoost::Io(ioprio) => {
+                cmd.args(["--ioprio", ioprio.name()]).arg("--bfq-idling");
+            }
+            HostdBoost::Cpu(kind) => {
+                let name = serde_json::to_value(kind)
+                    .ok()
+                    .and_then(|v| v.as_str().map(String::from))
+                    .unwrap_or_default();
+                cmd.args(["--cpu-boost", &name]);
+            }
+        }
         if let Some(d) = boost_cgroup {
             cmd.arg("--boost-cgroup").arg(d);
         }

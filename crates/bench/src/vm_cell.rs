@@ -204,6 +204,8 @@ pub(crate) struct InGuest<'a> {
     /// The repetition's seed, for the workers' random offsets.
     seed: u64,
     cleanup: &'a mut Cleanup,
+    /// The cell's cyclictest histogram, the repetitions' merged (latency).
+    hist: &'a mut Option<cpusched::cyclictest::Histogram>,
 }
 
 impl procedure::Host for InGuest<'_> {
@@ -258,6 +260,12 @@ impl procedure::Host for InGuest<'_> {
         Ok(a.get("secs").and_then(serde_json::Value::as_f64))
     }
 
+    fn latency(&mut self, loops: u64) -> Result<RunResult> {
+        let run = guest_latency(self.guest, self.x.c, loops)?;
+        crate::native::keep_histogram(self.hist, &run.hist);
+        Ok(run.run_result())
+    }
+
     fn sectors(&mut self) -> Result<u64> {
         Ok(self
             .guest
@@ -282,38 +290,125 @@ impl procedure::Host for InGuest<'_> {
         crate::native::cpu_model_only(what)
     }
 }
-/// The cell's coordination: none for `off`; for `help-rt`, hostd on the
-/// host and guestd in the guest.
+/// One repetition of a VM latency cell: the host's busy loops
+/// (`host_cpu_load`) and the guest's (`guest_cpu_load`, by the agent)
+/// started, [`crate::latency::WARMUP`], the guest's cyclictest for `loops`
+/// samples, each side's loops sampled around it; the guest's loops stopped
+/// (the host's when `load` drops, on an error too).
+fn guest_latency(
+    guest: &mut vm::Guest,
+    c: &Cell,
+    loops: u64,
+) -> Result<crate::latency::LatencyRun> {
+    use crate::latency;
+    let mut load = crate::cpuload::CpuLoad::start(c.cpu.host_cpu_load as usize)?;
+    let guest_loops = c.cpu.guest_cpu_load;
+    guest.call(json!({"op": "cpu_load", "n": guest_loops}), None)?;
+    let r = (|| {
+        sleep(latency::WARMUP.as_secs_f64())?;
+        let (host_before, guest_before) = (
+            load.sample(),
+            guest.call(json!({"op": "cpu_load_sample"}), None)?,
+        );
+        let a = guest.call(
+            json!({"op": "cyclictest", "loops": loops}),
+            Some(latency::run_timeout(loops)),
+        )?;
+        let (host_after, guest_after) = (
+            load.sample(),
+            guest.call(json!({"op": "cpu_load_sample"}), None)?,
+        );
+        load.check_running()?;
+        let output = a
+            .get("output")
+            .and_then(serde_json::Value::as_str)
+            .ok_or_else(|| run_err(format!("cyclictest in the guest: no output in {a}")))?;
+        Ok(latency::LatencyRun {
+            hist: latency::parse(output)?,
+            host_loops_iter_s: (!load.is_empty()).then(|| host_after.rate_since(&host_before)),
+            guest_loops_iter_s: if guest_loops > 0 {
+                Some(latency::guest_loops_rate(&guest_before, &guest_after)?)
+            } else {
+                None
+            },
+        })
+    })();
+    let stopped = guest.call(json!({"op": "cpu_load", "n": 0}), None);
+    let run = r?;
+    stopped?;
+    Ok(run)
+}
+
+/// The cell's coordination: none for `off`; for `help-rt` and `help-cpu`,
+/// hostd on the host (ioprio RT on the I/O threads, `SCHED_RR` on the vCPU
+/// threads) and guestd in the guest (with its CPU detection for
+/// `help-cpu`); for `static-cpu`, the vCPU threads at `SCHED_RR`
+/// [`STATIC_CPU_RR_PRIO`] for the cell ([`static_cpu`]).
 fn start_coordination(
     o: &Options,
     c: &Cell,
     guest: &mut vm::Guest,
     group: Option<&vm::VmGroup>,
+    cleanup: &mut Cleanup,
 ) -> Result<Option<vm::Hostd>> {
     let mode = c.coordination;
-    match (mode, IoprioBoost::for_mode(mode)) {
-        (CoordMode::Off, _) => Ok(None),
-        (CoordMode::HelpRt, Some(ioprio)) => {
-            let h = vm::Hostd::start(
-                &o.exe,
-                guest,
-                ioprio,
-                group.map(|g| g.root.as_path()),
-                o.vm.hostd_budget_fraction,
-            )?;
-            guest.call(serde_json::json!({"op": "guestd", "lease_ms": 1000}), None)?;
-            Ok(Some(h))
+    let boost = match (mode, IoprioBoost::for_mode(mode)) {
+        (CoordMode::Off, _) => return Ok(None),
+        (CoordMode::StaticCpu, _) => return static_cpu(guest, cleanup).map(|()| None),
+        (CoordMode::HelpRt, Some(ioprio)) => vm::HostdBoost::Io(ioprio),
+        (CoordMode::HelpCpu, _) => vm::HostdBoost::Cpu(agent::cpuboost::CpuBoostKind::Rr),
+        (other, _) => {
+            return Err(Error::Usage(format!(
+                "coordination {:?}: the real runner runs {}",
+                other.name(),
+                COORDINATION
+                    .iter()
+                    .map(|m| m.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )))
         }
-        (other, _) => Err(Error::Usage(format!(
-            "coordination {:?}: the real runner runs {}",
-            other.name(),
-            COORDINATION
-                .iter()
-                .map(|m| m.name())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ))),
+    };
+    let h = vm::Hostd::start(
+        &o.exe,
+        guest,
+        boost,
+        group.map(|g| g.root.as_path()),
+        o.vm.hostd_budget_fraction,
+    )?;
+    let cpu = mode == CoordMode::HelpCpu;
+    guest.call(
+        serde_json::json!({"op": "guestd", "lease_ms": 1000, "cpu": cpu}),
+        None,
+    )?;
+    Ok(Some(h))
+}
+
+/// `static-cpu`'s priority: pvsched's boost, `SCHED_RR` 8, as the
+/// simulator's (`cpusched::cyclictest::PVSCHED_RR_PRIO`).
+pub const STATIC_CPU_RR_PRIO: u8 = cpusched::cyclictest::PVSCHED_RR_PRIO;
+
+/// `static-cpu`: every vCPU thread of the VM (QMP's `query-cpus-fast`) at
+/// `SCHED_RR` [`STATIC_CPU_RR_PRIO`] for the whole cell, each recorded in
+/// the run's journal first, so that the end of the cell, an error, Ctrl-C
+/// or `tandem bench cleanup` after a killed run puts it back. QEMU's other
+/// threads are left alone. The kernel's RT throttling stays as it is.
+fn static_cpu(guest: &vm::Guest, cleanup: &mut Cleanup) -> Result<()> {
+    let threads = agent::qmp::query_threads(&guest.qmp_socket())
+        .map_err(|e| run_err(format!("static-cpu: {e}")))?;
+    if threads.vcpus.is_empty() {
+        return Err(run_err("static-cpu: QMP names no vCPU thread"));
     }
+    for &(_, tid) in &threads.vcpus {
+        let orig = agent::sys::sched_get(tid)
+            .map_err(|e| run_err(format!("static-cpu: vCPU thread {tid}: {e}")))?;
+        let start = agent::sys::thread_start_time(tid)
+            .ok_or_else(|| run_err(format!("static-cpu: vCPU thread {tid} is gone")))?;
+        cleanup.push_thread(crate::cleanup::ThreadSched { tid, start, orig })?;
+        agent::sys::sched_set_policy(tid, libc::SCHED_RR, STATIC_CPU_RR_PRIO.into())
+            .map_err(|e| run_err(format!("static-cpu: SCHED_RR on vCPU thread {tid}: {e}")))?;
+    }
+    Ok(())
 }
 
 /// hostd's counters over a repetition (metrics after minus before), into
@@ -385,7 +480,11 @@ fn boot(
 
 /// The repetitions of one VM cell, each through the procedure: one guest
 /// boot for the cell, and for `help-rt` a hostd and a guestd for it.
-pub(crate) fn run_cell(x: &CellCtx, cleanup: &mut Cleanup) -> Result<Vec<RunResult>> {
+pub(crate) fn run_cell(
+    x: &CellCtx,
+    cleanup: &mut Cleanup,
+    hist: &mut Option<cpusched::cyclictest::Histogram>,
+) -> Result<Vec<RunResult>> {
     let o = x.d.o;
     let ctx = x
         .ready
@@ -395,7 +494,7 @@ pub(crate) fn run_cell(x: &CellCtx, cleanup: &mut Cleanup) -> Result<Vec<RunResu
     let guest_w: WorkloadSpec = x.c.guest_workload.unwrap_or(WorkloadSpec::NONE);
     let dir = ctx.run_dir.join(format!("vm-cell{}", x.ci + 1));
     let (mut guest, group) = boot(x, ctx, &dir, cleanup)?;
-    let hostd = start_coordination(o, x.c, &mut guest, group.as_ref())?;
+    let hostd = start_coordination(o, x.c, &mut guest, group.as_ref(), cleanup)?;
     let mut runs = Vec::new();
     for rep in 0..x.c.repetitions {
         x.progress_repetition(rep);
@@ -407,12 +506,14 @@ pub(crate) fn run_cell(x: &CellCtx, cleanup: &mut Cleanup) -> Result<Vec<RunResu
             guest_w,
             seed: x.rep_seed(rep),
             cleanup,
+            hist: &mut *hist,
         };
         runs.push(procedure::run_repetition(x.c, &o.waits(), &mut host)?);
     }
     if let Some(h) = hostd {
         h.stop()?;
     }
+    cleanup.restore_threads()?;
     guest.shutdown()?;
     drop(group);
     keep_vm_logs(o, x.c, &dir);

@@ -174,10 +174,10 @@ fn load(arg: &str, app_cmd: Option<&str>) -> Result<Scenario, Failure> {
     };
     let mut s =
         Scenario::from_toml_str(&text, &accepted).map_err(|e| Failure::Usage(e.to_string()))?;
-    if s.runs_on_cpu_model() {
+    if s.runs_on_cpu_model() && s.benchmark != experiment::Benchmark::Latency {
         return Err(Failure::Usage(format!(
-            "benchmark = \"{}\" with caches = \"{}\": the real runner runs cold start-up and \
-             throughput; latency and hot start-up run on the simulator (tandem sim run)",
+            "benchmark = \"{}\" with caches = \"{}\": the real runner runs cold start-up, \
+             throughput and latency; hot start-up runs on the simulator (tandem sim run)",
             s.benchmark,
             s.cpu.caches.as_str()
         )));

@@ -53,6 +53,10 @@ const EMBEDDED_SCENARIOS: &[(&str, &str)] = &[
         "fanguede2014-startup",
         include_str!("../../../scenarios/fanguede2014-startup.toml"),
     ),
+    (
+        "fanguede-real",
+        include_str!("../../../scenarios/fanguede-real.toml"),
+    ),
 ];
 
 #[derive(Parser)]

@@ -14,6 +14,7 @@ pub mod cpu;
 pub mod cpu_table;
 pub mod estimate;
 pub mod incremental;
+pub mod latency;
 pub mod naming;
 pub mod other_vms;
 pub mod output;

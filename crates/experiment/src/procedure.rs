@@ -13,7 +13,9 @@
 //! 2. the background workloads start (host and guests), and settle for
 //!    [`suite::SETTLE_S`] (none when nothing runs);
 //! 3. the measurement begins ([`Host::begin_measure`]);
-//! 4. start-up: per start, the pause ([`suite::PAUSE_BEFORE_START_S`]), the caches
+//! 4. latency: cyclictest for the cell's `loops` samples ([`Host::latency`]), with
+//!    the cell's busy loops (`host_cpu_load`, `guest_cpu_load`) running around it;
+//!    start-up: per start, the pause ([`suite::PAUSE_BEFORE_START_S`]), the caches
 //!    dropped in the guests that start the app and then in the host, the start with
 //!    the cell's timeout; a start shorter than [`suite::SHORT_START_S`] is followed by
 //!    that much rest, and a start that hits the timeout counts as the timeout and ends
@@ -23,12 +25,12 @@
 //! 5. the workloads stop and the host adds its counters ([`Host::finish`]).
 //!
 //! A new benchmark is a new arm of [`run_repetition`] (its steps, in order), plus the
-//! steps it needs that [`Host`] does not have yet, implemented by each host. The CPU
-//! model's benchmarks (`latency`, and start-up with `caches = "hot"`) do not go through
-//! here yet: they run on the simulator's CPU model (`sim::cpu_bench`), which is not a
-//! [`Host`] (no disk, no caches, no workloads but busy loops); their loop is the
-//! start-up loop's shape, and the hook where they belong is [`run_repetition`]'s
-//! first check ([`on_cpu_model`]), which refuses them before any step.
+//! steps it needs that [`Host`] does not have yet, implemented by each host. The
+//! simulator runs its latency cells on its CPU model (`sim::cpu_bench`), which is not
+//! a [`Host`] (no disk, no caches, no workloads but busy loops); the real runner runs
+//! them here. Start-up with `caches = "hot"` does not go through here yet: the hook
+//! where it belongs is [`run_repetition`]'s first check ([`on_cpu_model`]), which
+//! refuses it before any step.
 
 use crate::scenario::Benchmark;
 use crate::suite;
@@ -115,6 +117,18 @@ pub trait Host {
     /// The app is gone when this returns.
     fn start_app(&mut self, timeout_s: f64) -> Result<Option<f64>, Self::Error>;
 
+    /// One run of cyclictest for `loops` samples where the cell measures (the host
+    /// in native cells, VM 1's guest in VM cells), with the cell's busy loops
+    /// started before it (and warmed up) and stopped after it: the run's average
+    /// latency (us) in `values`, its maximum in the
+    /// [`crate::latency::LATENCY_MAX_US`] counter, the loops' iterations per second
+    /// in counters of their own. The host keeps the histogram for the cell's file.
+    /// By default the host does not run it ([`Host::unsupported`]).
+    fn latency(&mut self, loops: u64) -> Result<RunResult, Self::Error> {
+        let _ = loops;
+        Err(self.unsupported("benchmark = \"latency\""))
+    }
+
     /// Sectors (512 bytes) read and written so far on the benchmarked disk: the
     /// device in native cells, VM 1's virtual disk in VM cells.
     fn sectors(&mut self) -> Result<u64, Self::Error>;
@@ -148,19 +162,17 @@ pub fn run_repetition<H: Host>(
     match cell.benchmark {
         Benchmark::Startup => cold_starts(cell, waits, host, &mut out)?,
         Benchmark::Throughput => throughput(cell, host, &mut out)?,
-        Benchmark::Latency => unreachable!("refused above: it runs on the CPU model"),
+        Benchmark::Latency => out = host.latency(cell.cpu.loops)?,
     }
     host.finish(&mut out)?;
     Ok(out)
 }
 
-/// The benchmark of a cell that runs on the simulator's CPU model, not through the
-/// procedure (latency, and start-up with hot caches), named for an error message;
-/// `None` for the procedure's.
+/// The benchmark of a cell that runs on the simulator's CPU model only, not through
+/// the procedure (start-up with hot caches), named for an error message; `None` for
+/// the procedure's (latency among them: [`Host::latency`]).
 pub fn on_cpu_model(cell: &Cell) -> Option<String> {
-    if cell.benchmark == Benchmark::Latency {
-        Some("benchmark = \"latency\"".into())
-    } else if cell.on_cpu_model() {
+    if cell.benchmark != Benchmark::Latency && cell.on_cpu_model() {
         Some(format!(
             "benchmark = \"{}\" with caches = \"hot\"",
             cell.benchmark.as_str()
@@ -260,6 +272,16 @@ mod tests {
             self.steps.push(format!("start {timeout_s}"));
             Ok(self.starts.remove(0))
         }
+        fn latency(&mut self, loops: u64) -> Result<RunResult, String> {
+            self.steps.push(format!("latency {loops}"));
+            let mut r = RunResult {
+                values: vec![42.0],
+                ..RunResult::default()
+            };
+            r.counters
+                .insert(crate::latency::LATENCY_MAX_US.into(), 900.0);
+            Ok(r)
+        }
         fn sectors(&mut self) -> Result<u64, String> {
             Ok(self.sectors)
         }
@@ -352,12 +374,71 @@ mod tests {
     #[test]
     fn a_benchmark_the_host_does_not_run_is_its_error_before_any_step() {
         let mut h = Script::default();
-        let e = run_repetition(&cell(Benchmark::Latency), &Waits::default(), &mut h).unwrap_err();
-        assert_eq!(e, "no benchmark = \"latency\"");
         let mut hot = cell(Benchmark::Startup);
         hot.cpu.caches = crate::Caches::Hot;
         let e = run_repetition(&hot, &Waits::default(), &mut h).unwrap_err();
         assert_eq!(e, "no benchmark = \"startup\" with caches = \"hot\"");
         assert!(h.steps.is_empty());
+    }
+
+    #[test]
+    fn a_latency_cell_runs_cyclictest_once_between_the_workloads_and_finish() {
+        let mut h = Script {
+            workload: Some(WorkloadSpec::parse("1r-seq").unwrap()),
+            ..Script::default()
+        };
+        let mut c = cell(Benchmark::Latency);
+        c.cpu.loops = 1234;
+        let out = run_repetition(&c, &Waits::default(), &mut h).unwrap();
+        assert_eq!(out.values, vec![42.0]);
+        assert_eq!(out.counters[crate::latency::LATENCY_MAX_US], 900.0);
+        assert_eq!(
+            h.steps,
+            [
+                "drop Host",
+                "workloads",
+                "settle 13",
+                "latency 1234",
+                "finish"
+            ]
+        );
+        let rows = crate::latency::cell_results(&c, "real", vec![out]);
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[1].metric, crate::Metric::LatencyMaxUs);
+        assert_eq!(rows[1].runs[0].values, vec![900.0]);
+    }
+
+    /// A host that does not run cyclictest (the default [`Host::latency`]) says so.
+    #[test]
+    fn a_host_without_latency_refuses_a_latency_cell() {
+        struct NoLatency(Script);
+        impl Host for NoLatency {
+            type Error = String;
+            fn drop_caches(&mut self, s: Scope) -> Result<(), String> {
+                self.0.drop_caches(s)
+            }
+            fn start_workloads(&mut self) -> Result<Vec<WorkloadSpec>, String> {
+                self.0.start_workloads()
+            }
+            fn wait(&mut self, secs: f64) -> Result<(), String> {
+                self.0.wait(secs)
+            }
+            fn start_app(&mut self, t: f64) -> Result<Option<f64>, String> {
+                self.0.start_app(t)
+            }
+            fn sectors(&mut self) -> Result<u64, String> {
+                self.0.sectors()
+            }
+            fn finish(&mut self, out: &mut RunResult) -> Result<(), String> {
+                self.0.finish(out)
+            }
+            fn unsupported(&self, what: &str) -> String {
+                self.0.unsupported(what)
+            }
+        }
+        let mut h = NoLatency(Script::default());
+        let e = run_repetition(&cell(Benchmark::Latency), &Waits::default(), &mut h).unwrap_err();
+        assert_eq!(e, "no benchmark = \"latency\"");
+        assert!(!h.0.steps.contains(&"finish".to_string()));
     }
 }

@@ -12,16 +12,16 @@ use cpusched::cyclictest::{
 };
 use cpusched::model::CompletionKind;
 use cpusched::{FairKind, Nanos, Platform, Policy, TaskSpec, MS};
-use experiment::{Cell, CellResult, CpuSched, Metric, RunResult, Scenario, ScenarioError};
+use experiment::{Cell, CellResult, CpuSched, RunResult, Scenario, ScenarioError};
 use policy::PolicyConfig;
 
 use crate::bench::repetition_seed;
 use crate::engine::Rng;
 use crate::workload;
 
-/// The counter that carries a run's maximum latency, next to its average in
-/// `values`; [`cell_results`] makes it the `latency_max_us` row.
-pub const LATENCY_MAX_US: &str = "latency_max_us";
+/// The counter that carries a run's maximum latency (shared with the real
+/// runner).
+pub use experiment::latency::LATENCY_MAX_US;
 
 /// The pause before each hot start. The S suite pauses 4 s
 /// (`suite::PAUSE_BEFORE_START_S`) to let a cold start's disk settle; a hot
@@ -218,50 +218,14 @@ fn advance(
     }
 }
 
-/// A cell's results from its runs: the latency benchmark gives two rows,
-/// `latency_avg_us` (the runs' averages) and `latency_max_us` (their
-/// maxima); every other benchmark one ([`crate::bench::cell_result`]).
+/// A cell's results from its runs ([`experiment::latency::cell_results`],
+/// the simulator's rows).
 pub fn cell_results(cell: &Cell, runs: Vec<RunResult>) -> Vec<CellResult> {
-    if cell.benchmark != experiment::Benchmark::Latency {
-        return vec![crate::bench::cell_result(cell, runs)];
-    }
-    let max_runs = runs
-        .iter()
-        .map(|r| RunResult {
-            values: r
-                .counters
-                .get(LATENCY_MAX_US)
-                .copied()
-                .into_iter()
-                .collect(),
-            ..RunResult::default()
-        })
-        .collect();
-    vec![
-        CellResult {
-            cell: cell.clone(),
-            runner: "sim".into(),
-            metric: Metric::LatencyAvgUs,
-            runs,
-        },
-        CellResult {
-            cell: cell.clone(),
-            runner: "sim".into(),
-            metric: Metric::LatencyMaxUs,
-            runs: max_runs,
-        },
-    ]
+    experiment::latency::cell_results(cell, "sim", runs)
 }
 
-/// The histogram file of a latency cell, next to its stat files:
-/// `<stat file name without its suffix>-hist.txt`.
-pub fn histogram_file_name(cell: &Cell) -> String {
-    let name = experiment::naming::stat_file_name(cell);
-    let stem = name
-        .strip_suffix("-cyclictest-avg_stat.txt")
-        .unwrap_or(&name);
-    format!("{stem}-cyclictest-hist.txt")
-}
+/// The histogram file of a latency cell ([`experiment::latency::histogram_file_name`]).
+pub use experiment::latency::histogram_file_name;
 
 /// Histogram charts of a run's latency cells, as the study's figures (`.svg` and
 /// `.png` in `dir`): Figure 2, an idle 1-vCPU guest (no loops anywhere) under each

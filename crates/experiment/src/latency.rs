@@ -1,0 +1,53 @@
+//! What every runner writes for a latency cell (`benchmark = "latency"`),
+//! so that the simulator's cells and the real runner's compare line for
+//! line: each run's average latency (us) in `values` and its maximum in the
+//! [`LATENCY_MAX_US`] counter, made two result rows by [`cell_results`];
+//! the cell's cyclictest histogram in the file [`histogram_file_name`].
+
+use crate::{Benchmark, Cell, CellResult, Metric, RunResult};
+
+/// The counter that carries a run's maximum latency (us), next to its
+/// average in `values`; [`cell_results`] makes it the `latency_max_us` row.
+pub const LATENCY_MAX_US: &str = "latency_max_us";
+
+/// A cell's results from its runs, for `runner` ("sim" or "real"): the
+/// latency benchmark gives two rows, `latency_avg_us` (the runs' averages,
+/// with their counters) and `latency_max_us` (their maxima); every other
+/// benchmark one, its benchmark's metric.
+pub fn cell_results(cell: &Cell, runner: &str, runs: Vec<RunResult>) -> Vec<CellResult> {
+    let row = |metric, runs| CellResult {
+        cell: cell.clone(),
+        runner: runner.into(),
+        metric,
+        runs,
+    };
+    if cell.benchmark != Benchmark::Latency {
+        return vec![row(Metric::for_benchmark(cell.benchmark), runs)];
+    }
+    let max_runs = runs
+        .iter()
+        .map(|r| RunResult {
+            values: r
+                .counters
+                .get(LATENCY_MAX_US)
+                .copied()
+                .into_iter()
+                .collect(),
+            ..RunResult::default()
+        })
+        .collect();
+    vec![
+        row(Metric::LatencyAvgUs, runs),
+        row(Metric::LatencyMaxUs, max_runs),
+    ]
+}
+
+/// The histogram file of a latency cell, next to its stat files:
+/// `<stat file name without its suffix>-cyclictest-hist.txt`.
+pub fn histogram_file_name(cell: &Cell) -> String {
+    let name = crate::naming::stat_file_name(cell);
+    let stem = name
+        .strip_suffix("-cyclictest-avg_stat.txt")
+        .unwrap_or(&name);
+    format!("{stem}-cyclictest-hist.txt")
+}
