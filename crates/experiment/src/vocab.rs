@@ -72,7 +72,7 @@ serde_by_name!(Device);
 /// An I/O scheduler, as a scenario names it. The legacy names (`noop`,
 /// `deadline`) are kept apart from the blk-mq ones (`none`,
 /// `mq-deadline`): a scenario's spelling is what its results and file
-/// names carry. Each runner says which it runs (`sim::sched::SCHEDULERS`,
+/// names carry. Each runner says which it runs (`sim::iosched::SCHEDULERS`,
 /// `bench::SCHEDULERS`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum IoSched {

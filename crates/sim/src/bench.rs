@@ -10,8 +10,8 @@ use crate::coord::{CoordConfig, Coordination};
 use crate::engine::Rng;
 use crate::fs::FileId;
 use crate::iosched::{BfqVersion, SchedConfig};
+use crate::machine::{secs, to_secs, KernelId, Machine, MachineConfig, HOST, WORKLOAD_FILE_BYTES};
 use crate::request::IoPrio;
-use crate::system::{secs, to_secs, KernelId, Machine, MachineConfig, HOST, WORKLOAD_FILE_BYTES};
 use crate::vm::VmConfig;
 use crate::workload::{self, AppTrace};
 use devmodel::Nanos;
@@ -91,8 +91,8 @@ pub fn schedulers() -> Vec<String> {
 pub fn accepted() -> experiment::Accepted {
     experiment::Accepted {
         devices: experiment::Device::all().collect(),
-        host_scheds: crate::sched::SCHEDULERS.to_vec(),
-        guest_scheds: crate::sched::SCHEDULERS.to_vec(),
+        host_scheds: crate::iosched::SCHEDULERS.to_vec(),
+        guest_scheds: crate::iosched::SCHEDULERS.to_vec(),
         coordination: Coordination::ALL.to_vec(),
         apps: workload::preset_names(),
         allow_cmd_apps: false,

@@ -9,7 +9,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::sched::{BfqVersion, SchedConfig};
+use crate::iosched::{BfqVersion, SchedConfig};
 
 /// A named kernel profile.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -20,11 +20,3 @@ pub mod request;
 pub mod virtio;
 pub mod vm;
 pub mod workload;
-
-/// The I/O schedulers' old path, kept so that code written against
-/// `sim::sched` keeps compiling; new code says [`iosched`].
-pub use iosched as sched;
-
-/// The machine's old path, kept so that code written against
-/// `sim::system` keeps compiling; new code says [`machine`].
-pub use machine as system;
