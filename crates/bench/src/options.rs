@@ -109,9 +109,10 @@ pub(crate) fn check_options(o: &Options) -> Result<Vec<String>> {
     if o.scenario.is_vm() {
         o.vm.disk.validate()?;
         if let Some(a) = &o.vm.accel {
-            if a != "kvm" && a != "tcg" {
+            if !crate::vm::ACCELS.contains(&a.as_str()) {
                 return Err(Error::Usage(format!(
-                    "--vm-accel {a:?}: accepted: kvm, tcg"
+                    "--vm-accel {a:?}: accepted: {}",
+                    crate::vm::ACCELS.join(", ")
                 )));
             }
         }

@@ -268,6 +268,8 @@ impl Default for DiskOptions {
 }
 
 pub const AIO_MODES: &[&str] = &["native", "io_uring", "threads"];
+/// Accelerators `--vm-accel` forces instead of probing.
+pub const ACCELS: &[&str] = &["kvm", "tcg"];
 pub const CACHE_MODES: &[&str] = &["none", "writeback", "writethrough", "directsync", "unsafe"];
 
 impl DiskOptions {

@@ -70,13 +70,14 @@ pub struct BenchRunArgs {
     #[arg(long, value_enum, default_value_t = crate::QemuAio::Native)]
     vm_aio: crate::QemuAio,
     /// VM cells: QEMU's cache mode for the guest disk (none bypasses the host page cache).
-    #[arg(long, default_value = "none")]
+    #[arg(long, default_value = "none",
+          value_parser = clap::builder::PossibleValuesParser::new(bench::vm::CACHE_MODES))]
     vm_cache: String,
     /// VM cells: guest memory in MiB.
     #[arg(long, default_value_t = 1024)]
     vm_mem_mib: u32,
     /// VM cells: kvm or tcg instead of probing whether /dev/kvm runs a guest.
-    #[arg(long)]
+    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(bench::vm::ACCELS))]
     vm_accel: Option<String>,
     /// VM cells: `own` puts QEMU in a cgroup v1 blkio group of its own (as libvirt
     /// does), from which tandem hostd moves its I/O threads to the root while

@@ -10,11 +10,13 @@ use crate::Failure;
 
 #[derive(Args)]
 pub struct CpuStudyArgs {
-    /// CPU scheduler of host and guest: cfs, eevdf or bfs.
-    #[arg(long, default_value = "cfs")]
+    /// CPU scheduler of host and guest.
+    #[arg(long, default_value = "cfs",
+          value_parser = clap::builder::PossibleValuesParser::new(FairKind::NAMES))]
     sched: String,
-    /// Platform preset: chromebook-2014 or default.
-    #[arg(long, default_value = "chromebook-2014")]
+    /// Platform preset.
+    #[arg(long, default_value = "chromebook-2014",
+          value_parser = clap::builder::PossibleValuesParser::new(cpusched::platform::PRESETS))]
     platform: String,
     /// cyclictest samples per cell (the study took 2 x 100000).
     #[arg(long, default_value_t = 20_000)]

@@ -60,6 +60,9 @@ pub enum FairKind {
 }
 
 impl FairKind {
+    /// Every name [`FairKind::parse`] accepts (the CLI lists them).
+    pub const NAMES: &[&'static str] = &["cfs", "eevdf", "bfs", "cfs-v"];
+
     /// The name used in scenarios and tables.
     pub fn name(self) -> &'static str {
         match self {
@@ -78,7 +81,8 @@ impl FairKind {
             "bfs" => Ok(FairKind::Bfs),
             "cfs-v" => Ok(FairKind::CfsV(cfsv::CfsvOptions::default())),
             _ => Err(format!(
-                "unknown CPU scheduler '{s}' (accepted: cfs, eevdf, bfs, cfs-v)"
+                "unknown CPU scheduler '{s}' (accepted: {})",
+                Self::NAMES.join(", ")
             )),
         }
     }
