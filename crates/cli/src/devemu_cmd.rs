@@ -23,9 +23,9 @@ pub enum DevemuCommand {
 
 #[derive(Args)]
 pub struct UpArgs {
-    /// Device model: a devmodel preset (hdd-1.8in, microsd-class6, emmc, ssd-sata, nvme)
-    /// or `instant` (no model).
-    #[arg(long)]
+    /// Device model: a devmodel preset, or `instant` (no model: answers at once,
+    /// to measure the emulator's own cost).
+    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(devemu::model_names()))]
     model: String,
     /// Size of the device, e.g. 8G, 512M.
     #[arg(long, default_value = "8G")]
@@ -50,7 +50,7 @@ pub struct ProbeArgs {
     /// The device, e.g. /dev/loop3.
     device: String,
     /// Model to compare with (default: the device's own).
-    #[arg(long)]
+    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(devemu::model_names()))]
     model: Option<String>,
     /// MiB read sequentially.
     #[arg(long, default_value_t = 64)]
