@@ -497,35 +497,13 @@ impl RecoveryScope {
             Entry::CpuCgroup {
                 tid, start, orig, ..
             } => {
-                let under_mount = self.cpu_mount.as_ref().is_some_and(|m| {
-                    orig.starts_with(m)
-                        && orig
-                            .components()
-                            .all(|c| !matches!(c, std::path::Component::ParentDir))
-                });
-                if !under_mount {
-                    return Err(format!(
-                        "{e:?}: {} is not a group of the cgroup v1 cpu hierarchy",
-                        orig.display()
-                    ));
-                }
+                group_under(self.cpu_mount.as_deref(), orig, "cpu", e)?;
                 thread_ok(*tid, *start)
             }
             Entry::ThreadCgroup {
                 tid, start, orig, ..
             } => {
-                let under_mount = self.blkio_mount.as_ref().is_some_and(|m| {
-                    orig.starts_with(m)
-                        && orig
-                            .components()
-                            .all(|c| !matches!(c, std::path::Component::ParentDir))
-                });
-                if !under_mount {
-                    return Err(format!(
-                        "{e:?}: {} is not a group of the cgroup v1 blkio hierarchy",
-                        orig.display()
-                    ));
-                }
+                group_under(self.blkio_mount.as_deref(), orig, "blkio", e)?;
                 thread_ok(*tid, *start)
             }
             Entry::CgroupWeight { file, .. } => {
@@ -893,6 +871,30 @@ impl Actuator for BfqIdlingActuator {
             }
         }
         Ok(changed)
+    }
+}
+
+/// A journalled group path must lie in the cgroup v1 `hierarchy` mounted at
+/// `mount`, with no `..` to climb out of it.
+fn group_under(
+    mount: Option<&std::path::Path>,
+    orig: &std::path::Path,
+    hierarchy: &str,
+    e: &Entry,
+) -> std::result::Result<(), String> {
+    let under = mount.is_some_and(|m| {
+        orig.starts_with(m)
+            && orig
+                .components()
+                .all(|c| !matches!(c, std::path::Component::ParentDir))
+    });
+    if under {
+        Ok(())
+    } else {
+        Err(format!(
+            "{e:?}: {} is not a group of the cgroup v1 {hierarchy} hierarchy",
+            orig.display()
+        ))
     }
 }
 
