@@ -39,12 +39,12 @@ impl Aligned {
         Aligned { ptr, layout }
     }
 
-    pub fn as_mut(&mut self) -> &mut [u8] {
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
         // SAFETY: ptr is valid for layout.size() bytes, owned by self.
         unsafe { std::slice::from_raw_parts_mut(self.ptr, self.layout.size()) }
     }
 
-    pub fn as_ref(&self) -> &[u8] {
+    pub fn bytes(&self) -> &[u8] {
         // SAFETY: as above.
         unsafe { std::slice::from_raw_parts(self.ptr, self.layout.size()) }
     }
@@ -103,8 +103,8 @@ pub fn write_pattern(dev: &Path, span: Span, out: &mut impl Write) -> std::io::R
         .open(dev)?;
     let mut buf = Aligned::new(span.block);
     for i in span.first..span.first + span.count {
-        fill_block(span.seed, i, &mut buf.as_mut()[..span.block]);
-        f.write_all_at(&buf.as_ref()[..span.block], i * span.block as u64)?;
+        fill_block(span.seed, i, &mut buf.bytes_mut()[..span.block]);
+        f.write_all_at(&buf.bytes()[..span.block], i * span.block as u64)?;
         writeln!(out, "acked {i}")?;
         out.flush()?;
     }
@@ -137,8 +137,8 @@ pub fn verify_pattern(dev: &Path, span: Span, direct: bool) -> std::io::Result<V
     };
     for i in span.first..span.first + span.count {
         fill_block(span.seed, i, &mut want);
-        f.read_exact_at(&mut got.as_mut()[..span.block], i * span.block as u64)?;
-        if got.as_ref()[..span.block] == want[..] {
+        f.read_exact_at(&mut got.bytes_mut()[..span.block], i * span.block as u64)?;
+        if got.bytes()[..span.block] == want[..] {
             v.good += 1;
         } else {
             v.bad += 1;
@@ -215,7 +215,7 @@ pub fn run_load(dev: &Path, load: Load) -> std::io::Result<LoadResult> {
     };
     let fd = types::Fd(f.as_raw_fd());
     let push = |ring: &mut IoUring, slot: u32, buf: &mut Aligned, off: u64| {
-        let p = buf.as_mut().as_mut_ptr();
+        let p = buf.bytes_mut().as_mut_ptr();
         let e = if write {
             opcode::Write::new(fd, p, load.block as u32)
                 .offset(off)
