@@ -10,6 +10,7 @@ mod bench_cmd;
 mod cfsv_cmd;
 mod cpu_cmd;
 mod devemu_cmd;
+mod diskio_cmd;
 mod logging;
 mod report_cmd;
 mod sim_cmd;

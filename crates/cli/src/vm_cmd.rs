@@ -15,6 +15,9 @@ pub enum VmCommand {
     /// The benchmark agent inside a guest (the image's init starts it).
     #[command(hide = true)]
     Agent(AgentArgs),
+    /// In the guest: a checksummed pattern writer and verifier, and a direct-I/O load.
+    #[command(subcommand)]
+    DiskIo(crate::diskio_cmd::DiskIoCommand),
 }
 
 #[derive(Args)]
@@ -86,6 +89,7 @@ pub fn run(cmd: VmCommand) -> Result<(), Failure> {
             bench::Error::Usage(m) => Failure::Usage(m),
             bench::Error::Run(m) => Failure::Run(m),
         }),
+        VmCommand::DiskIo(c) => crate::diskio_cmd::run(c),
     }
 }
 

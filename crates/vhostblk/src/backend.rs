@@ -437,3 +437,6 @@ impl VhostUserBackend for BlkBackend {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -6,6 +6,7 @@
 pub mod backend;
 pub mod classmap;
 pub mod config;
+pub mod diskio;
 pub mod image;
 pub mod ioprio;
 pub mod request;

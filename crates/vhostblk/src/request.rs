@@ -360,5 +360,7 @@ pub fn device_id(name: &str) -> [u8; VIRTIO_BLK_ID_BYTES as usize] {
     id
 }
 
+pub mod fuzz;
+
 #[cfg(test)]
 mod tests;
