@@ -13,7 +13,7 @@
 //!   given depth. It starts commands on free internal units, queues the others,
 //!   and reports completions in time order.
 //!
-//! Presets ([`PRESETS`], [`preset`]) give the five devices tandem uses. Each
+//! Presets ([`PRESETS`], [`preset`]) give the six devices tandem uses. Each
 //! parameter is a named constant in [`hdd`] or [`flash`] with a comment naming
 //! its source.
 //!
@@ -156,7 +156,14 @@ pub trait ServiceModel: Send {
 }
 
 /// The preset names [`preset`] accepts.
-pub const PRESETS: &[&str] = &["hdd-1.8in", "microsd-class6", "emmc", "ssd-sata", "nvme"];
+pub const PRESETS: &[&str] = &[
+    "hdd-1.8in",
+    "microsd-class6",
+    "emmc",
+    "ssd-sata",
+    "nvme",
+    "sas-10k",
+];
 
 /// A device preset name that is not in [`PRESETS`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -199,6 +206,7 @@ pub fn preset(name: &str) -> Result<Box<dyn ServiceModel>, UnknownPreset> {
 pub fn hdd_preset_params(name: &str) -> Option<HddParams> {
     match name {
         "hdd-1.8in" => Some(hdd::MK6006GAH),
+        "sas-10k" => Some(hdd::SAS10K),
         _ => None,
     }
 }
