@@ -58,8 +58,10 @@ mod native;
 pub mod options;
 pub mod record;
 pub mod sysfs;
+pub mod vhost;
 pub mod vm;
 mod vm_cell;
+mod vm_vhost;
 pub mod workers;
 
 pub use cleanup::{recover_interrupted, Cleanup};
@@ -102,7 +104,9 @@ pub fn accepted() -> experiment::Accepted {
 /// `help-rt` with `tandem guestd` in the guest and `tandem hostd` on the
 /// host (ioprio RT on the QEMU process's threads while helped); `help-cpu`
 /// the same for the vCPU threads (`SCHED_RR` while helped); `static-cpu`,
-/// the vCPU threads at `SCHED_RR` 8 for the whole cell, set by the runner.
+/// the vCPU threads at `SCHED_RR` 8 for the whole cell, set by the runner;
+/// `vhost-ioprio`, the guest's disk on `tandem vhost-blk` and guestd marking
+/// the starting app's I/O priority in the guest (`vhost`).
 /// `help-weight` needs the VM in a cgroup of its own and `help-wr` a kernel
 /// patch; the simulator runs those.
 pub const COORDINATION: &[CoordMode] = &[
@@ -110,6 +114,7 @@ pub const COORDINATION: &[CoordMode] = &[
     CoordMode::HelpRt,
     CoordMode::StaticCpu,
     CoordMode::HelpCpu,
+    CoordMode::VhostIoprio,
 ];
 
 /// Progress lines on stderr, when it is a terminal and not `--quiet`.

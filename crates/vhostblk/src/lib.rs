@@ -12,3 +12,4 @@ pub mod request;
 pub mod server;
 pub mod stats;
 pub mod submit;
+pub mod vmpolicy;
