@@ -269,4 +269,49 @@ mod tests {
         };
         assert_eq!(p.classless(), Ioprio::new(Class::Be, 6));
     }
+
+    #[test]
+    #[ignore = "needs root: a cgroup v1 blkio group"]
+    fn the_rt_submitter_leaves_the_vms_group_for_the_root_and_the_others_stay() {
+        let root = agent::sys::cgroup_v1_mount("blkio").expect("a cgroup v1 blkio hierarchy");
+        let dir = root.join(format!("tandem-vmpolicy-test-{}", std::process::id()));
+        std::fs::create_dir(&dir).unwrap();
+        let g = VmGroup {
+            dir: dir.clone(),
+            root: root.clone(),
+            made: false,
+        };
+        let place = g.placement();
+        // The calling thread's blkio group (/proc/thread-self/cgroup).
+        let here = || {
+            std::fs::read_to_string("/proc/thread-self/cgroup")
+                .unwrap()
+                .lines()
+                .find_map(|l| {
+                    let mut f = l.splitn(3, ':');
+                    let (_, c, p) = (f.next()?, f.next()?, f.next()?);
+                    c.split(',').any(|x| x == "blkio").then(|| p.to_string())
+                })
+                .unwrap()
+        };
+        let name = format!("/{}", dir.file_name().unwrap().to_string_lossy());
+        let seen = std::thread::scope(|s| {
+            s.spawn(|| {
+                // This thread alone joins the group (v1: `tasks` takes a thread).
+                std::fs::write(dir.join("tasks"), "0").unwrap();
+                let joined = here();
+                place(Ioprio::new(Class::Be, 0)).unwrap();
+                let after_be = here();
+                place(Ioprio::new(Class::Rt, 0)).unwrap();
+                (joined, after_be, here())
+            })
+            .join()
+            .unwrap()
+        });
+        drop(g);
+        let _ = std::fs::remove_dir(&dir);
+        assert_eq!(seen.0, name);
+        assert_eq!(seen.1, name);
+        assert_eq!(seen.2, "/");
+    }
 }
