@@ -15,7 +15,8 @@
 //! - `sectors {dev?}`: sectors read and written on the disk (throughput);
 //! - `guestd {lease_ms, cpu?, mark?}`: start `tandem guestd` on the port
 //!   `tandem.help`, or with `mark` (a class) marking urgent processes' I/O
-//!   priority in the guest instead (`--mark-ioprio`, no host channel);
+//!   priority in the guest instead (`--mark-ioprio`, no host channel; its
+//!   lease `mark_lease_ms`);
 //! - `quit`: stop everything and leave (init powers the guest off).
 //!
 //! Every answer has `ok`; a failed request has `ok: false` and `error`, and
@@ -130,8 +131,13 @@ impl Agent {
                     let log2 = log.try_clone().map_err(|e| run_err(e.to_string()))?;
                     let mut cmd = Command::new(&self.exe);
                     cmd.arg("guestd");
+                    // `mark_lease_ms`: the longest a mark lasts (guestd's
+                    // rules end it sooner when the need ends).
+                    let mark_lease = req.get("mark_lease_ms").and_then(Value::as_u64);
                     match mark {
-                        Some(class) => cmd.args(["--mark-ioprio", class]),
+                        Some(class) => cmd
+                            .args(["--mark-ioprio", class])
+                            .args(mark_lease.map(|ms| format!("--mark-lease-ms={ms}"))),
                         None => cmd
                             .arg("--connect")
                             .arg(format!("virtio:{}", crate::vm::HELP_PORT)),

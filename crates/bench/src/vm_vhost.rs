@@ -58,11 +58,16 @@ pub(crate) fn backend_for(
 }
 
 /// `vhost-ioprio` in the guest: guestd marks each starting process's I/O
-/// priority with [`MARK_CLASS`] for a lease; it talks to no host daemon.
-pub(crate) fn start_marking(guest: &mut vm::Guest) -> Result<()> {
+/// priority with [`MARK_CLASS`] while its rules judge it urgent, up to the
+/// cell's start timeout: a start slowed by the host's load outlasts
+/// guestd's default lease (5 s), and a mark that ends mid-start leaves the
+/// rest of the start unfavoured (first run here, 2026-11-26: about 180 of
+/// xterm's requests per start arrived as RT). It talks to no host daemon.
+pub(crate) fn start_marking(guest: &mut vm::Guest, timeout_s: f64) -> Result<()> {
+    let lease_ms = (timeout_s * 1000.0).ceil() as u64;
     guest
         .call(
-            json!({"op": "guestd", "lease_ms": 1000, "mark": MARK_CLASS}),
+            json!({"op": "guestd", "lease_ms": 1000, "mark": MARK_CLASS, "mark_lease_ms": lease_ms}),
             None,
         )
         .map(drop)
