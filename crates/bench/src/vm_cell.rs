@@ -208,6 +208,8 @@ pub(crate) struct InGuest<'a> {
     before: BTreeMap<String, f64>,
     /// The vhost-user-blk backend's counters when the repetition began.
     backend_before: BTreeMap<String, f64>,
+    /// The guest disk's sectors moved, and when, once the workloads started.
+    disk_from: Option<(u64, std::time::Instant)>,
     guest_w: WorkloadSpec,
     /// The repetition's seed, for the workers' random offsets.
     seed: u64,
@@ -246,6 +248,7 @@ impl procedure::Host for InGuest<'_> {
                 None,
             )?;
         }
+        self.disk_from = Some((self.sectors()?, std::time::Instant::now()));
         Ok(vec![host_w, self.guest_w])
     }
 
@@ -284,6 +287,16 @@ impl procedure::Host for InGuest<'_> {
     }
 
     fn finish(&mut self, out: &mut RunResult) -> Result<()> {
+        // What the guest's disk moved over the repetition (its readers and
+        // the app's starts together), in MB/s: the guest readers' share of
+        // the disk, compared across modes.
+        if let Some((from, t0)) = self.disk_from.take() {
+            let mb = (self.sectors()?.saturating_sub(from) * 512) as f64 / 1e6;
+            out.counters.insert(
+                "vm1_guest_disk_mb_s".into(),
+                mb / t0.elapsed().as_secs_f64(),
+            );
+        }
         if !self.guest_w.is_none() {
             self.guest.call(json!({"op": "stop"}), None)?;
         }
@@ -524,6 +537,7 @@ pub(crate) fn run_cell(
             hostd: hostd.as_ref(),
             before: hostd.as_ref().map(|h| h.metrics()).unwrap_or_default(),
             backend_before,
+            disk_from: None,
             guest_w,
             seed: x.rep_seed(rep),
             cleanup,
