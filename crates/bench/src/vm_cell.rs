@@ -481,6 +481,7 @@ fn boot(
             x.c.key()
         ),
     );
+    crate::vm_vhost::host_idling(x)?;
     let backend = crate::vm_vhost::backend_for(x, &ctx.disk, dir, cleanup)?;
     let socket = backend.as_ref().map(|b| b.socket.clone());
     let spec = vm::BootSpec {
