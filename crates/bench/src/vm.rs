@@ -812,21 +812,29 @@ impl Drop for Hostd {
 mod tests {
     use super::*;
 
-    #[test]
-    fn qemu_command_line() {
-        let accel = Accel::Tcg("test".into());
-        let opts = DiskOptions::default();
-        let b = BootSpec {
-            accel: &accel,
+    /// A boot of the test image in `/run/x`.
+    fn spec<'a>(
+        accel: &'a Accel,
+        opts: &'a DiskOptions,
+        mem_mib: u32,
+        vhost_socket: Option<&'a Path>,
+    ) -> BootSpec<'a> {
+        BootSpec {
+            accel,
             kernel: Path::new("/img/vmlinuz"),
             initramfs: Path::new("/img/initramfs.cpio.gz"),
             disk: Path::new("/mnt/vm1.img"),
-            disk_opts: &opts,
-            mem_mib: 1024,
+            disk_opts: opts,
+            mem_mib,
             dir: Path::new("/run/x"),
-            vhost_socket: None,
-        };
-        let a = qemu_args(&b).join(" ");
+            vhost_socket,
+        }
+    }
+
+    #[test]
+    fn qemu_command_line() {
+        let (accel, opts) = (Accel::Tcg("test".into()), DiskOptions::default());
+        let a = qemu_args(&spec(&accel, &opts, 1024, None)).join(" ");
         assert!(a.starts_with("-accel tcg -m 1024 -smp 1"), "{a}");
         assert!(
             a.contains("file=/mnt/vm1.img,if=none,id=vd0,format=raw,cache=none,aio=native"),
@@ -848,19 +856,9 @@ mod tests {
 
     #[test]
     fn a_vhost_user_disk_replaces_the_built_in_one_and_shares_the_guests_memory() {
-        let accel = Accel::Tcg("test".into());
-        let opts = DiskOptions::default();
-        let b = BootSpec {
-            accel: &accel,
-            kernel: Path::new("/img/vmlinuz"),
-            initramfs: Path::new("/img/initramfs.cpio.gz"),
-            disk: Path::new("/mnt/vm1.img"),
-            disk_opts: &opts,
-            mem_mib: 768,
-            dir: Path::new("/run/x"),
-            vhost_socket: Some(Path::new("/run/x/vhost-blk.sock")),
-        };
-        let a = qemu_args(&b).join(" ");
+        let (accel, opts) = (Accel::Tcg("test".into()), DiskOptions::default());
+        let sock = Path::new("/run/x/vhost-blk.sock");
+        let a = qemu_args(&spec(&accel, &opts, 768, Some(sock))).join(" ");
         assert!(
             a.contains(
                 "-object memory-backend-memfd,id=mem,size=768M,share=on -numa node,memdev=mem"

@@ -1176,25 +1176,6 @@ fn a_sigkill_during_a_vm_cell_leaves_nothing_after_cleanup() {
     );
 }
 
-/// A VM cell with its disk on `tandem vhost-blk` (`vhost-ioprio`).
-const KILL_VHOST_SCENARIO: &str = r#"
-name = "ci-kill-vhost"
-benchmark = "startup"
-app = "bash"
-iterations = 2
-repetitions = 1
-timeout_s = 60
-seed = 1
-
-[matrix]
-device = ["hdd-1.8in"]
-guest_sched = ["bfq"]
-guest_workload = ["1r-seq"]
-host_sched = ["bfq"]
-host_workload = ["none"]
-coordination = ["vhost-ioprio"]
-"#;
-
 #[test]
 #[ignore = "needs root and qemu-system-x86_64: VM cells on tandem vhost-blk on emulated devices, SIGKILL of runs"]
 fn a_sigkill_during_a_vhost_ioprio_cell_leaves_nothing_after_cleanup() {
@@ -1205,7 +1186,10 @@ fn a_sigkill_during_a_vhost_ioprio_cell_leaves_nothing_after_cleanup() {
     let r = tandem(&["vm", "image", "--out", image.to_str().unwrap(), "--quiet"]);
     assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
     let scenario = dir.p("kill-vhost.toml");
-    std::fs::write(&scenario, KILL_VHOST_SCENARIO).unwrap();
+    // KILL_VM_SCENARIO's cell with its disk on `tandem vhost-blk`.
+    let vhost = KILL_VM_SCENARIO.replace(r#"["help-rt"]"#, r#"["vhost-ioprio"]"#);
+    assert!(vhost.contains("vhost-ioprio"));
+    std::fs::write(&scenario, vhost).unwrap();
     // The backend up (its blkio group made) but QEMU not yet, then QEMU
     // booting on it, then the guest reading through it.
     let moments = [
