@@ -138,7 +138,7 @@ fn run_cells(
         let runs = if c.is_native() {
             native::run_cell(&x, cleanup, &mut hist)?
         } else {
-            vm_cell::run_cell(&x, cleanup, &mut hist)?
+            vm_cell::run_cell(&x, cleanup, &mut hist, extra)?
         };
         cleanup.restore_sched();
         results.extend(experiment::latency::cell_results(c, "real", runs));

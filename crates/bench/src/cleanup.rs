@@ -18,8 +18,10 @@
 //! - work files and directories, mounts (their mount points are under the
 //!   run directory or the recorded directories), blkio groups.
 //!
-//! Processes are not recorded: workers, the app, QEMU and hostd die with the
-//! run ([`devemu::die_with_parent`]).
+//! Processes are not recorded: workers, the app, QEMU, hostd and the
+//! vhost-user-blk backend (`vhost-ioprio`) die with the run
+//! ([`devemu::die_with_parent`]); the backend's blkio group is recorded
+//! before the backend makes it.
 
 use std::collections::BTreeMap;
 use std::fs;

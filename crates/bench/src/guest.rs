@@ -13,7 +13,10 @@
 //! - `start {app, timeout_s}`: one start of the app (a trace preset replayed
 //!   from `app/`, or `cmd:...`): `{secs}` or `{timeout: true}`;
 //! - `sectors {dev?}`: sectors read and written on the disk (throughput);
-//! - `guestd {lease_ms}`: start `tandem guestd` on the port `tandem.help`;
+//! - `guestd {lease_ms, cpu?, mark?}`: start `tandem guestd` on the port
+//!   `tandem.help`, or with `mark` (a class) marking urgent processes' I/O
+//!   priority in the guest instead (`--mark-ioprio`, no host channel; its
+//!   lease `mark_lease_ms`);
 //! - `quit`: stop everything and leave (init powers the guest off).
 //!
 //! Every answer has `ok`; a failed request has `ok: false` and `error`, and
@@ -114,6 +117,10 @@ impl Agent {
                 let lease = req.get("lease_ms").and_then(Value::as_u64).unwrap_or(1000);
                 // `cpu`: guestd's CPU detection too (`help-cpu`).
                 let cpu = req.get("cpu").and_then(Value::as_bool).unwrap_or(false);
+                // `mark`: mark urgent processes' I/O priority in the guest
+                // with this class instead of asking the host
+                // (`vhost-ioprio`): no channel to the host.
+                let mark = str_of("mark");
                 if self.guestd.is_none() {
                     // guestd speaks on the guest's console, which the host
                     // keeps as console.log.
@@ -122,9 +129,20 @@ impl Agent {
                         .open("/dev/console")
                         .map_err(|e| run_err(format!("/dev/console: {e}")))?;
                     let log2 = log.try_clone().map_err(|e| run_err(e.to_string()))?;
-                    let child = Command::new(&self.exe)
-                        .args(["guestd", "--connect"])
-                        .arg(format!("virtio:{}", crate::vm::HELP_PORT))
+                    let mut cmd = Command::new(&self.exe);
+                    cmd.arg("guestd");
+                    // `mark_lease_ms`: the longest a mark lasts (guestd's
+                    // rules end it sooner when the need ends).
+                    let mark_lease = req.get("mark_lease_ms").and_then(Value::as_u64);
+                    match mark {
+                        Some(class) => cmd
+                            .args(["--mark-ioprio", class])
+                            .args(mark_lease.map(|ms| format!("--mark-lease-ms={ms}"))),
+                        None => cmd
+                            .arg("--connect")
+                            .arg(format!("virtio:{}", crate::vm::HELP_PORT)),
+                    };
+                    let child = cmd
                         .args(["--name", crate::vm::VM_NAME])
                         .args(["--lease-ms", &lease.to_string(), "--verbose"])
                         .args(cpu.then_some("--cpu"))

@@ -59,8 +59,10 @@ mod native;
 pub mod options;
 pub mod record;
 pub mod sysfs;
+pub mod vhost;
 pub mod vm;
 mod vm_cell;
+mod vm_vhost;
 pub mod workers;
 
 pub use cleanup::{recover_interrupted, Cleanup};
@@ -105,7 +107,9 @@ pub fn accepted() -> experiment::Accepted {
 /// the same for the vCPU threads (`SCHED_RR` while helped); `static-cpu`,
 /// the vCPU threads at `SCHED_RR` 8 for the whole cell, set by the runner;
 /// `cfsv`, `tandem hostd --cfsv` alone (no guestd: the host classifies the
-/// QEMU threads itself), with `--cfsv-boost` from `--vm-cfsv-boost`.
+/// QEMU threads itself), with `--cfsv-boost` from `--vm-cfsv-boost`;
+/// `vhost-ioprio`, the guest's disk on `tandem vhost-blk` and guestd marking
+/// the starting app's I/O priority in the guest (`vhost`).
 /// `help-weight` needs the VM in a cgroup of its own and `help-wr` a kernel
 /// patch; the simulator runs those.
 pub const COORDINATION: &[CoordMode] = &[
@@ -114,6 +118,7 @@ pub const COORDINATION: &[CoordMode] = &[
     CoordMode::StaticCpu,
     CoordMode::HelpCpu,
     CoordMode::Cfsv,
+    CoordMode::VhostIoprio,
 ];
 
 /// Progress lines on stderr, when it is a terminal and not `--quiet`.

@@ -310,6 +310,9 @@ pub struct BootSpec<'a> {
     pub mem_mib: u32,
     /// Sockets, console log and QEMU's files go here.
     pub dir: &'a Path,
+    /// The disk through a vhost-user-blk backend listening here
+    /// (`vhost-ioprio`, [`crate::vhost`]) instead of QEMU's own virtio-blk.
+    pub vhost_socket: Option<&'a Path>,
 }
 
 /// A running guest: QEMU and the control connection to the agent.
@@ -321,6 +324,8 @@ pub struct Guest {
     pub hello: Value,
     /// The id of the last request: answers carry their request's id.
     last_id: u64,
+    /// The disk's vhost-user-blk backend, checked with QEMU at every look.
+    backend: Option<crate::vhost::Backend>,
 }
 
 pub fn qemu_binary() -> &'static str {
@@ -352,20 +357,8 @@ pub fn qemu_args(b: &BootSpec) -> Vec<String> {
     push(&b.initramfs.display().to_string());
     push("-append");
     push("console=ttyS0 quiet panic=-1");
-    // The disk's requests are submitted by one named iothread (with
-    // aio=native or io_uring) or by its pool of workers (aio=threads): the
-    // threads the host scheduler sees, and hostd boosts.
-    push("-object");
-    push("iothread,id=io0");
-    push("-drive");
-    push(&format!(
-        "file={},if=none,id=vd0,format=raw,cache={},aio={}",
-        b.disk.display(),
-        b.disk_opts.cache,
-        b.disk_opts.aio
-    ));
-    push("-device");
-    push("virtio-blk-pci,drive=vd0,iothread=io0");
+    a.extend(disk_args(b));
+    let mut push = |s: &str| a.push(s.to_string());
     push("-device");
     push("virtio-serial-pci");
     for (id, name) in [("ctl", CONTROL_PORT), ("help", HELP_PORT)] {
@@ -385,6 +378,45 @@ pub fn qemu_args(b: &BootSpec) -> Vec<String> {
     a
 }
 
+/// QEMU's arguments for the guest's disk.
+///
+/// Built in: the disk's requests are submitted by one named iothread (with
+/// aio=native or io_uring) or by its pool of workers (aio=threads): the
+/// threads the host scheduler sees, and hostd boosts.
+///
+/// Through a vhost-user-blk backend: the backend maps the guest's memory to
+/// read and write the requests' buffers, so that memory is a shared memfd
+/// (`share=on`; QEMU's docs/interop/vhost-user.rst), made the guest's RAM
+/// through a NUMA node; the backend's own threads submit the I/O.
+fn disk_args(b: &BootSpec) -> Vec<String> {
+    let v = match b.vhost_socket {
+        Some(sock) => vec![
+            "-object".into(),
+            format!("memory-backend-memfd,id=mem,size={}M,share=on", b.mem_mib),
+            "-numa".into(),
+            "node,memdev=mem".into(),
+            "-chardev".into(),
+            format!("socket,id=vhb,path={}", sock.display()),
+            "-device".into(),
+            "vhost-user-blk-pci,chardev=vhb,num-queues=1".into(),
+        ],
+        None => vec![
+            "-object".into(),
+            "iothread,id=io0".into(),
+            "-drive".into(),
+            format!(
+                "file={},if=none,id=vd0,format=raw,cache={},aio={}",
+                b.disk.display(),
+                b.disk_opts.cache,
+                b.disk_opts.aio
+            ),
+            "-device".into(),
+            "virtio-blk-pci,drive=vd0,iothread=io0".into(),
+        ],
+    };
+    v
+}
+
 /// The last lines of the guest's console, for errors.
 fn console_tail(dir: &Path) -> String {
     let text = std::fs::read_to_string(dir.join("console.log")).unwrap_or_default();
@@ -396,6 +428,13 @@ fn console_tail(dir: &Path) -> String {
 impl Guest {
     /// Start QEMU and wait for the agent's `ready` line.
     pub fn boot(b: &BootSpec) -> Result<Guest> {
+        Guest::boot_with(b, None)
+    }
+
+    /// [`Guest::boot`] with the disk's vhost-user-blk backend (listening on
+    /// `b.vhost_socket`), which the guest then owns: checked at every look
+    /// at QEMU, stopped after it.
+    pub fn boot_with(b: &BootSpec, backend: Option<crate::vhost::Backend>) -> Result<Guest> {
         std::fs::create_dir_all(b.dir).map_err(|e| run_err(format!("{}: {e}", b.dir.display())))?;
         let log = std::fs::File::create(b.dir.join("qemu.log"))
             .map_err(|e| run_err(format!("qemu.log: {e}")))?;
@@ -419,6 +458,7 @@ impl Guest {
             ctl: None,
             hello: Value::Null,
             last_id: 0,
+            backend,
         };
         let t0 = Instant::now();
         let sock = b.dir.join("ctl.sock");
@@ -461,7 +501,15 @@ impl Guest {
         self.qemu.id()
     }
 
+    /// The disk's vhost-user-blk backend, if the guest has one.
+    pub fn backend(&mut self) -> Option<&mut crate::vhost::Backend> {
+        self.backend.as_mut()
+    }
+
     fn check_alive(&mut self) -> Result<()> {
+        if let Some(b) = &mut self.backend {
+            b.check()?;
+        }
         if let Ok(Some(st)) = self.qemu.try_wait() {
             let log = std::fs::read_to_string(self.dir.join("qemu.log")).unwrap_or_default();
             return Err(run_err(format!(
@@ -770,20 +818,29 @@ impl Drop for Hostd {
 mod tests {
     use super::*;
 
-    #[test]
-    fn qemu_command_line() {
-        let accel = Accel::Tcg("test".into());
-        let opts = DiskOptions::default();
-        let b = BootSpec {
-            accel: &accel,
+    /// A boot of the test image in `/run/x`.
+    fn spec<'a>(
+        accel: &'a Accel,
+        opts: &'a DiskOptions,
+        mem_mib: u32,
+        vhost_socket: Option<&'a Path>,
+    ) -> BootSpec<'a> {
+        BootSpec {
+            accel,
             kernel: Path::new("/img/vmlinuz"),
             initramfs: Path::new("/img/initramfs.cpio.gz"),
             disk: Path::new("/mnt/vm1.img"),
-            disk_opts: &opts,
-            mem_mib: 1024,
+            disk_opts: opts,
+            mem_mib,
             dir: Path::new("/run/x"),
-        };
-        let a = qemu_args(&b).join(" ");
+            vhost_socket,
+        }
+    }
+
+    #[test]
+    fn qemu_command_line() {
+        let (accel, opts) = (Accel::Tcg("test".into()), DiskOptions::default());
+        let a = qemu_args(&spec(&accel, &opts, 1024, None)).join(" ");
         assert!(a.starts_with("-accel tcg -m 1024 -smp 1"), "{a}");
         assert!(
             a.contains("file=/mnt/vm1.img,if=none,id=vd0,format=raw,cache=none,aio=native"),
@@ -801,6 +858,27 @@ mod tests {
             a.contains("path=/run/x/help.sock,server=on,wait=off"),
             "{a}"
         );
+    }
+
+    #[test]
+    fn a_vhost_user_disk_replaces_the_built_in_one_and_shares_the_guests_memory() {
+        let (accel, opts) = (Accel::Tcg("test".into()), DiskOptions::default());
+        let sock = Path::new("/run/x/vhost-blk.sock");
+        let a = qemu_args(&spec(&accel, &opts, 768, Some(sock))).join(" ");
+        assert!(
+            a.contains(
+                "-object memory-backend-memfd,id=mem,size=768M,share=on -numa node,memdev=mem"
+            ),
+            "{a}"
+        );
+        assert!(
+            a.contains("-chardev socket,id=vhb,path=/run/x/vhost-blk.sock -device vhost-user-blk-pci,chardev=vhb"),
+            "{a}"
+        );
+        // QEMU does not open the image itself.
+        assert!(!a.contains("vm1.img"), "{a}");
+        assert!(!a.contains("virtio-blk-pci"), "{a}");
+        assert!(a.contains("-m 768"), "{a}");
     }
 
     #[test]

@@ -174,13 +174,19 @@ fn vm_record(
 
 /// Copy the cell's guest console, QEMU's and hostd's logs to
 /// `OUT/vm-logs/<cell id>/`, for the record (the run directory goes away).
-fn keep_vm_logs(o: &Options, c: &Cell, dir: &Path) {
+pub(crate) fn keep_vm_logs(o: &Options, c: &Cell, dir: &Path) {
     let Some(out) = &o.vm.logs else { return };
     let to = out.join("vm-logs").join(c.key().replace([' ', '='], "_"));
     if fs::create_dir_all(&to).is_err() {
         return;
     }
-    for f in ["console.log", "qemu.log", "hostd.log"] {
+    for f in [
+        "console.log",
+        "qemu.log",
+        "hostd.log",
+        "vhost-blk.log",
+        "vhost-blk.json",
+    ] {
         let _ = fs::copy(dir.join(f), to.join(f));
     }
 }
@@ -200,6 +206,10 @@ pub(crate) struct InGuest<'a> {
     hostd: Option<&'a vm::Hostd>,
     /// hostd's counters when the repetition began.
     before: BTreeMap<String, f64>,
+    /// The vhost-user-blk backend's counters when the repetition began.
+    backend_before: BTreeMap<String, f64>,
+    /// The guest disk's sectors moved, and when, once the workloads started.
+    disk_from: Option<(u64, std::time::Instant)>,
     guest_w: WorkloadSpec,
     /// The repetition's seed, for the workers' random offsets.
     seed: u64,
@@ -241,6 +251,7 @@ impl procedure::Host for InGuest<'_> {
                 None,
             )?;
         }
+        self.disk_from = Some((self.sectors()?, std::time::Instant::now()));
         Ok(vec![host_w, self.guest_w])
     }
 
@@ -286,6 +297,16 @@ impl procedure::Host for InGuest<'_> {
     }
 
     fn finish(&mut self, out: &mut RunResult) -> Result<()> {
+        // What the guest's disk moved over the repetition (its readers and
+        // the app's starts together), in MB/s: the guest readers' share of
+        // the disk, compared across modes.
+        if let Some((from, t0)) = self.disk_from.take() {
+            let mb = (self.sectors()?.saturating_sub(from) * 512) as f64 / 1e6;
+            out.counters.insert(
+                "vm1_guest_disk_mb_s".into(),
+                mb / t0.elapsed().as_secs_f64(),
+            );
+        }
         if !self.guest_w.is_none() {
             self.guest.call(json!({"op": "stop"}), None)?;
         }
@@ -301,6 +322,9 @@ impl procedure::Host for InGuest<'_> {
             let after = h.metrics();
             hostd_counters(&self.before, &after, out);
             crate::cfsv_cell::cfsv_counters(&after, out);
+        }
+        if let Some(b) = self.guest.backend() {
+            crate::vhost::counters_into(&self.backend_before, &b.counters(), out);
         }
         Ok(())
     }
@@ -375,6 +399,9 @@ fn start_coordination(
     let boost = match (mode, IoprioBoost::for_mode(mode)) {
         (CoordMode::Off, _) => return Ok(None),
         (CoordMode::StaticCpu, _) => return static_cpu(guest, cleanup).map(|()| None),
+        (CoordMode::VhostIoprio, _) => {
+            return crate::vm_vhost::start_marking(guest, c.timeout_s).map(|()| None)
+        }
         (CoordMode::HelpRt, Some(ioprio)) => vm::HostdBoost::Io(ioprio),
         (CoordMode::HelpCpu, _) => vm::HostdBoost::Cpu(agent::cpuboost::CpuBoostKind::Rr),
         // hostd alone: it classifies QEMU's threads itself, no guestd.
@@ -479,7 +506,10 @@ fn boot(
             x.c.key()
         ),
     );
-    let mut guest = vm::Guest::boot(&vm::BootSpec {
+    crate::vm_vhost::host_idling(x)?;
+    let backend = crate::vm_vhost::backend_for(x, &ctx.disk, dir, cleanup)?;
+    let socket = backend.as_ref().map(|b| b.socket.clone());
+    let spec = vm::BootSpec {
         accel: &ctx.accel,
         kernel: &ctx.image.kernel,
         initramfs: &ctx.image.initramfs,
@@ -487,7 +517,9 @@ fn boot(
         disk_opts: &o.vm.disk,
         mem_mib: o.vm.mem_mib,
         dir,
-    })?;
+        vhost_socket: socket.as_deref(),
+    };
+    let mut guest = vm::Guest::boot_with(&spec, backend)?;
     guest.call(json!({"op": "sched", "name": gsched}), None)?;
     // The VM in a blkio group of its own in every mode, so that `off` and
     // `help-rt` differ only by tandem; hostd moves the boosted I/O threads to
@@ -509,6 +541,7 @@ pub(crate) fn run_cell(
     x: &CellCtx,
     cleanup: &mut Cleanup,
     hist: &mut Option<cpusched::cyclictest::Histogram>,
+    extra: &mut serde_json::Map<String, serde_json::Value>,
 ) -> Result<Vec<RunResult>> {
     let o = x.d.o;
     let ctx = x
@@ -523,18 +556,32 @@ pub(crate) fn run_cell(
     let mut runs = Vec::new();
     for rep in 0..x.c.repetitions {
         x.progress_repetition(rep);
+        let backend_before = guest.backend().map(|b| b.counters()).unwrap_or_default();
         let mut host = InGuest {
             x,
             guest: &mut guest,
             hostd: hostd.as_ref(),
             before: hostd.as_ref().map(|h| h.metrics()).unwrap_or_default(),
+            backend_before,
+            disk_from: None,
             guest_w,
             seed: x.rep_seed(rep),
             cleanup,
             hist: &mut *hist,
             hogs: None,
         };
-        runs.push(procedure::run_repetition(x.c, &o.waits(), &mut host)?);
+        match procedure::run_repetition(x.c, &o.waits(), &mut host) {
+            Ok(r) => runs.push(r),
+            Err(e) => {
+                // A dead disk backend fails this cell, not the run.
+                let why = guest.backend().and_then(|b| b.died()).ok_or(e)?;
+                crate::vm_vhost::fail_cell(x, guest, cleanup, extra, &why, rep);
+                drop(hostd);
+                drop(group);
+                keep_vm_logs(o, x.c, &dir);
+                return Ok(runs);
+            }
+        }
     }
     if let Some(h) = hostd {
         h.stop()?;

@@ -32,6 +32,26 @@ pub struct VhostBlkArgs {
     /// Keep the counters (requests per class, refusals, errors) in this JSON file.
     #[arg(long, value_name = "FILE")]
     stats: Option<PathBuf>,
+    /// A cgroup v1 blkio group for this VM, directly under the blkio mount (made if
+    /// missing, removed at exit if made here). The backend's threads issue from it,
+    /// except the RT one, which issues from the root group.
+    #[arg(long, value_name = "DIR")]
+    cgroup: Option<PathBuf>,
+    /// The VM group's BFQ weight (1-1000, blkio.bfq.weight): VMs share the disk in
+    /// proportion. Needs --cgroup.
+    #[arg(long, value_name = "N", requires = "cgroup")]
+    weight: Option<u32>,
+    /// Issue the guest's requests that carry no class at best-effort level L (0-7)
+    /// instead of without a class: a VM's share by level, without cgroups.
+    #[arg(long, value_name = "L")]
+    be_level: Option<u8>,
+    /// The share of each budget window this VM may have RT requests in flight, in
+    /// (0, 1] (default: the policy crate's, 0.5); beyond it RT is issued as BE/0.
+    #[arg(long, value_name = "F")]
+    rt_budget: Option<f64>,
+    /// The RT budget's sliding window, in seconds (default: 60).
+    #[arg(long, value_name = "S")]
+    rt_budget_window_s: Option<f64>,
 }
 
 pub fn run(a: VhostBlkArgs) -> Result<(), Failure> {
@@ -48,6 +68,13 @@ pub fn run(a: VhostBlkArgs) -> Result<(), Failure> {
         allow_rt: a.allow_rt,
         blk_size: a.blk_size,
         stats: a.stats,
+        vm: vhostblk::vmpolicy::VmPolicy {
+            cgroup: a.cgroup,
+            weight: a.weight,
+            be_level: a.be_level,
+            rt_budget: a.rt_budget,
+            rt_budget_window_s: a.rt_budget_window_s,
+        },
     };
     let stats = vhostblk::server::run(&opts, stop).map_err(|e| match e {
         vhostblk::server::Error::Usage(m) => Failure::Usage(m),

@@ -1176,6 +1176,59 @@ fn a_sigkill_during_a_vm_cell_leaves_nothing_after_cleanup() {
     );
 }
 
+#[test]
+#[ignore = "needs root and qemu-system-x86_64: VM cells on tandem vhost-blk on emulated devices, SIGKILL of runs"]
+fn a_sigkill_during_a_vhost_ioprio_cell_leaves_nothing_after_cleanup() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    need_devices();
+    let dir = Scratch::new("bench-killvhost");
+    let image = dir.p("image");
+    let r = tandem(&["vm", "image", "--out", image.to_str().unwrap(), "--quiet"]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let scenario = dir.p("kill-vhost.toml");
+    // KILL_VM_SCENARIO's cell with its disk on `tandem vhost-blk`.
+    let vhost = KILL_VM_SCENARIO.replace(r#"["help-rt"]"#, r#"["vhost-ioprio"]"#);
+    assert!(vhost.contains("vhost-ioprio"));
+    std::fs::write(&scenario, vhost).unwrap();
+    // The backend up (its blkio group made) but QEMU not yet, then QEMU
+    // booting on it, then the guest reading through it.
+    let moments = [
+        When::Doing("vhost-blk started", |v| {
+            v.child("vhost-blk --socket") && !v.child("qemu-system")
+        }),
+        When::Doing("VM boot on vhost-blk", |v| {
+            v.child("vhost-blk --socket") && v.child("qemu-system")
+        }),
+        When::Doing("guest reading", |v| {
+            v.child("qemu-system") && guest_reads_through_backend(v.pid)
+        }),
+    ];
+    kill_at_moments(
+        &scenario,
+        &[
+            "--file-mib",
+            "16",
+            "--vm-image",
+            image.to_str().unwrap(),
+            "--vm-mem-mib",
+            "512",
+        ],
+        &moments,
+        &["VM boot on vhost-blk", "guest reading"],
+    );
+}
+
+/// Whether the run's backend has served more than a boot reads (its
+/// counters file in the run's first VM cell).
+fn guest_reads_through_backend(pid: u32) -> bool {
+    common::named("/run/tandem/bench", &format!("{pid}-"))
+        .first()
+        .and_then(|d| std::fs::read_to_string(d.join("vm-cell1/vhost-blk.json")).ok())
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .and_then(|v| v["bytes_read"].as_u64())
+        .is_some_and(|n| n > 4 << 20)
+}
+
 /// `tandem bench run` of [`ONE_CELL`] on `dev` with a terminal on its stdin
 /// (script(1)'s pseudo-terminal), to which `answer` is typed.
 fn run_on_a_terminal(dev: &str, answer: &str) -> std::process::Output {

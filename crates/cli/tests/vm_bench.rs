@@ -217,3 +217,107 @@ fn ctrl_c_in_a_vm_cell_stops_qemu_and_hostd_and_leaves_nothing() {
     assert!(e.contains("interrupted"), "{e}");
     nothing_left(pid);
 }
+
+/// The backend's counters file of the run's first cell, once it exists.
+fn backend_stats(pid: u32) -> Option<serde_json::Value> {
+    let runs = common::named("/run/tandem/bench", &format!("{pid}-"));
+    let text = std::fs::read_to_string(runs.first()?.join("vm-cell1/vhost-blk.json")).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+#[test]
+#[ignore = "needs root and qemu-system-x86_64: a VM cell on tandem vhost-blk, whose backend is killed"]
+fn a_vhost_backend_killed_mid_cell_fails_that_cell_with_the_reason_and_the_run_goes_on() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    assert!(devemu::is_root(), "VM mode needs root (CI runs as root)");
+    let dir = Scratch::new("vm-bench-vhost");
+    let scenario = dir.0.join("ci-vm-vhost.toml");
+    // SCENARIO's cell on `tandem vhost-blk`, whose backend is killed, then
+    // an `off` cell; bash's start is the shortest.
+    let vhost = SCENARIO
+        .replace(r#"["help-rt"]"#, r#"["vhost-ioprio", "off"]"#)
+        .replace(r#"app = "xterm""#, r#"app = "bash""#);
+    assert!(vhost.contains(r#"["vhost-ioprio", "off"]"#) && vhost.contains(r#""bash""#));
+    std::fs::write(&scenario, vhost).unwrap();
+    let out = dir.0.join("out");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(["bench", "run"])
+        .arg(&scenario)
+        .arg("--out")
+        .arg(&out)
+        .args(["--file-mib", "32", "--settle-s", "20", "--pause-s", "1"])
+        .args(["--vm-mem-mib", "512", "--quiet"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    // The guest's reader is running once the backend has read more than
+    // the boot does (a few hundred KiB): kill the backend then, in the
+    // repetition's settle time.
+    let t0 = Instant::now();
+    let backend = loop {
+        let read = backend_stats(pid).map_or(0, |s| s["bytes_read"].as_u64().unwrap_or(0));
+        let mine: Vec<u32> = processes_with(&["vhost-blk", "--socket"])
+            .into_iter()
+            .filter(|p| ppid(*p) == Some(pid))
+            .collect();
+        if read > 4 << 20 && !mine.is_empty() {
+            break mine[0];
+        }
+        if let Ok(Some(st)) = child.try_wait() {
+            let mut e = String::new();
+            let _ = std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut e);
+            panic!("the run ended before its guest read through the backend: {st}: {e}");
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(600),
+            "no guest reading through the backend after 600 s"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    common::send_signal(backend, nix::sys::signal::Signal::SIGKILL).unwrap();
+    let t0 = Instant::now();
+    let st = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(300),
+            "the run did not end within 300 s of the backend's death"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let mut e = String::new();
+    let _ = std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut e);
+    assert!(st.success(), "the run failed: {e}");
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    // The failed cell, marked with the reason.
+    let failed = r["meta"]["extra"]["failed_cells"].as_array().unwrap();
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert!(
+        failed[0]["cell"]
+            .as_str()
+            .unwrap()
+            .contains("coordination=vhost-ioprio"),
+        "{failed:?}"
+    );
+    let why = failed[0]["reason"].as_str().unwrap();
+    assert!(
+        why.contains("vhost-user-blk backend") && why.contains("signal: 9"),
+        "{why}"
+    );
+    // It kept no repetition; the next cell ran in full.
+    let cells = r["cells"].as_array().unwrap();
+    let of = |mode: &str| {
+        cells
+            .iter()
+            .find(|c| c["cell"]["coordination"] == mode)
+            .unwrap_or_else(|| panic!("no {mode} cell in {cells:?}"))
+    };
+    assert_eq!(of("vhost-ioprio")["runs"].as_array().unwrap().len(), 0);
+    let off = &of("off")["runs"][0]["values"];
+    assert_eq!(off.as_array().unwrap().len(), 2, "{off}");
+    nothing_left(pid);
+}

@@ -77,6 +77,12 @@ impl BlkBackend {
         }
     }
 
+    /// Runs `f` first in each submitter thread (see [`Submitters`]).
+    pub fn with_thread_start(mut self, f: crate::submit::ThreadStart) -> BlkBackend {
+        self.submitters = self.submitters.with_thread_start(f);
+        self
+    }
+
     pub fn stats(&self) -> &Arc<Stats> {
         &self.stats
     }

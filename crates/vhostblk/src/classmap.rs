@@ -35,6 +35,9 @@ pub struct ClassPolicy {
     budget: Nanos,
     ledger: BudgetLedger,
     rt_in_flight: u32,
+    /// What requests without a class are issued with (the VM's own
+    /// best-effort level, [`crate::vmpolicy::VmPolicy::classless`]).
+    classless: Ioprio,
 }
 
 /// The mapping's answer for one request.
@@ -54,13 +57,26 @@ impl ClassPolicy {
             budget: (window as f64 * config.budget_fraction) as Nanos,
             ledger: BudgetLedger::default(),
             rt_in_flight: 0,
+            classless: Ioprio::NONE,
         }
+    }
+
+    /// Requests without a class are issued with `prio` instead of none.
+    pub fn with_classless(mut self, prio: Ioprio) -> ClassPolicy {
+        self.classless = prio;
+        self
     }
 
     /// The host priority for a request the guest sent with `guest`, issued
     /// at `now`. An RT answer must be followed by [`Self::rt_done`] when the
     /// request completes.
     pub fn map(&mut self, guest: Ioprio, now: Nanos) -> Mapped {
+        if guest.class == Class::None {
+            return Mapped {
+                host: self.classless,
+                demoted: None,
+            };
+        }
         if guest.class != Class::Rt {
             return Mapped {
                 host: guest,
@@ -141,6 +157,20 @@ mod tests {
         assert_eq!(
             p.map(Ioprio::new(Class::Rt, 3), 0).host,
             Ioprio::new(Class::Rt, 3)
+        );
+    }
+
+    #[test]
+    fn classless_requests_take_the_vms_level_and_classed_ones_keep_theirs() {
+        let mut p = ClassPolicy::new(false, &cfg()).with_classless(Ioprio::new(Class::Be, 6));
+        assert_eq!(p.map(Ioprio::NONE, 0).host, Ioprio::new(Class::Be, 6));
+        assert_eq!(
+            p.map(Ioprio::new(Class::Be, 2), 0).host,
+            Ioprio::new(Class::Be, 2)
+        );
+        assert_eq!(
+            p.map(Ioprio::new(Class::Rt, 0), 0).host,
+            Ioprio::new(Class::Be, 0)
         );
     }
 

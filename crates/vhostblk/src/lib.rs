@@ -13,3 +13,4 @@ pub mod request;
 pub mod server;
 pub mod stats;
 pub mod submit;
+pub mod vmpolicy;

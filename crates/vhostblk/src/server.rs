@@ -19,6 +19,7 @@ use crate::classmap::ClassPolicy;
 use crate::config::DeviceConfig;
 use crate::image::{Image, ImageError};
 use crate::stats::Stats;
+use crate::vmpolicy::{VmGroup, VmPolicy};
 
 /// How often the stats file is rewritten.
 const STATS_PERIOD: Duration = Duration::from_millis(200);
@@ -35,6 +36,8 @@ pub struct Options {
     pub blk_size: u32,
     /// Where to keep the counters (JSON), if anywhere.
     pub stats: Option<PathBuf>,
+    /// The VM's share and RT budget ([`VmPolicy`]).
+    pub vm: VmPolicy,
 }
 
 /// Errors, split as the CLI reports them.
@@ -60,6 +63,7 @@ impl Options {
                 self.blk_size
             )));
         }
+        self.vm.validate().map_err(Error::Usage)?;
         if self.allow_rt && !is_root() {
             return Err(Error::Usage(
                 "--allow-rt needs root: issuing I/O in the RT class takes CAP_SYS_ADMIN (ioprio_set(2))"
@@ -123,8 +127,19 @@ pub fn run(opts: &Options, stop: Arc<AtomicBool>) -> Result<Arc<Stats>, Error> {
         read_only: opts.read_only,
     };
     let stats = Arc::new(Stats::default());
-    let policy = ClassPolicy::new(opts.allow_rt, &policy::PolicyConfig::default());
-    let backend = Arc::new(BlkBackend::new(Arc::new(image), cfg, policy, stats.clone()));
+    let budget = opts.vm.policy_config().map_err(Error::Usage)?;
+    let policy = ClassPolicy::new(opts.allow_rt, &budget).with_classless(opts.vm.classless());
+    // Joined before any thread starts, so that every submitter (and its
+    // io_uring workers) begins in the VM's group.
+    let group = match &opts.vm.cgroup {
+        Some(d) => Some(VmGroup::join(d, opts.vm.weight).map_err(Error::Run)?),
+        None => None,
+    };
+    let mut backend = BlkBackend::new(Arc::new(image), cfg, policy, stats.clone());
+    if let Some(g) = &group {
+        backend = backend.with_thread_start(Arc::new(g.placement()));
+    }
+    let backend = Arc::new(backend);
     let mut listener = Listener::new(&opts.socket, false)
         .map_err(|e| Error::Run(format!("listening on {}: {e}", opts.socket.display())))?;
     let _socket = RemoveOnDrop(opts.socket.clone());

@@ -89,7 +89,13 @@ pub struct Submitters {
     image: Arc<Image>,
     stats: Arc<Stats>,
     threads: Mutex<HashMap<Ioprio, Submitter>>,
+    /// Run first in each submitter thread (the per-VM policy's placement
+    /// of the RT thread, `crate::vmpolicy`).
+    on_start: Option<ThreadStart>,
 }
+
+/// What each submitter thread runs first, given its priority.
+pub type ThreadStart = Arc<dyn Fn(Ioprio) -> Result<(), String> + Send + Sync>;
 
 struct Submitter {
     tx: Sender<Job>,
@@ -103,7 +109,15 @@ impl Submitters {
             image,
             stats,
             threads: Mutex::new(HashMap::new()),
+            on_start: None,
         }
+    }
+
+    /// Runs `f` first in each submitter thread; a thread whose `f` fails
+    /// does not start (its jobs fail with EIO, the error says why).
+    pub fn with_thread_start(mut self, f: ThreadStart) -> Submitters {
+        self.on_start = Some(f);
+        self
     }
 
     /// Issues `job` with priority `prio`. When no submitter can take it
@@ -138,10 +152,13 @@ impl Submitters {
         let (ready_tx, ready_rx) = mpsc::sync_channel(1);
         let image = self.image.clone();
         let stats = self.stats.clone();
+        let on_start = self.on_start.clone();
         let handle = std::thread::Builder::new()
             .name(format!("vhost-blk {prio}"))
             .spawn(move || {
-                let ring = start_thread(prio);
+                let ring = on_start
+                    .map_or(Ok(()), |f| f(prio))
+                    .and_then(|()| start_thread(prio));
                 let ok = ring.as_ref().map(|_| ()).map_err(Clone::clone);
                 let _ = ready_tx.send(ok);
                 if let Ok(ring) = ring {

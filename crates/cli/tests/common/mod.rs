@@ -212,6 +212,10 @@ pub fn leftovers(pid: u32, loop_dev: Option<&str>) -> Vec<String> {
             left.push(format!("loop device {:?} on {}", e.file_name(), b.trim()));
         }
     }
+    // The VM's blkio groups (QEMU's, and the vhost-user-blk backend's).
+    for g in named("/sys/fs/cgroup/blkio", &format!("tandem-bench-{pid}-")) {
+        left.push(format!("blkio group {}", g.display()));
+    }
     if let Some(dev) = loop_dev {
         let sys = format!("/sys/block/{}", dev.trim_start_matches("/dev/"));
         // Unattached for a while: not another instance's being set up.
