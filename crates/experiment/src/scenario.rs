@@ -654,7 +654,7 @@ fn parse_scenario(
     let seed = parse_seed(&table)?;
     let matrix = parse_matrix(matrix_table(&table)?, accepted)?;
     let cpu = parse_cpu_settings(&table, benchmark)?;
-    check_cpu_matrix(&matrix, benchmark, &cpu)?;
+    check_cpu_matrix(&matrix, benchmark, cpu.caches)?;
     check_size(&matrix, t.repetitions)?;
 
     Ok(Scenario {
@@ -886,8 +886,8 @@ fn parse_load(s: &str) -> Option<u8> {
 
 /// The CPU matrix keys, and which cells may use the CPU model's keys and
 /// coordination modes: only latency and hot start-up cells run on it.
-fn check_cpu_matrix(m: &Matrix, benchmark: Benchmark, cpu: &CpuCell) -> Result<(), ScenarioError> {
-    let on_cpu = benchmark == Benchmark::Latency || cpu.caches == Caches::Hot;
+fn check_cpu_matrix(m: &Matrix, benchmark: Benchmark, caches: Caches) -> Result<(), ScenarioError> {
+    let on_cpu = benchmark == Benchmark::Latency || caches == Caches::Hot;
     let why = "only latency and hot start-up (caches = \"hot\") cells run on the CPU model";
     if !on_cpu {
         let set = [
@@ -895,9 +895,10 @@ fn check_cpu_matrix(m: &Matrix, benchmark: Benchmark, cpu: &CpuCell) -> Result<(
             ("matrix.guest_cpu_sched", !m.guest_cpu_sched.is_empty()),
             ("matrix.host_cpu_load", !m.host_cpu_load.is_empty()),
             ("matrix.guest_cpu_load", !m.guest_cpu_load.is_empty()),
-            ("platform", cpu.platform != crate::cpu::DEFAULT_PLATFORM),
-            ("vcpus", cpu.vcpus != 1),
         ];
+        // `platform` and `vcpus` are accepted: cold start-up and
+        // throughput cells run their processes on the platform's CPU
+        // model when one is named (issue 27).
         if let Some((k, _)) = set.iter().find(|(_, s)| *s) {
             return Err(ScenarioError::key(
                 k,
