@@ -197,6 +197,11 @@ impl Cpu {
         self.model.as_ref().map_or(0, |m| m.m.platform.vm_exit_ns)
     }
 
+    /// Events the model handled (0 without one).
+    pub(super) fn events_processed(&self) -> u64 {
+        self.model.as_ref().map_or(0, |m| m.m.events_processed())
+    }
+
     /// The next time the model has something to do.
     pub(super) fn next_event_time(&self) -> Option<Nanos> {
         self.model.as_ref().and_then(|m| m.m.next_event_time())

@@ -146,8 +146,9 @@ impl Machine {
         self.q.now()
     }
 
+    /// Events handled: the machine's, and its CPU model's if it has one.
     pub fn events_processed(&self) -> u64 {
-        self.q.processed()
+        self.q.processed() + self.cpu.events_processed()
     }
 
     /// Runs the machine until simulated time `until` (events at exactly
