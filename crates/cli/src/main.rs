@@ -187,6 +187,10 @@ struct BenchArgs {
     /// Repetitions of the cell to run (more gives a steadier figure).
     #[arg(long, default_value_t = 20)]
     repetitions: u32,
+    /// Run the start-up cell's processes on this platform's CPU model (the
+    /// events counted are the machine's and the model's).
+    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(cpusched::platform::PRESETS))]
+    platform: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -251,7 +255,10 @@ fn sim_bench(a: BenchArgs) -> Result<(), Failure> {
         .find(|c| c.host_sched == experiment::IoSched::Bfq && c.host_workload.name() == "5r-seq")
         .ok_or_else(|| Failure::Run("native-hdd has no bfq 5r-seq cell".into()))?;
     cell.repetitions = a.repetitions.max(1);
-    let opts = sim::bench::SimOptions::default();
+    let opts = sim::bench::SimOptions {
+        platform: a.platform.clone(),
+        ..sim::bench::SimOptions::default()
+    };
     let started = std::time::Instant::now();
     let mut events = 0u64;
     let mut simulated = 0u64;

@@ -24,9 +24,10 @@ pub struct ReportArgs {
     /// reference/cloud2014-hdd.toml); ratio = RUN / PAPER. The file must hold the
     /// run's kind of cells (VM or native) and its device. Also writes the run's plots
     /// with the published values beside the bars (`<benchmark>-<device>-vs-paper.svg`
-    /// and `.png` in the run's directory).
-    #[arg(long, value_name = "FILE")]
-    paper: Option<PathBuf>,
+    /// and `.png` in the run's directory). Several files (`--paper A B`, one per
+    /// device) each give their table, then one summary line per device.
+    #[arg(long, value_name = "FILE", num_args = 1..)]
+    paper: Vec<PathBuf>,
     /// Ratios within this share either way count as agreeing with --baseline
     /// (0.25: the larger value over the smaller at most 1.25).
     #[arg(long, value_name = "SHARE", default_value_t = DEFAULT_TOLERANCE)]
@@ -66,7 +67,7 @@ pub fn report(a: ReportArgs) -> Result<(), Failure> {
             other.display()
         )));
     }
-    if a.baseline.is_some() && a.paper.is_some() {
+    if a.baseline.is_some() && !a.paper.is_empty() {
         return Err(Failure::Usage(
             "one reference at a time: --baseline DIR or --paper FILE".into(),
         ));
@@ -88,22 +89,31 @@ pub fn report(a: ReportArgs) -> Result<(), Failure> {
         print!("{}", cmp.render(&run, &baseline, a.tolerance));
         return Ok(());
     }
-    match &a.paper {
-        None => print!("{}", experiment::render_tables(&results)),
-        Some(path) => {
-            let reference = experiment::read_reference(path).map_err(Failure::Usage)?;
-            experiment::check_comparable(&reference, &results)
-                .map_err(|e| Failure::Usage(format!("--paper {}: {e}", path.display())))?;
-            let cmp = experiment::compare_with_reference(&reference, &results);
-            print!("{}", experiment::render_comparison(&cmp));
-            // The run's plots with the published values beside the bars, next to them.
-            let file = results_path(&a.dir);
-            let dir = file.parent().unwrap_or(Path::new("."));
-            let plots = experiment::write_plots(dir, &results, Some(&reference), "-vs-paper")
-                .map_err(|e| Failure::Run(e.to_string()))?;
-            for p in plots {
-                eprintln!("tandem: wrote {}", p.display());
-            }
+    if a.paper.is_empty() {
+        print!("{}", experiment::render_tables(&results));
+        return Ok(());
+    }
+    let mut lines = Vec::new();
+    for path in &a.paper {
+        let reference = experiment::read_reference(path).map_err(Failure::Usage)?;
+        experiment::check_comparable(&reference, &results)
+            .map_err(|e| Failure::Usage(format!("--paper {}: {e}", path.display())))?;
+        let cmp = experiment::compare_with_reference(&reference, &results);
+        print!("{}", experiment::render_comparison(&cmp));
+        lines.push(experiment::device_summary_line(&cmp));
+        // The run's plots with the published values beside the bars, next to them.
+        let file = results_path(&a.dir);
+        let dir = file.parent().unwrap_or(Path::new("."));
+        let plots = experiment::write_plots(dir, &results, Some(&reference), "-vs-paper")
+            .map_err(|e| Failure::Run(e.to_string()))?;
+        for p in plots {
+            eprintln!("tandem: wrote {}", p.display());
+        }
+    }
+    if lines.len() > 1 {
+        println!("== per device ==");
+        for l in lines {
+            println!("{l}");
         }
     }
     Ok(())

@@ -141,6 +141,21 @@ pub struct SimKnobs {
     /// app calibration sweeps.
     #[arg(long, value_name = "SHARE")]
     app_metadata_share: Option<f64>,
+    /// Run the I/O cells' processes on this platform's CPU model (cores,
+    /// CPU schedulers, per-request CPU costs) instead of the scenario's
+    /// `platform`; without either, every process has a core of its own.
+    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(cpusched::platform::PRESETS))]
+    platform: Option<String>,
+    /// The platform's CPU speed relative to the machine the app traces were
+    /// recorded on, instead of its preset's (chromebook-2014: 0.3): the
+    /// calibration's CPU knob.
+    #[arg(long, value_name = "FACTOR")]
+    cpu_speed: Option<f64>,
+    /// On the CPU model, run the app's recorded CPU bursts only, without
+    /// the per-request costs (system calls, block layer, interrupts,
+    /// copies, QEMU's request handling).
+    #[arg(long)]
+    no_cpu_io_costs: bool,
 }
 
 /// Writes a typed flag value into results.json by its name.
@@ -237,6 +252,16 @@ pub fn knobs_to_opts(k: &SimKnobs) -> Result<sim::bench::SimOptions, Failure> {
         }
         opts.app_metadata_share = Some(share);
     }
+    if let Some(speed) = k.cpu_speed {
+        if !(speed.is_finite() && speed > 0.0) {
+            return Err(Failure::Usage(format!(
+                "--cpu-speed {speed}: must be a positive factor (1 = the recorded machine)"
+            )));
+        }
+    }
+    opts.platform = k.platform.clone();
+    opts.cpu_speed = k.cpu_speed;
+    opts.cpu_io_costs = !k.no_cpu_io_costs;
     opts.coord
         .policy
         .validate()
@@ -530,6 +555,15 @@ fn run_meta(a: &RunArgs, opts: &sim::bench::SimOptions, scenario: &Scenario) -> 
     }
     if let Some(share) = k.app_metadata_share {
         extra.insert("app_metadata_share".into(), share.into());
+    }
+    if let Some(p) = &k.platform {
+        extra.insert("platform".into(), p.clone().into());
+    }
+    if let Some(speed) = k.cpu_speed {
+        extra.insert("cpu_speed".into(), speed.into());
+    }
+    if k.no_cpu_io_costs {
+        extra.insert("no_cpu_io_costs".into(), true.into());
     }
     if scenario.is_vm() {
         if let Some((_, guest)) = &resolved {

@@ -170,6 +170,23 @@ fn report_compares_with_the_paper() {
     let _ = std::fs::remove_dir_all(&d);
 }
 
+#[test]
+fn report_takes_several_paper_files_and_prints_a_line_per_device() {
+    let d = results_dir("papers");
+    let p = paper_file();
+    let o = tandem(&["report", d.to_str().unwrap(), "--paper", &p, &p]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let tail: Vec<&str> = out.lines().rev().take(3).collect();
+    let line = "hdd-1.8in: 2 of 2 numeric cells within ±25%; X statuses matched in 2 of 3 cells (22 missing)";
+    assert_eq!(tail, vec![line, line, "== per device =="], "{out}");
+    assert_eq!(out.matches("tandem vs paper").count(), 2, "{out}");
+    // One file: no per-device block.
+    let o = tandem(&["report", d.to_str().unwrap(), "--paper", &p]);
+    assert!(!stdout(&o).contains("== per device =="));
+    let _ = std::fs::remove_dir_all(&d);
+}
+
 /// Writes `scenario` into `d` and runs `tandem sim run` on it into `out` with the
 /// extra arguments `args`; the run must succeed.
 fn sim_run(d: &Path, scenario: &str, out: &Path, args: &[&str]) {

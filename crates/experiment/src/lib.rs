@@ -45,9 +45,9 @@ pub use output::{
     stat_file_paths, write_outputs, CsvRow, CSV_COLUMNS, CSV_EXTRA_COLUMNS, RESULTS_JSON_SCHEMA,
 };
 pub use paper::{
-    check_comparable, compare_with_reference, parse_reference, read_reference, render_comparison,
-    Comparison, ComparisonRow, ComparisonSummary, PaperValue, Reference, ReferenceCell,
-    TandemValue,
+    check_comparable, compare_with_reference, device_summary_line, parse_reference, read_reference,
+    render_comparison, Comparison, ComparisonRow, ComparisonSummary, PaperValue, Reference,
+    ReferenceCell, TandemValue,
 };
 pub use plot::{build_chart, idle_reference, plot_files, write_plots, Chart};
 pub use profile::{Profile, ProfileCell};

@@ -580,6 +580,17 @@ pub fn render_comparison(cmp: &Comparison) -> String {
     out
 }
 
+/// One line of a device's agreement, for reports against several reference files:
+/// `<device>: N of M numeric cells within ±25%; X statuses matched in A of B cells`.
+pub fn device_summary_line(cmp: &Comparison) -> String {
+    let s = &cmp.summary;
+    let pct = (WITHIN * 100.0).round();
+    format!(
+        "{}: {} of {} numeric cells within ±{pct}%; X statuses matched in {} of {} cells ({} missing)",
+        cmp.device, s.within, s.numeric, s.x_matches, s.compared, s.missing
+    )
+}
+
 fn summary_line(s: &ComparisonSummary) -> String {
     let pct = (WITHIN * 100.0).round();
     let worst = match &s.worst {

@@ -732,7 +732,7 @@ fn parse_scenario(
     let seed = parse_seed(&table)?;
     let mut matrix = parse_matrix(matrix_table(&table)?, accepted)?;
     let cpu = parse_cpu_settings(&table, benchmark)?;
-    check_cpu_matrix(&matrix, benchmark, &cpu)?;
+    check_cpu_matrix(&matrix, benchmark, cpu.caches)?;
     let (hypervisor, block_kib, read_share) = parse_profile_settings(&table, benchmark)?;
     check_profile_matrix(&mut matrix, benchmark)?;
     check_size(&matrix, t.repetitions)?;
@@ -969,8 +969,8 @@ fn parse_load(s: &str) -> Option<u8> {
 
 /// The CPU matrix keys, and which cells may use the CPU model's keys and
 /// coordination modes: only latency and hot start-up cells run on it.
-fn check_cpu_matrix(m: &Matrix, benchmark: Benchmark, cpu: &CpuCell) -> Result<(), ScenarioError> {
-    let on_cpu = benchmark == Benchmark::Latency || cpu.caches == Caches::Hot;
+fn check_cpu_matrix(m: &Matrix, benchmark: Benchmark, caches: Caches) -> Result<(), ScenarioError> {
+    let on_cpu = benchmark == Benchmark::Latency || caches == Caches::Hot;
     // The profile benchmark compares the VM with the real machine, as the
     // study did: native cells beside VM cells are its reference too.
     let native_ok = on_cpu || benchmark == Benchmark::Profile;
@@ -988,9 +988,10 @@ fn check_cpu_matrix(m: &Matrix, benchmark: Benchmark, cpu: &CpuCell) -> Result<(
                 !m.host_cpu_load.is_empty() && benchmark != Benchmark::Throughput,
             ),
             ("matrix.guest_cpu_load", !m.guest_cpu_load.is_empty()),
-            ("platform", cpu.platform != crate::cpu::DEFAULT_PLATFORM),
-            ("vcpus", cpu.vcpus != 1),
         ];
+        // `platform` and `vcpus` are accepted: cold start-up and
+        // throughput cells run their processes on the platform's CPU
+        // model when one is named (issue 27).
         if let Some((k, _)) = set.iter().find(|(_, s)| *s) {
             return Err(ScenarioError::key(
                 k,

@@ -10,7 +10,9 @@ use crate::coord::{CoordConfig, Coordination};
 use crate::engine::Rng;
 use crate::fs::FileId;
 use crate::iosched::{BfqVersion, SchedConfig};
-use crate::machine::{secs, to_secs, KernelId, Machine, MachineConfig, HOST, WORKLOAD_FILE_BYTES};
+use crate::machine::{
+    secs, to_secs, CpuConfig, KernelId, Machine, MachineConfig, HOST, WORKLOAD_FILE_BYTES,
+};
 use crate::request::IoPrio;
 use crate::vm::VmConfig;
 use crate::workload::{self, AppTrace};
@@ -49,6 +51,17 @@ pub struct SimOptions {
     /// its preset's (`AppTrace::with_metadata_share` on the recorded trace):
     /// what the calibration of `xterm-2014` sweeps.
     pub app_metadata_share: Option<f64>,
+    /// Run on this platform's CPU model instead of the scenario's
+    /// (`--platform`); a scenario that names none, and no override, runs
+    /// with a core per process.
+    pub platform: Option<String>,
+    /// The platform's speed relative to the recorded machine instead of
+    /// its preset's (`--cpu-speed`): what the calibration sweeps.
+    pub cpu_speed: Option<f64>,
+    /// Charge the per-request CPU costs (system calls, block layer,
+    /// interrupts, copies, QEMU) on the CPU model; off leaves the app's
+    /// recorded bursts only (`--no-cpu-io-costs`).
+    pub cpu_io_costs: bool,
 }
 
 impl Default for SimOptions {
@@ -60,6 +73,9 @@ impl Default for SimOptions {
             vm: guest_defaults(),
             coord: CoordConfig::default(),
             app_metadata_share: None,
+            platform: None,
+            cpu_speed: None,
+            cpu_io_costs: true,
         }
     }
 }
@@ -130,6 +146,7 @@ pub fn setup(cell: &Cell, opts: &SimOptions, seed: u64) -> Result<Setup, String>
         hdd_params: opts.hdd_params.clone(),
         sched: cell.host_sched.to_string(),
         sched_cfg: opts.sched_cfg.clone(),
+        cpu: cpu_config(cell, opts)?,
         ..MachineConfig::default()
     };
     let mut m = Machine::new(&cfg, seed)?;
@@ -232,6 +249,32 @@ pub fn setup(cell: &Cell, opts: &SimOptions, seed: u64) -> Result<Setup, String>
         workloads,
         workload_file_bytes: file_bytes,
     })
+}
+
+/// The CPU model of a cell's machine: the platform `--platform` or the
+/// scenario names, with the cell's CPU schedulers and vCPUs; `None` when
+/// neither names one (a core per process, the recorded machine's speed).
+pub fn cpu_config(cell: &Cell, opts: &SimOptions) -> Result<Option<CpuConfig>, String> {
+    let name = match &opts.platform {
+        Some(p) => p.as_str(),
+        None if cell.cpu.platform != experiment::cpu::DEFAULT_PLATFORM => &cell.cpu.platform,
+        None => return Ok(None),
+    };
+    let mut platform = cpusched::Platform::preset(name)?;
+    if let Some(speed) = opts.cpu_speed {
+        if !(speed.is_finite() && speed > 0.0) {
+            return Err(format!("CPU speed {speed}: must be a positive number"));
+        }
+        platform.speed = speed;
+    }
+    let fair = crate::cpu_bench::fair;
+    Ok(Some(CpuConfig {
+        platform,
+        host: fair(cell.cpu.host_sched()),
+        guest: fair(cell.cpu.guest_sched()),
+        vcpus: cell.cpu.vcpus as usize,
+        no_io_costs: !opts.cpu_io_costs,
+    }))
 }
 
 /// The app's recorded start-up for a start-up cell (with the metadata share
@@ -457,7 +500,19 @@ pub struct SimHost<'a> {
     jitter: Rng,
     setup: Option<Setup>,
     mark: Option<Mark>,
+    /// On a CPU model: VM 1's app's CPU time and start-up time, summed
+    /// over the starts that finished ([`APP_CPU_SHARE`]).
+    app_cpu: (Nanos, Nanos),
 }
+
+/// The run counter of the share of the start-up time that was the app's
+/// CPU time on the CPU model (its bursts and per-request costs, not its
+/// waits for a core or the disk): written only when the machine runs on
+/// a CPU model.
+pub const APP_CPU_SHARE: &str = "app_cpu_share";
+/// The run counter of the app's mean CPU time per start, in seconds (as
+/// [`APP_CPU_SHARE`]).
+pub const APP_CPU_S: &str = "app_cpu_s";
 
 impl<'a> SimHost<'a> {
     /// The host of repetition `rep` of `cell`.
@@ -470,6 +525,7 @@ impl<'a> SimHost<'a> {
             jitter: Rng::new(seed ^ 0x5354_4152_545F_4A49),
             setup: None,
             mark: None,
+            app_cpu: (0, 0),
         }
     }
 
@@ -557,8 +613,15 @@ impl procedure::Host for SimHost<'_> {
             .iter()
             .map(|&p| m.app_finished(p))
             .collect::<Option<Vec<_>>>();
+        let first = m
+            .app_finished(pids[0])
+            .map(|t| (m.cpu_time(pids[0]), t - start));
         for &p in &pids {
             m.kill(p);
+        }
+        if let Some((cpu, up)) = first {
+            self.app_cpu.0 += cpu;
+            self.app_cpu.1 += up;
         }
         Ok(last
             .and_then(|ts| ts.into_iter().max())
@@ -577,6 +640,7 @@ impl procedure::Host for SimHost<'_> {
             .mark
             .take()
             .ok_or_else(|| "the measurement never began".to_string())?;
+        let (cpu, up) = self.app_cpu;
         let s = self.setup()?;
         let m = &s.machine;
         if throughput && s.app_kernel != HOST {
@@ -591,6 +655,12 @@ impl procedure::Host for SimHost<'_> {
         }
         io_counters(m, s.app_kernel, (mark.app.0, mark.app.1, mark.at), out);
         coord_counters(m, s.vms, out);
+        if m.has_cpu_model() && up > 0 {
+            let starts = out.values.len().max(1) as f64;
+            out.counters
+                .insert(APP_CPU_SHARE.into(), cpu as f64 / up as f64);
+            out.counters.insert(APP_CPU_S.into(), to_secs(cpu) / starts);
+        }
         layout_counters(m, s.workload_file_bytes, out);
         Ok(())
     }

@@ -35,7 +35,8 @@ const HOT_JITTER: Nanos = 50 * MS;
 /// for 500 ms (ChromeOS's cap on boosting one task, issue 25).
 const START_HELP: Nanos = 500 * MS;
 
-fn fair(s: CpuSched) -> FairKind {
+/// The CPU model's fair class of a scenario's CPU scheduler.
+pub(crate) fn fair(s: CpuSched) -> FairKind {
     match s {
         CpuSched::Cfs => FairKind::Cfs,
         CpuSched::Eevdf => FairKind::Eevdf,

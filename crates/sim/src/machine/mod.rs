@@ -17,7 +17,7 @@
 //! | processes | `procs.rs` | the process table: each process's role, ioprio, RNG and timer | `ProcEv`: a process's timer |
 //! | QEMU | `qemu.rs` | each VM's virtqueue drain, thread pool or iothread, and the guest requests being performed | `QemuEv`: a kick, a request done without disk I/O |
 //! | coordination | `coordination.rs` | the guest sides (detector, client), the host's arbiter, who is boosted, the counters | `CoordEv`: a message arriving, a deadline |
-//! | CPU | `cpu.rs` | nothing yet: the seam where the CPU model (crate `cpusched`) will plug in | — |
+//! | CPU | `cpu.rs` | with a platform, the CPU model (crate `cpusched`): each process's task, its bursts and what they lead to, the CPU costs owed for bios | `CpuEv`: a burst ended |
 //!
 //! A part's file holds the part's type (its state and the methods that
 //! touch only it) and an `impl Machine` block: the part's public API on
@@ -47,11 +47,12 @@ use crate::request::BioOwner;
 use devmodel::Nanos;
 
 use coordination::{CoordEv, Coordinator};
-use cpu::Cpu;
+use cpu::{Cpu, CpuEv};
 use kernel::BlockEv;
 use procs::{ProcEv, Procs};
 use qemu::{Qemu, QemuEv};
 
+pub use cpu::CpuConfig;
 pub use kernel::{Kernel, KernelId, HOST};
 pub use procs::{AppRun, Role};
 pub use qemu::QemuStats;
@@ -73,6 +74,9 @@ pub struct MachineConfig {
     /// Memory size, which sets the dirty-page thresholds. 2 GiB is the
     /// machine of the CLOUD 2014 measurements (ARM Chromebook, 2 GB).
     pub memory_bytes: u64,
+    /// The platform and CPU schedulers the machine's processes run on;
+    /// `None`: every process has a core of its own ([`cpu`]).
+    pub cpu: Option<CpuConfig>,
 }
 
 impl Default for MachineConfig {
@@ -84,6 +88,7 @@ impl Default for MachineConfig {
             sched: "bfq".into(),
             sched_cfg: SchedConfig::default(),
             memory_bytes: 2 << 30,
+            cpu: None,
         }
     }
 }
@@ -105,6 +110,8 @@ enum Ev {
     Qemu(QemuEv),
     /// Coordination ([`coordination`]).
     Coord(CoordEv),
+    /// The CPU model ([`cpu`]).
+    Cpu(CpuEv),
 }
 
 /// A simulated machine.
@@ -130,7 +137,7 @@ impl Machine {
             procs: Procs::new(seed),
             qemu: Qemu::default(),
             coord: Coordinator::default(),
-            cpu: Cpu,
+            cpu: Cpu::new(cfg.cpu.as_ref()),
             woken: Vec::new(),
         })
     }
@@ -139,24 +146,38 @@ impl Machine {
         self.q.now()
     }
 
+    /// Events handled: the machine's, and its CPU model's if it has one.
     pub fn events_processed(&self) -> u64 {
-        self.q.processed()
+        self.q.processed() + self.cpu.events_processed()
     }
 
     /// Runs the machine until simulated time `until` (events at exactly
     /// `until` are processed), or until `stop` says so after an event.
     pub fn run_until(&mut self, until: Nanos, mut stop: impl FnMut(&Machine) -> bool) {
-        while let Some(t) = self.q.peek_time() {
+        loop {
+            let tm = self.q.peek_time();
+            // The CPU model's events go first at equal times: a burst that
+            // ends now is over before what happens now.
+            if let Some(tc) = self.cpu.next_event_time() {
+                if tc <= until && tm.is_none_or(|tm| tc <= tm) {
+                    self.cpu_advance(tc);
+                    continue;
+                }
+            }
+            let Some(t) = tm else { break };
             if t > until {
                 break;
             }
             let (now, ev) = self.q.pop().expect("peeked");
+            self.cpu_advance(now);
             self.handle(now, ev);
             if self.coord.asks_for_help() || self.coord.marks_requests() {
                 self.poll_guests();
             }
             self.schedule_block_events();
             self.schedule_kicks();
+            // Bursts that the event's commands ended at once.
+            self.cpu_advance(now);
             if stop(self) {
                 return;
             }
@@ -167,6 +188,7 @@ impl Machine {
                 .push(until, Ev::Block(HOST, BlockEv::Timer(Nanos::MAX)));
             self.q.pop();
         }
+        self.cpu_advance(until);
     }
 
     /// Routes an event to the part that owns it.
@@ -177,6 +199,7 @@ impl Machine {
             Ev::Proc(ev) => self.on_proc(now, ev),
             Ev::Qemu(ev) => self.on_qemu(ev),
             Ev::Coord(ev) => self.on_coord(now, ev),
+            Ev::Cpu(ev) => self.on_cpu(now, ev),
         }
     }
 }

@@ -205,6 +205,7 @@ impl Machine {
         let k = self.procs.kernel_of(pid);
         self.kernels[k].pages_mut().inflight -= 1;
         self.flush_more(k);
+        self.cpu_pay(pid);
         self.unblock_writers(k);
     }
 

@@ -160,6 +160,14 @@ impl Procs {
         q.push(at, Ev::Proc(ProcEv::Wake(pid, p.gen)));
     }
 
+    /// Voids process `pid`'s pending wake-up and returns the generation a
+    /// new one must carry (a wake-up at the end of a CPU burst).
+    pub(super) fn arm(&mut self, pid: Pid) -> u64 {
+        let p = &mut self.table[pid as usize];
+        p.gen += 1;
+        p.gen
+    }
+
     /// Lets kernel `k`'s throttled writers go; returns them in pid order.
     pub(super) fn unblock_writers(&mut self, k: KernelId) -> Vec<Pid> {
         let mut woken = Vec::new();
@@ -250,7 +258,7 @@ impl Machine {
         };
         let pid = self.procs.spawn(k, Role::App(run), prio, 0);
         let think = self.app_think(pid);
-        self.wake_in(pid, think);
+        self.run_cpu(pid, think);
         pid
     }
 
@@ -325,12 +333,12 @@ impl Machine {
         let pid = owner.pid;
         match self.procs.role_mut(pid) {
             Role::SeqReader { .. } => {
-                let cpu = self.cpu.burst(pid, READER_CPU_NS);
-                self.wake_in(pid, cpu);
+                let cpu = READER_CPU_NS + self.read_cost(READAHEAD_BYTES);
+                self.run_cpu(pid, cpu);
             }
             Role::RandReader { .. } => {
-                let cpu = self.cpu.burst(pid, RAND_READER_CPU_NS);
-                self.wake_in(pid, cpu);
+                let cpu = RAND_READER_CPU_NS + self.read_cost(PAGE);
+                self.run_cpu(pid, cpu);
             }
             Role::Flusher => self.flusher_io_done(pid),
             Role::App(run) => {
@@ -338,7 +346,7 @@ impl Machine {
                 if run.pending == 0 {
                     run.next += 1;
                     let think = self.app_think(pid);
-                    self.wake_in(pid, think);
+                    self.run_cpu(pid, think);
                 }
             }
             Role::QemuWorker { .. } | Role::QemuIoThread { .. } => self.qemu_io_done(owner),
@@ -411,26 +419,42 @@ impl Machine {
         if !blocked {
             let bytes = pages * PAGE;
             // Copying into the page cache costs about 1 ns per byte of
-            // CPU; a rate cap stretches the period.
-            let delay = if rate > 0.0 {
-                (bytes as f64 / rate * SEC as f64) as Nanos
+            // CPU (the Cortex-A15's `memcpy`) without a CPU model, and
+            // the system call and the measured copy on one; a rate cap
+            // stretches the period.
+            if rate > 0.0 {
+                let delay = (bytes as f64 / rate * SEC as f64) as Nanos;
+                self.wake_in(pid, delay.max(1));
+            } else if self.cpu.io_costs() {
+                let cpu = self.read_cost(bytes);
+                self.run_cpu(pid, cpu);
             } else {
-                self.cpu.burst(pid, bytes)
-            };
-            self.wake_in(pid, delay.max(1));
+                self.run_cpu(pid, bytes.max(1));
+            }
         }
     }
 
     /// Think time before the app's next read, or its final CPU time once
-    /// all reads are done.
+    /// all reads are done; with per-request CPU costs, the next read's
+    /// system call and copy too.
     fn app_think(&self, pid: Pid) -> Nanos {
         match self.procs.role(pid) {
             Role::App(run) => match run.trace.reads.get(run.next) {
-                Some(r) => r.think_ns,
+                Some(r) => r.think_ns + self.read_cost(r.len),
                 None => run.trace.tail_ns,
             },
             _ => 0,
         }
+    }
+
+    /// CPU time (recorded machine's) of one `read` or `write` of `bytes`
+    /// through the page cache: the system call and the copy; 0 without
+    /// per-request CPU costs.
+    pub(super) fn read_cost(&self, bytes: u64) -> Nanos {
+        if !self.cpu.io_costs() {
+            return 0;
+        }
+        super::cpu::SYSCALL_NS + bytes * super::cpu::COPY_PS_PER_BYTE / 1000
     }
 
     /// The application's next read: from the page cache if all of it is
@@ -461,7 +485,7 @@ impl Machine {
                 run.next += 1;
             }
             let think = self.app_think(pid);
-            self.wake_in(pid, think);
+            self.run_cpu(pid, think);
             return;
         }
         let mut bios = 0;

@@ -32,6 +32,12 @@ pub(super) enum QemuEv {
     /// A request that needed no disk I/O (page-cache hit, buffered write,
     /// holes of the image) is done copying.
     JobDone(usize),
+    /// On a CPU model: the QEMU thread has popped request `.0` off the
+    /// virtqueue and submits it.
+    Issue(usize),
+    /// On a CPU model: the QEMU thread has reaped request `.0`; it fills
+    /// the used ring and interrupts the guest.
+    Finish(usize),
 }
 
 /// What the host saw of a VM's QEMU.
@@ -143,6 +149,7 @@ impl Machine {
     ) -> Result<(KernelId, usize), String> {
         let guest = Kernel::guest(cfg, self.now())?;
         let k = self.kernels.len();
+        self.cpu.add_guest(k)?;
         self.kernels.push(guest);
         let image = self.kernels[HOST].add_sparse_file(image_path, cfg.image_bytes);
         let vm = self.qemu.vms.len();
@@ -226,6 +233,8 @@ impl Machine {
                 self.qemu_dispatch(vm);
             }
             QemuEv::JobDone(job) => self.finish_job(job),
+            QemuEv::Issue(job) => self.issue_job(job),
+            QemuEv::Finish(job) => self.finish_job_now(job),
         }
     }
 
@@ -298,13 +307,24 @@ impl Machine {
                 ioprio,
                 host_rt: false,
             });
+            // On a CPU model, the thread pops the request and submits it
+            // ([`super::cpu::QEMU_VQ_NS`], a system call); a pool worker's
+            // hand-off is its wake-up on the model.
+            let cost = super::cpu::QEMU_VQ_NS + super::cpu::SYSCALL_NS;
             match self.qemu.vms[vm].aio {
+                Aio::IoThread if self.cpu.io_costs() => {
+                    self.cpu_then(thread, cost, Ev::Qemu(QemuEv::Issue(job)));
+                }
                 Aio::IoThread => self.issue_job(job),
                 Aio::Threads => {
                     if let Role::QemuWorker { job: j, .. } = self.procs.role_mut(thread) {
                         *j = Some(job);
                     }
-                    self.wake_in(thread, WORKER_HANDOFF_NS);
+                    if self.cpu.io_costs() {
+                        self.run_cpu(thread, cost);
+                    } else {
+                        self.wake_in(thread, WORKER_HANDOFF_NS);
+                    }
                 }
             }
         }
@@ -391,18 +411,22 @@ impl Machine {
 
     /// A request through the host page cache of the image file.
     fn issue_buffered_job(&mut self, job: usize, vm: usize, req: IoRequest, thread: Pid) {
-        let now = self.now();
         let image = self.qemu.vms[vm].image;
         let first = req.sector * 512 / PAGE;
         let last = (req.sector * 512 + req.sectors as u64 * 512).div_ceil(PAGE);
-        let copy = (req.sectors as f64 * 512.0 * COPY_NS_PER_BYTE) as Nanos;
-        let copy = self.cpu.burst(thread, copy);
+        let bytes = req.sectors as u64 * 512;
+        let copy = if self.cpu.io_costs() {
+            // The measured copy, scaled by the platform's speed.
+            bytes * super::cpu::COPY_PS_PER_BYTE / 1000
+        } else {
+            (bytes as f64 * COPY_NS_PER_BYTE) as Nanos
+        };
         let done = Ev::Qemu(QemuEv::JobDone(job));
         match req.dir {
             Direction::Read => {
                 let host = &self.kernels[HOST];
                 if host.pages().missing(image, first, last).is_empty() {
-                    self.q.push(now + copy, done);
+                    self.cpu_then(thread, copy, done);
                     return;
                 }
                 // A miss reads ahead in the image, as the host kernel does
@@ -419,12 +443,12 @@ impl Machine {
                 }
                 self.qemu.job_mut(job).pending = bios;
                 if bios == 0 {
-                    self.q.push(now + copy, done);
+                    self.cpu_then(thread, copy, done);
                 }
             }
             Direction::Write => {
                 self.dirty_pages_of(HOST, image, first, last);
-                self.q.push(now + copy, done);
+                self.cpu_then(thread, copy, done);
             }
         }
     }
@@ -433,6 +457,18 @@ impl Machine {
     /// the guest; a pool worker then takes the next waiting request or
     /// idles.
     fn finish_job(&mut self, job: usize) {
+        if self.cpu.io_costs() {
+            // QEMU reaps the request first ([`super::cpu::QEMU_COMPLETE_NS`]).
+            let thread = self.qemu.job(job).thread;
+            let cost = super::cpu::QEMU_COMPLETE_NS + super::cpu::SYSCALL_NS;
+            self.cpu_then(thread, cost, Ev::Qemu(QemuEv::Finish(job)));
+            return;
+        }
+        self.finish_job_now(job);
+    }
+
+    /// [`Self::finish_job`] once QEMU has reaped the request.
+    fn finish_job_now(&mut self, job: usize) {
         let now = self.now();
         let j = self.qemu.jobs[job].take().expect("live job");
         self.qemu.free_jobs.push(job);
