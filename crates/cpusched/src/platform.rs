@@ -60,7 +60,7 @@ pub struct Platform {
 }
 
 /// The names [`Platform::preset`] knows.
-pub const PRESETS: &[&str] = &["default", "chromebook-2014"];
+pub const PRESETS: &[&str] = &["default", "chromebook-2014", "i7-2600"];
 
 impl Platform {
     /// The coordinated scheduling study's machine: Samsung Chromebook,
@@ -127,6 +127,7 @@ impl Platform {
         match name {
             "default" => Ok(Self::default_platform()),
             "chromebook-2014" => Ok(Self::chromebook_2014()),
+            "i7-2600" => Ok(crate::cfsv_study::host_i7_2600()),
             _ => Err(format!(
                 "unknown platform '{name}' (accepted: {})",
                 PRESETS.join(", ")

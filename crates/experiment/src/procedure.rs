@@ -163,6 +163,8 @@ pub fn run_repetition<H: Host>(
         Benchmark::Startup => cold_starts(cell, waits, host, &mut out)?,
         Benchmark::Throughput => throughput(cell, host, &mut out)?,
         Benchmark::Latency => out = host.latency(cell.cpu.loops)?,
+        // Refused by `on_cpu_model` above.
+        Benchmark::ReadersHashers => return Err(host.unsupported(cell.benchmark.as_str())),
     }
     host.finish(&mut out)?;
     Ok(out)
@@ -172,7 +174,9 @@ pub fn run_repetition<H: Host>(
 /// the procedure (start-up with hot caches), named for an error message; `None` for
 /// the procedure's (latency among them: [`Host::latency`]).
 pub fn on_cpu_model(cell: &Cell) -> Option<String> {
-    if cell.benchmark != Benchmark::Latency && cell.on_cpu_model() {
+    if cell.benchmark == Benchmark::ReadersHashers {
+        Some("benchmark = \"readers-hashers\"".to_string())
+    } else if cell.benchmark != Benchmark::Latency && cell.on_cpu_model() {
         Some(format!(
             "benchmark = \"{}\" with caches = \"hot\"",
             cell.benchmark.as_str()

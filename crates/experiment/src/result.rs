@@ -24,7 +24,38 @@ pub enum Metric {
     /// cyclictest's maximum latency in microseconds (`latency_max_us`).
     #[serde(rename = "latency_max_us")]
     LatencyMaxUs,
+    /// The readers-hashers benchmark, per VM (1 or 2): reads per second,
+    /// their MB/s, the hashers' MD5 MB/s, and the CPU use of the VM's host
+    /// threads in % of one CPU.
+    #[serde(rename = "vm1_iops")]
+    Vm1Iops,
+    #[serde(rename = "vm1_mb_s")]
+    Vm1MbS,
+    #[serde(rename = "vm1_hash_mb_s")]
+    Vm1HashMbS,
+    #[serde(rename = "vm1_cpu_pct")]
+    Vm1CpuPct,
+    #[serde(rename = "vm2_iops")]
+    Vm2Iops,
+    #[serde(rename = "vm2_mb_s")]
+    Vm2MbS,
+    #[serde(rename = "vm2_hash_mb_s")]
+    Vm2HashMbS,
+    #[serde(rename = "vm2_cpu_pct")]
+    Vm2CpuPct,
 }
+
+/// The readers-hashers benchmark's metrics, in the order of its result rows.
+pub const READERS_HASHERS_METRICS: [Metric; 8] = [
+    Metric::Vm1Iops,
+    Metric::Vm1MbS,
+    Metric::Vm1HashMbS,
+    Metric::Vm1CpuPct,
+    Metric::Vm2Iops,
+    Metric::Vm2MbS,
+    Metric::Vm2HashMbS,
+    Metric::Vm2CpuPct,
+];
 
 impl Metric {
     /// `startup_s` or `throughput_mb_s`.
@@ -34,6 +65,14 @@ impl Metric {
             Metric::ThroughputMbS => "throughput_mb_s",
             Metric::LatencyAvgUs => "latency_avg_us",
             Metric::LatencyMaxUs => "latency_max_us",
+            Metric::Vm1Iops => "vm1_iops",
+            Metric::Vm1MbS => "vm1_mb_s",
+            Metric::Vm1HashMbS => "vm1_hash_mb_s",
+            Metric::Vm1CpuPct => "vm1_cpu_pct",
+            Metric::Vm2Iops => "vm2_iops",
+            Metric::Vm2MbS => "vm2_mb_s",
+            Metric::Vm2HashMbS => "vm2_hash_mb_s",
+            Metric::Vm2CpuPct => "vm2_cpu_pct",
         }
     }
 
@@ -44,7 +83,9 @@ impl Metric {
             "throughput_mb_s" => Some(Metric::ThroughputMbS),
             "latency_avg_us" => Some(Metric::LatencyAvgUs),
             "latency_max_us" => Some(Metric::LatencyMaxUs),
-            _ => None,
+            other => READERS_HASHERS_METRICS
+                .into_iter()
+                .find(|m| m.as_str() == other),
         }
     }
 
@@ -55,6 +96,7 @@ impl Metric {
             Benchmark::Startup => Metric::StartupS,
             Benchmark::Throughput => Metric::ThroughputMbS,
             Benchmark::Latency => Metric::LatencyAvgUs,
+            Benchmark::ReadersHashers => Metric::Vm1Iops,
         }
     }
 
@@ -64,6 +106,9 @@ impl Metric {
             Metric::StartupS => "s",
             Metric::ThroughputMbS => "MB/s",
             Metric::LatencyAvgUs | Metric::LatencyMaxUs => "us",
+            Metric::Vm1Iops | Metric::Vm2Iops => "IOPS",
+            Metric::Vm1MbS | Metric::Vm2MbS | Metric::Vm1HashMbS | Metric::Vm2HashMbS => "MB/s",
+            Metric::Vm1CpuPct | Metric::Vm2CpuPct => "%",
         }
     }
 
@@ -74,6 +119,14 @@ impl Metric {
             Metric::ThroughputMbS => "Aggregate throughput [MB/s]",
             Metric::LatencyAvgUs => "Average latency [us]",
             Metric::LatencyMaxUs => "Maximum latency [us]",
+            Metric::Vm1Iops => "VM 1 I/O rate [IOPS]",
+            Metric::Vm1MbS => "VM 1 I/O rate [MB/s]",
+            Metric::Vm1HashMbS => "VM 1 hashing [MB/s]",
+            Metric::Vm1CpuPct => "VM 1 CPU use [% of a CPU]",
+            Metric::Vm2Iops => "VM 2 I/O rate [IOPS]",
+            Metric::Vm2MbS => "VM 2 I/O rate [MB/s]",
+            Metric::Vm2HashMbS => "VM 2 hashing [MB/s]",
+            Metric::Vm2CpuPct => "VM 2 CPU use [% of a CPU]",
         }
     }
 }

@@ -201,6 +201,7 @@ pub fn test_dir(result: &CellResult) -> String {
         }
         Benchmark::Throughput => d.push_str("-throughput"),
         Benchmark::Latency => d.push_str("-latency"),
+        Benchmark::ReadersHashers => d.push_str("-readers-hashers"),
     }
     if !c.is_native() {
         d.push_str(&format!(
@@ -237,6 +238,7 @@ pub fn s_file_name(result: &CellResult) -> String {
         Benchmark::Startup => format!("{base}-lat_thr_stat.txt"),
         Benchmark::Throughput => format!("{base}-{}sec-aggthr_stat.txt", secs(c.duration_s)),
         Benchmark::Latency => format!("{base}-cyclictest_stat.txt"),
+        Benchmark::ReadersHashers => format!("{base}-{}_stat.txt", result.metric),
     }
 }
 

@@ -108,6 +108,12 @@ fn chart_title(benchmark: Benchmark, device: &str, members: &[&CellResult]) -> S
             format!("Aggregate throughput on {device} ({})", runners.join(", "))
         }
         Benchmark::Latency => format!("cyclictest latency on {device} ({})", runners.join(", ")),
+        Benchmark::ReadersHashers => {
+            format!(
+                "Readers beside hashers on {device} ({})",
+                runners.join(", ")
+            )
+        }
     }
 }
 
@@ -124,7 +130,7 @@ pub fn chart_for(
         .collect();
     let idle = match file.benchmark {
         Benchmark::Startup => idle_reference(members.iter().copied()),
-        Benchmark::Throughput | Benchmark::Latency => None,
+        Benchmark::Throughput | Benchmark::Latency | Benchmark::ReadersHashers => None,
     };
     let title = chart_title(file.benchmark, &file.device, &members);
     build_chart(&title, members, paper, idle)

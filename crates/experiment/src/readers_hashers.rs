@@ -1,0 +1,70 @@
+//! The readers-hashers benchmark's table (the CFS-v study, issue 28): one
+//! row per VM layout and host CPU scheduler, the mean over repetitions of
+//! each VM's I/O rate, hashing rate and CPU use.
+
+use std::fmt::Write as _;
+
+use crate::result::{CellResult, Metric};
+use crate::scenario::Benchmark;
+
+/// True for the benchmark's results.
+pub fn is_readers_hashers(r: &CellResult) -> bool {
+    r.cell.benchmark == Benchmark::ReadersHashers
+}
+
+/// The columns, with their metrics.
+const COLUMNS: [(&str, Metric); 6] = [
+    ("VM1 IOPS", Metric::Vm1Iops),
+    ("VM2 IOPS", Metric::Vm2Iops),
+    ("VM1 MD5 MB/s", Metric::Vm1HashMbS),
+    ("VM2 MD5 MB/s", Metric::Vm2HashMbS),
+    ("VM1 CPU %", Metric::Vm1CpuPct),
+    ("VM2 CPU %", Metric::Vm2CpuPct),
+];
+
+/// The table, rows in order of first appearance (`runner | layout | host
+/// CPU scheduler | coordination`).
+pub fn render_table(results: &[&CellResult]) -> String {
+    let row_key = |r: &CellResult| {
+        format!(
+            "{} {} {} {}",
+            r.runner,
+            r.cell.cpu.vm_layout.map(|l| l.as_str()).unwrap_or("-"),
+            r.cell.cpu.host_sched(),
+            r.cell.coordination
+        )
+    };
+    let mut rows: Vec<String> = Vec::new();
+    for r in results {
+        let k = row_key(r);
+        if !rows.contains(&k) {
+            rows.push(k);
+        }
+    }
+    let mut out =
+        String::from("== readers-hashers: mean over repetitions (MB/s = IOPS x 4 KiB) ==\n");
+    let _ = write!(out, "{:<32}", "runner layout host-cpu coordination");
+    for (h, _) in COLUMNS {
+        let _ = write!(out, " {h:>13}");
+    }
+    out.push('\n');
+    for k in &rows {
+        let _ = write!(out, "{k:<32}");
+        for (_, m) in COLUMNS {
+            let v = results
+                .iter()
+                .find(|r| row_key(r) == *k && r.metric == m)
+                .map(|r| r.summary().mean);
+            match v {
+                Some(v) => {
+                    let _ = write!(out, " {v:>13.1}");
+                }
+                None => {
+                    let _ = write!(out, " {:>13}", "-");
+                }
+            }
+        }
+        out.push('\n');
+    }
+    out
+}
