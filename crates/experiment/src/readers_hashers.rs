@@ -4,6 +4,7 @@
 
 use std::fmt::Write as _;
 
+use crate::cpu::{CpuSched, VmLayout};
 use crate::result::{CellResult, Metric};
 use crate::scenario::Benchmark;
 
@@ -67,4 +68,31 @@ pub fn render_table(results: &[&CellResult]) -> String {
         out.push('\n');
     }
     out
+}
+
+/// Per VM, the means of (IOPS, MD5 MB/s, CPU %) of `runner`'s cells of
+/// `layout` under the host CPU scheduler `sched` (coordination off);
+/// `None` when a metric is missing.
+pub fn vm_means(
+    results: &[CellResult],
+    layout: VmLayout,
+    sched: CpuSched,
+) -> Option<[(f64, f64, f64); 2]> {
+    let mean = |m: Metric| {
+        results
+            .iter()
+            .find(|r| {
+                is_readers_hashers(r)
+                    && r.metric == m
+                    && r.cell.cpu.vm_layout == Some(layout)
+                    && r.cell.cpu.host_sched() == sched
+                    && r.cell.coordination.is_off()
+            })
+            .map(|r| r.summary().mean)
+    };
+    let vm = |iops, hash, cpu| Some((mean(iops)?, mean(hash)?, mean(cpu)?));
+    Some([
+        vm(Metric::Vm1Iops, Metric::Vm1HashMbS, Metric::Vm1CpuPct)?,
+        vm(Metric::Vm2Iops, Metric::Vm2HashMbS, Metric::Vm2CpuPct)?,
+    ])
 }
