@@ -52,6 +52,15 @@ pub enum Job {
 #[derive(Clone, Debug)]
 pub struct Server {
     pub task: TaskId,
+    /// What an activation costs besides its jobs: the thread's return from
+    /// its wait and its loop's own work before the first job (QEMU's
+    /// `main_loop_wait()` with its `ppoll()` and event notifier reads, a
+    /// softirq's entry). Jobs queued while it runs share it: they are
+    /// served in the same pass (QEMU's `virtio_blk_handle_output()` pops
+    /// every request of the ring; its thread pool's completion bottom half
+    /// completes every finished request; `blk_done_softirq()` every
+    /// request on its CPU's list).
+    wake_ns: Nanos,
     current: Option<Job>,
     queue: VecDeque<Job>,
     busy: bool,
@@ -59,8 +68,14 @@ pub struct Server {
 
 impl Server {
     pub fn new(task: TaskId) -> Server {
+        Server::with_wake_cost(task, 0)
+    }
+
+    /// A server whose activations cost `wake_ns` besides their jobs.
+    pub fn with_wake_cost(task: TaskId, wake_ns: Nanos) -> Server {
         Server {
             task,
+            wake_ns,
             current: None,
             queue: VecDeque::new(),
             // Spawned with a token burst: its first BurstDone blocks it.
@@ -76,7 +91,7 @@ impl Server {
         }
         self.busy = true;
         self.current = Some(job);
-        m.set_burst(KernelId::HOST, self.task, cost);
+        m.set_burst(KernelId::HOST, self.task, self.wake_ns + cost);
         m.wake(KernelId::HOST, self.task);
     }
 
