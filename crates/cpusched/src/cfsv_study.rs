@@ -94,6 +94,9 @@ pub fn host_i7_2600() -> Platform {
         // Linux 3.16: per-entity load tracking (3.8+) and CFS's next buddy.
         load_tracking: true,
         next_buddy: true,
+        // 4 cores of 2 hardware threads each (Intel's specification of the
+        // i7-2600), which the slides count as 8 cores.
+        smt: 2,
     }
 }
 

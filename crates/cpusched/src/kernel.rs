@@ -27,6 +27,8 @@ pub struct KernelCfg {
     pub load_tracking: bool,
     /// [`crate::Platform::next_buddy`].
     pub next_buddy: bool,
+    /// [`crate::Platform::smt`] (1 for guests).
+    pub smt: usize,
 }
 
 impl KernelCfg {
@@ -92,6 +94,7 @@ macro_rules! ctx {
             tasks: &$k.tasks,
             curr: &$k.curr,
             tick_ns: $k.cfg.tick_ns(),
+            smt: $k.cfg.smt,
         }
     };
 }

@@ -57,6 +57,11 @@ pub struct Platform {
     /// CFS picks the next buddy a wake-up preemption sets (3.x
     /// `set_next_buddy()`); off on the two presets, as above.
     pub next_buddy: bool,
+    /// Hardware threads per core of the host (SMT siblings: CPU `c` and
+    /// `c + cores / smt` share a core, Linux's enumeration on Intel). 1:
+    /// no SMT. 3.x `select_idle_sibling()` then takes an idle CPU of
+    /// another core only if the whole core is idle.
+    pub smt: usize,
 }
 
 /// The names [`Platform::preset`] knows.
@@ -96,6 +101,7 @@ impl Platform {
             rt_runtime_share: true,
             load_tracking: false,
             next_buddy: false,
+            smt: 1,
         }
     }
 
@@ -119,6 +125,7 @@ impl Platform {
             rt_runtime_share: false,
             load_tracking: false,
             next_buddy: false,
+            smt: 1,
         }
     }
 
@@ -147,6 +154,7 @@ impl Platform {
             cpus: self.cores,
             hz: self.hz,
             switch_ns: self.switch_ns,
+            smt: self.smt.max(1),
             ..self.kernel_cfg(self.cores)
         }
     }
@@ -172,6 +180,7 @@ impl Platform {
             rt_runtime_share: self.rt_runtime_share,
             load_tracking: self.load_tracking,
             next_buddy: self.next_buddy,
+            smt: 1,
         }
     }
 }

@@ -10,16 +10,35 @@ use crate::task::TaskId;
 /// (kernel/sched/topology.c `sd_init()`, 3.x `SD_MC_INIT`).
 const IMBALANCE_PCT: u64 = 125;
 
-/// `select_idle_sibling()`: the previous CPU if idle, else an idle CPU of
-/// the shared-cache domain (searched from the previous one on), else the
-/// previous CPU. Wake-affine pulls towards the waker are not modelled:
-/// the wakers here are timers and the driver, not tasks.
+/// `select_idle_sibling()` for a task whose previous CPU is `prev` (the
+/// target: wake-affine pulls towards the waker are not modelled, the
+/// wakers here being timers and drivers): `prev` if idle, else an idle CPU
+/// of the shared-cache domain (searched from `prev` on), else `prev`. With
+/// SMT (`ctx.smt` threads per core: the 3.16 host), as 3.x searches the
+/// shared-cache domain's groups: a core whose threads are all idle (its
+/// first thread), then an idle SMT sibling of `prev`, else `prev`; a CPU
+/// idle while its sibling runs is not taken from another core.
 pub fn select_idle_sibling(ctx: &Ctx, prev: usize) -> usize {
     let n = ctx.nr_cpus();
-    (0..n)
-        .map(|i| (prev + i) % n)
-        .find(|&c| ctx.idle(c))
-        .unwrap_or(prev)
+    if ctx.idle(prev) {
+        return prev;
+    }
+    if ctx.smt <= 1 || n % ctx.smt != 0 {
+        return (0..n)
+            .map(|i| (prev + i) % n)
+            .find(|&c| ctx.idle(c))
+            .unwrap_or(prev);
+    }
+    let cores = n / ctx.smt;
+    let threads = |core: usize| (0..ctx.smt).map(move |t| core + t * cores);
+    let own = prev % cores;
+    let idle_core = (1..cores)
+        .map(|i| (own + i) % cores)
+        .find(|&c| threads(c).all(|cpu| ctx.idle(cpu)));
+    if let Some(c) = idle_core {
+        return c;
+    }
+    threads(own).find(|&c| ctx.idle(c)).unwrap_or(prev)
 }
 
 /// The queued (not running) fair tasks of `cpu`, oldest enqueue first.
