@@ -127,32 +127,26 @@ fn separate_cfsv_raises_vm1_io_and_costs_vm2_hashing() {
     let c = comparison();
     let (io, hash) = c.separate_changes();
     let (a, b) = &c.separate;
-    // Published: +764% and -30.1%; the must-show: at least +300%
-    // and -15% to -45%. The model (means over 3 seeds) reaches +180% and
-    // -12% (crates/cpusched/README.md, "Gaps"): these floors guard what it
-    // reaches, so a regression fails; the must-show is printed beside.
-    let must = (
-        io >= must_show::SEPARATE_IO_MIN_PCT,
-        (must_show::SEPARATE_HASH_PCT.0..=must_show::SEPARATE_HASH_PCT.1).contains(&hash),
-    );
-    eprintln!(
-        "separate: I/O {io:+.1}% (must-show {}), hashing {hash:+.1}% (must-show {})",
-        met(must.0),
-        met(must.1)
-    );
-    assert!(io > 120.0, "VM 1 I/O change {io:.1}%");
+    // The must-show, with its margins (published: +764% and
+    // -30.1%): VM 1's I/O rate at least 4x, VM 2's hashing down 15% to 45%.
     assert!(
-        (-30.0..-5.0).contains(&hash),
-        "VM 2 hashing change {hash:.1}%"
+        io >= must_show::SEPARATE_IO_MIN_PCT,
+        "VM 1 I/O change {io:.1}% (must-show: at least +300%)"
+    );
+    let (lo, hi) = must_show::SEPARATE_HASH_PCT;
+    assert!(
+        (lo..=hi).contains(&hash),
+        "VM 2 hashing change {hash:.1}% (must-show: {lo}% to {hi}%)"
     );
     // Under CFS, VM 1's woken threads fail to preempt VM 2's vCPUs often
-    // enough to keep VM 1 near the slides' 46% of a CPU.
+    // enough to keep VM 1 near the slides' 46% of a CPU; CFS-v lifts it
+    // several-fold (published: to 273%).
     assert!(
-        a.vms[0].cpu_pct < 50.0,
+        a.vms[0].cpu_pct < 60.0,
         "cfs: VM 1 CPU {:.0}%",
         a.vms[0].cpu_pct
     );
-    assert!(b.vms[0].cpu_pct > 2.0 * a.vms[0].cpu_pct, "{a:?} {b:?}");
+    assert!(b.vms[0].cpu_pct > 3.0 * a.vms[0].cpu_pct, "{a:?} {b:?}");
     assert_eq!(a.vms[1].iops, 0.0);
 }
 
@@ -160,8 +154,9 @@ fn separate_cfsv_raises_vm1_io_and_costs_vm2_hashing() {
 fn mixed_cfsv_raises_io_and_costs_hashing() {
     let (io, hash) = comparison().mixed_changes();
     // Published: +93% and -9%; the must-show: +50% to +150%,
-    // hashing down at most 15%. The model: +47% and -16% (the README's
-    // gap); the bounds guard it.
+    // hashing down at most 15%. The model: +47% and -16%, just outside
+    // both (the README's gap); these bounds guard what it reaches, so a
+    // regression fails, and the must-show is printed beside.
     let (lo, hi) = must_show::MIXED_IO_PCT;
     eprintln!(
         "mixed: I/O {io:+.1}% (must-show {}), hashing {hash:+.1}% (must-show {})",
