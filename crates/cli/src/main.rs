@@ -57,6 +57,7 @@ const EMBEDDED_SCENARIOS: &[(&str, &str)] = &[
         "fanguede-real",
         include_str!("../../../scenarios/fanguede-real.toml"),
     ),
+    ("cfsv", include_str!("../../../scenarios/cfsv.toml")),
 ];
 
 #[derive(Parser)]

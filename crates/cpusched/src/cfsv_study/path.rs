@@ -112,3 +112,50 @@ impl Server {
         finished
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{CompletionKind, CpuModel};
+    use crate::{FairKind, Platform, TaskSpec, US};
+
+    /// Jobs queued while the server runs share its activation's cost.
+    #[test]
+    fn an_activation_costs_its_wake_cost_once_however_many_jobs() {
+        let mut m = CpuModel::new(Platform::default_platform(), FairKind::Cfs);
+        let spec = TaskSpec {
+            burst: Some(1),
+            ..TaskSpec::busy_loop("server")
+        };
+        let t = m.spawn(KernelId::HOST, spec);
+        let mut s = Server::with_wake_cost(t, 5 * US);
+        let req = |w| Req {
+            vm: 0,
+            reader: TaskId(0),
+            worker: w,
+        };
+        let mut served = 0;
+        let mut first = true;
+        while let Some(at) = m.next_event_time() {
+            for c in m.advance_to(at).to_vec() {
+                if c.kind != CompletionKind::BurstDone || c.task != t {
+                    continue;
+                }
+                if first {
+                    // The token burst: block, then three jobs arrive at once.
+                    s.done(&mut m, |_| 3 * US);
+                    for w in 0..3 {
+                        s.arrive(&mut m, Job::Submit(req(w)), 3 * US);
+                    }
+                    first = false;
+                } else if s.done(&mut m, |_| 3 * US).is_some() {
+                    served += 1;
+                }
+            }
+        }
+        assert_eq!(served, 3);
+        let cpu = m.progress(KernelId::HOST, t);
+        // 1 ns token + 5 us once + 3 x 3 us.
+        assert_eq!(cpu, 1 + 5 * US + 9 * US);
+    }
+}
