@@ -34,6 +34,12 @@ pub enum CfsvBoost {
     /// group beside them.
     Shares,
     /// A nice value (`cfsv_nice`): a larger CFS weight for each thread.
+    /// The default, from the real runner's `scenarios/cfsv-real.toml` (a
+    /// TCG guest's 4 KiB random readers beside 3 host hogs on 2 cores, 3
+    /// runs per kind, docs/measurements.md "CFS-v on a real host"): nice
+    /// raised the guest's IOPS 2.2x for 29% of the hogs' iterations, the
+    /// trade nearest CFS-v's own (+764% I/O for -30% computing); shares
+    /// gave 4.8x for 54%, rr 5.6x for 82%, deadline 1.1x for 57%. It needs neither a cgroup v1 `cpu` hierarchy nor RT throttling.
     #[default]
     Nice,
     /// `SCHED_RR` at `cfsv_rt_priority`: a woken I/O thread preempts every
@@ -221,6 +227,9 @@ struct Tracked {
     class: IoClassifier,
     comm: String,
     boosted: bool,
+    /// Whether a boost it was born with (see [`CfsvActuator::born_boosted`])
+    /// has been looked for.
+    birth_checked: bool,
 }
 
 /// One VM's threads, their counters and their boosts.
@@ -316,6 +325,7 @@ impl VmCfsv {
                     class: IoClassifier::new(role),
                     comm,
                     boosted: false,
+                    birth_checked: false,
                 },
             );
         }
@@ -368,13 +378,26 @@ impl VmCfsv {
     /// threads are still done).
     pub fn reconcile(&mut self, act: &CfsvActuator, j: &mut Journal) -> Result<()> {
         let mut first = Ok(());
+        // In thread id order: QEMU's main thread (always I/O-related, its
+        // id the pid, below its threads') is boosted and journalled before
+        // the threads it creates are looked at.
         for (&tid, t) in self.threads.iter_mut() {
             let want = t.class.is_io_related();
+            if !t.birth_checked && !want {
+                t.birth_checked = true;
+                if let Err(e) = act.unboost_born(self.pid, tid, j) {
+                    self.errors += 1;
+                    self.last_error = Some(format!("thread {tid} ({}): {e}", t.comm));
+                }
+            }
+            // A thread born boosted that is I/O-related is journalled with
+            // the main thread's original below.
+            t.birth_checked = true;
             if want == t.boosted {
                 continue;
             }
             let r = if want {
-                act.boost_thread(&self.vm, tid, t.start, j)
+                act.boost_thread(&self.vm, (self.pid, tid), t.start, j)
             } else {
                 j.revert_thread(tid, t.start)
             };
@@ -450,29 +473,101 @@ impl CfsvActuator {
         })
     }
 
-    /// Boosts one thread of VM `vm`'s QEMU, its original state journalled
-    /// first.
-    pub fn boost_thread(&self, vm: &str, tid: u32, start: u64, j: &mut Journal) -> Result<()> {
+    /// Whether thread `tid` has this boost now: set by hostd, or inherited
+    /// from the thread that created it. A thread is born with its
+    /// creator's nice value, policy (`SCHED_DEADLINE` is set with
+    /// reset-on-fork, so not that one) and cgroup, and QEMU's pool workers
+    /// and iothreads are created by its main loop or an iothread, both
+    /// always I/O-related and boosted.
+    fn born_boosted(&self, tid: u32) -> bool {
+        match self.boost {
+            CfsvBoost::Shares => {
+                sys::thread_cgroup(tid, "cpu").is_some_and(|g| g == format!("/{SHARES_GROUP}"))
+            }
+            CfsvBoost::Nice => sys::sched_get(tid)
+                .is_ok_and(|s| s.nice == self.nice && s.policy == libc::SCHED_OTHER),
+            CfsvBoost::Rr => sys::sched_get(tid)
+                .is_ok_and(|s| s.policy == libc::SCHED_RR && s.priority == self.rt_priority),
+            CfsvBoost::Deadline => false,
+        }
+    }
+
+    /// What QEMU's main thread (`pid`) was before hostd boosted it, from
+    /// the journal: what its threads are when nobody boosts them.
+    fn main_orig(&self, pid: u32, j: &Journal) -> Option<Entry> {
+        j.entries()
+            .iter()
+            .find(|e| match (self.boost, e) {
+                (CfsvBoost::Shares, Entry::CpuCgroup { tid, .. }) => *tid == pid,
+                (CfsvBoost::Shares, _) => false,
+                (_, Entry::Sched { tid, .. }) => *tid == pid,
+                _ => false,
+            })
+            .cloned()
+    }
+
+    /// A thread born boosted (from a boosted creator) that is not
+    /// I/O-related: put back to what the main thread was before its boost,
+    /// unless it was born so before the main thread's boost too.
+    pub fn unboost_born(&self, pid: u32, tid: u32, j: &Journal) -> Result<()> {
+        if tid == pid || !self.born_boosted(tid) {
+            return Ok(());
+        }
+        let r = match self.main_orig(pid, j) {
+            Some(Entry::Sched { orig, .. }) => sys::sched_set(tid, &orig),
+            Some(Entry::CpuCgroup { orig, .. }) => sys::move_thread(&orig, tid),
+            _ => return Ok(()),
+        };
+        match r {
+            Err(e) if e.raw_os_error() != Some(libc::ESRCH) => {
+                Err(err(format!("cfsv: restoring a thread born boosted: {e}")))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Boosts one thread of VM `vm`'s QEMU (`pid`, `tid`), its original
+    /// state journalled first: the main thread's original for a thread
+    /// born with the boost (else the journal would "restore" the boost).
+    pub fn boost_thread(
+        &self,
+        vm: &str,
+        (pid, tid): (u32, u32),
+        start: u64,
+        j: &mut Journal,
+    ) -> Result<()> {
         if sys::thread_start_time(tid) != Some(start) {
             return Ok(()); // gone
         }
+        let born = if tid != pid && self.born_boosted(tid) {
+            self.main_orig(pid, j)
+        } else {
+            None
+        };
         let r = match (self.boost, &self.group) {
             (CfsvBoost::Shares, Some(g)) => {
                 let Some(rel) = sys::thread_cgroup(tid, "cpu") else {
                     return Ok(());
                 };
                 let mount = g.parent().unwrap_or(g);
+                let orig = match born {
+                    Some(Entry::CpuCgroup { orig, .. }) => orig,
+                    _ => mount.join(rel.trim_start_matches('/')),
+                };
                 j.add(Entry::CpuCgroup {
                     vm: vm.to_string(),
                     tid,
                     start,
-                    orig: mount.join(rel.trim_start_matches('/')),
+                    orig,
                 })?;
                 sys::move_thread(g, tid)
             }
             (CfsvBoost::Shares, None) => return Err(err("cfsv: the shares group is gone")),
             (kind, _) => {
-                let orig = sys::sched_get(tid).map_err(|e| err(format!("sched_get: {e}")))?;
+                let orig = match born {
+                    Some(Entry::Sched { orig, .. }) => orig,
+                    _ => sys::sched_get(tid).map_err(|e| err(format!("sched_get: {e}")))?,
+                };
                 j.add(Entry::Sched {
                     vm: vm.to_string(),
                     tid,

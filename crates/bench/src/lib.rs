@@ -47,6 +47,7 @@ use experiment::{CellResult, IoSched};
 use policy::CoordMode;
 
 mod cells;
+mod cfsv_cell;
 pub mod cleanup;
 pub mod cpuload;
 mod device;
@@ -102,7 +103,9 @@ pub fn accepted() -> experiment::Accepted {
 /// `help-rt` with `tandem guestd` in the guest and `tandem hostd` on the
 /// host (ioprio RT on the QEMU process's threads while helped); `help-cpu`
 /// the same for the vCPU threads (`SCHED_RR` while helped); `static-cpu`,
-/// the vCPU threads at `SCHED_RR` 8 for the whole cell, set by the runner.
+/// the vCPU threads at `SCHED_RR` 8 for the whole cell, set by the runner;
+/// `cfsv`, `tandem hostd --cfsv` alone (no guestd: the host classifies the
+/// QEMU threads itself), with `--cfsv-boost` from `--vm-cfsv-boost`.
 /// `help-weight` needs the VM in a cgroup of its own and `help-wr` a kernel
 /// patch; the simulator runs those.
 pub const COORDINATION: &[CoordMode] = &[
@@ -110,6 +113,7 @@ pub const COORDINATION: &[CoordMode] = &[
     CoordMode::HelpRt,
     CoordMode::StaticCpu,
     CoordMode::HelpCpu,
+    CoordMode::Cfsv,
 ];
 
 /// Progress lines on stderr, when it is a terminal and not `--quiet`.

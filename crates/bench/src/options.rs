@@ -26,6 +26,9 @@ pub struct VmOptions {
     /// hostd's `--budget-fraction` for `help-rt` cells (`None`: hostd's
     /// default, half of each 60 s window).
     pub hostd_budget_fraction: Option<f64>,
+    /// hostd's `--cfsv-boost` for `cfsv` cells: how the I/O-related threads
+    /// are favoured (hostd's default, `nice`, unless asked).
+    pub cfsv_boost: agent::cfsv::CfsvBoost,
     /// Keep each VM cell's logs (guest console, QEMU, hostd) under this
     /// directory's `vm-logs/` (the run's output directory).
     pub logs: Option<PathBuf>,
@@ -40,6 +43,7 @@ impl Default for VmOptions {
             accel: None,
             own_group: true,
             hostd_budget_fraction: None,
+            cfsv_boost: agent::cfsv::CfsvBoost::default(),
             logs: None,
         }
     }
@@ -95,6 +99,17 @@ pub(crate) fn check_options(o: &Options) -> Result<Vec<String>> {
             return Err(Error::Usage(format!(
                 "matrix.other_vms {:?}: the real runner runs one VM (the simulator runs several)",
                 c.other_vms
+            )));
+        }
+        // The host's busy loops of a throughput cell run beside a guest
+        // (CFS-v's case, `crate::cfsv_cell`); a native one would ignore them.
+        if c.is_native()
+            && c.benchmark == experiment::Benchmark::Throughput
+            && c.cpu.host_cpu_load > 0
+        {
+            return Err(Error::Usage(format!(
+                "matrix.host_cpu_load {} in a native throughput cell: the real runner runs the host's busy loops beside VM throughput cells only",
+                c.cpu.host_cpu_load
             )));
         }
         // A CPU mode in a native cell has no vCPU to boost: the cell is the

@@ -638,6 +638,9 @@ pub struct Hostd {
 pub enum HostdBoost {
     Io(policy::IoprioBoost),
     Cpu(agent::cpuboost::CpuBoostKind),
+    /// `--cfsv --cfsv-boost KIND` (`cfsv`): hostd classifies QEMU's
+    /// threads itself; no guestd.
+    Cfsv(agent::cfsv::CfsvBoost),
 }
 
 impl Hostd {
@@ -680,6 +683,9 @@ impl Hostd {
                     .and_then(|v| v.as_str().map(String::from))
                     .unwrap_or_default();
                 cmd.args(["--cpu-boost", &name]);
+            }
+            HostdBoost::Cfsv(kind) => {
+                cmd.args(["--cfsv", "--cfsv-boost", kind.name()]);
             }
         }
         if let Some(d) = boost_cgroup {

@@ -206,6 +206,8 @@ pub(crate) struct InGuest<'a> {
     cleanup: &'a mut Cleanup,
     /// The cell's cyclictest histogram, the repetitions' merged (latency).
     hist: &'a mut Option<cpusched::cyclictest::Histogram>,
+    /// The host's busy loops of a throughput cell (`host_cpu_load`).
+    hogs: Option<crate::cfsv_cell::HostHogs>,
 }
 
 impl procedure::Host for InGuest<'_> {
@@ -232,6 +234,7 @@ impl procedure::Host for InGuest<'_> {
             r.rotational,
             &mut self.cleanup.workers,
         )?;
+        self.hogs = crate::cfsv_cell::HostHogs::start(self.x.c)?;
         if !self.guest_w.is_none() {
             self.guest.call(
                 json!({"op": "workload", "spec": self.guest_w.name(), "seed": self.seed ^ 0x6e57, "rotational": r.rotational}),
@@ -243,6 +246,13 @@ impl procedure::Host for InGuest<'_> {
 
     fn wait(&mut self, secs: f64) -> Result<()> {
         sleep(secs)
+    }
+
+    fn begin_measure(&mut self) -> Result<()> {
+        if let Some(h) = &mut self.hogs {
+            h.begin();
+        }
+        Ok(())
     }
 
     fn settle(&mut self, secs: f64) -> Result<()> {
@@ -280,8 +290,17 @@ impl procedure::Host for InGuest<'_> {
             self.guest.call(json!({"op": "stop"}), None)?;
         }
         self.cleanup.stop_workers();
+        if let Some(h) = self.hogs.take() {
+            h.finish(out)?;
+        }
+        if let Some(iops) = crate::cfsv_cell::read_iops(&self.guest_w, out) {
+            out.counters
+                .insert(crate::cfsv_cell::VM1_READ_IOPS.into(), iops);
+        }
         if let Some(h) = self.hostd {
-            hostd_counters(&self.before, &h.metrics(), out);
+            let after = h.metrics();
+            hostd_counters(&self.before, &after, out);
+            crate::cfsv_cell::cfsv_counters(&after, out);
         }
         Ok(())
     }
@@ -343,7 +362,8 @@ fn guest_latency(
 /// hostd on the host (ioprio RT on the I/O threads, `SCHED_RR` on the vCPU
 /// threads) and guestd in the guest (with its CPU detection for
 /// `help-cpu`); for `static-cpu`, the vCPU threads at `SCHED_RR`
-/// [`STATIC_CPU_RR_PRIO`] for the cell ([`static_cpu`]).
+/// [`STATIC_CPU_RR_PRIO`] for the cell ([`static_cpu`]); for `cfsv`,
+/// hostd `--cfsv` alone.
 fn start_coordination(
     o: &Options,
     c: &Cell,
@@ -357,6 +377,11 @@ fn start_coordination(
         (CoordMode::StaticCpu, _) => return static_cpu(guest, cleanup).map(|()| None),
         (CoordMode::HelpRt, Some(ioprio)) => vm::HostdBoost::Io(ioprio),
         (CoordMode::HelpCpu, _) => vm::HostdBoost::Cpu(agent::cpuboost::CpuBoostKind::Rr),
+        // hostd alone: it classifies QEMU's threads itself, no guestd.
+        (CoordMode::Cfsv, _) => {
+            let b = vm::HostdBoost::Cfsv(o.vm.cfsv_boost);
+            return vm::Hostd::start(&o.exe, guest, b, None, None).map(Some);
+        }
         (other, _) => {
             return Err(Error::Usage(format!(
                 "coordination {:?}: the real runner runs {}",
@@ -507,6 +532,7 @@ pub(crate) fn run_cell(
             seed: x.rep_seed(rep),
             cleanup,
             hist: &mut *hist,
+            hogs: None,
         };
         runs.push(procedure::run_repetition(x.c, &o.waits(), &mut host)?);
     }

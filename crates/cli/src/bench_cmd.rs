@@ -88,6 +88,10 @@ pub struct BenchRunArgs {
     /// VM spend boosted, in (0, 1] (default: hostd's, 0.5).
     #[arg(long, value_name = "F")]
     hostd_budget_fraction: Option<f64>,
+    /// VM cells, cfsv: how tandem hostd favours the QEMU threads it finds
+    /// I/O-related: nice (hostd's default), shares, rr or deadline.
+    #[arg(long, value_name = "KIND")]
+    vm_cfsv_boost: Option<agent::cfsv::CfsvBoost>,
     /// A host scheduler tunable set for every cell, e.g. low_latency=0 (repeatable).
     #[arg(long = "host-tunable", value_name = "KEY=VALUE")]
     host_tunables: Vec<String>,
@@ -324,6 +328,7 @@ fn vm_options(a: &BenchRunArgs) -> Result<bench::VmOptions, Failure> {
             }
             None => None,
         },
+        cfsv_boost: a.vm_cfsv_boost.unwrap_or_default(),
         logs: Some(a.runner.out.clone()),
     })
 }

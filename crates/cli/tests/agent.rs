@@ -2368,11 +2368,11 @@ fn cfsv_boosts_the_io_threads_not_the_vcpus_or_hogs_and_restores_on_exit() {
 /// in the state file, and the next start (without `cfsv`) restores every
 /// thread's policy, nice and cpu group, and removes the shares group.
 #[test]
-#[ignore = "needs root: runs hostd, which renices, moves and sets SCHED_DEADLINE on a stand-in QEMU's threads"]
+#[ignore = "needs root: runs hostd, which renices, moves and sets SCHED_RR/SCHED_DEADLINE on a stand-in QEMU's threads"]
 fn cfsv_boosts_are_restored_after_sigkill_and_restart() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     assert!(devemu::is_root(), "needs root");
-    for kind in ["nice", "shares", "deadline"] {
+    for kind in ["nice", "shares", "rr", "deadline"] {
         let dir = Scratch::new(&format!("agent-cfsv-kill-{kind}"));
         let (vm, _, workers) = cfsv_vm(&dir);
         let before = thread_state(vm.pid());

@@ -548,3 +548,25 @@ fn oversized_scenario_files_are_refused() {
     std::fs::remove_file(&big).unwrap();
     assert!(e.contains("not a scenario: longer than 1024 KiB"), "{e}");
 }
+
+/// Host busy loops beside a guest's I/O (CFS-v's case) are accepted in
+/// throughput cells, and refused in cold start-up cells as before.
+#[test]
+fn host_cpu_load_is_accepted_in_throughput_cells_only_beside_the_cpu_model() {
+    let mut a = accepted();
+    a.coordination = vec!["off".parse().unwrap(), "cfsv".parse().unwrap()];
+    let matrix = format!("{M}\nguest_sched = [\"bfq\"]\nguest_workload = [\"4r-rand\"]\nhost_cpu_load = [\"3\"]\ncoordination = [\"off\", \"cfsv\"]");
+    let throughput =
+        format!("benchmark = \"throughput\"\nduration_s = 20\nsample_s = 2\n[matrix]\n{matrix}\n");
+    let s = Scenario::from_toml_str(&throughput, &a).unwrap();
+    let cells = s.cells();
+    assert_eq!(cells.len(), 2);
+    assert!(cells
+        .iter()
+        .all(|c| c.cpu.host_cpu_load == 3 && !c.on_cpu_model()));
+    let startup = with_matrix("", &matrix);
+    let e = Scenario::from_toml_str(&startup, &a)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("matrix.host_cpu_load"), "{e}");
+}

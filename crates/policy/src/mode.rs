@@ -54,6 +54,12 @@ pub enum CoordMode {
     /// The VM's vCPU threads `SCHED_RR` while the guest asks for help
     /// (each time it wakes a task that slept).
     HelpCpu,
+    /// CFS-v on a stock host (hostd's `cfsv` mode): the host itself finds
+    /// the VM's I/O-related QEMU threads (QEMU's main loop, iothreads and
+    /// workers always; a vCPU whose runs after wake-ups are short, by
+    /// CFS-v's 2-bit counter) and gives them CPU precedence over computing
+    /// tasks. The guest asks nothing.
+    Cfsv,
 }
 
 /// Which of a VM's host threads a mode acts on.
@@ -69,6 +75,10 @@ pub enum Threads {
     /// The VM's vhost-user-blk backend: its submitter threads, one per host
     /// ioprio in use, each set to that ioprio (`tandem vhost-blk`).
     Backend,
+    /// The VM's QEMU threads the host's I/O classifier calls I/O-related
+    /// (`policy::detect::io_class`): the I/O threads always, a vCPU while
+    /// its runs after wake-ups are short.
+    IoRelated,
 }
 
 /// What the host changes on the threads a mode acts on.
@@ -90,6 +100,10 @@ pub enum Knob {
     /// header, mapped by the backend's policy, from the submitter thread of
     /// the mapped ioprio (host BFQ takes the class from the issuing task).
     RequestIoprio,
+    /// CPU precedence over computing tasks on a stock kernel (hostd's
+    /// `--cfsv-boost`: nice, a `cpu.shares` group, `SCHED_RR` or
+    /// `SCHED_DEADLINE`).
+    CpuPrecedence,
 }
 
 /// When a mode's knob is applied.
@@ -107,6 +121,9 @@ pub enum When {
     /// urgent itself (their ioprio raised for a lease); the host is not
     /// asked, its backend applies its policy and budgets to each request.
     PerRequest,
+    /// While the host's classifier calls a thread I/O-related, re-read
+    /// every period (hostd's `cfsv_period_ms`); the guest is not asked.
+    WhileClassified,
 }
 
 /// An unknown coordination mode name: says the value and what is accepted.
@@ -128,13 +145,14 @@ impl std::error::Error for UnknownMode {}
 
 impl CoordMode {
     /// Every mode, I/O modes then CPU modes: the order of listings.
-    pub const ALL: [CoordMode; 8] = [
+    pub const ALL: [CoordMode; 9] = [
         CoordMode::Off,
         CoordMode::StaticRt,
         CoordMode::HelpRt,
         CoordMode::HelpWeight,
         CoordMode::HelpWr,
         CoordMode::VhostIoprio,
+        CoordMode::Cfsv,
         CoordMode::StaticCpu,
         CoordMode::HelpCpu,
     ];
@@ -150,6 +168,7 @@ impl CoordMode {
             CoordMode::VhostIoprio => "vhost-ioprio",
             CoordMode::StaticCpu => "static-cpu",
             CoordMode::HelpCpu => "help-cpu",
+            CoordMode::Cfsv => "cfsv",
         }
     }
 
@@ -175,7 +194,8 @@ impl CoordMode {
     pub fn resource(self) -> Option<Resource> {
         match self.threads() {
             Threads::None => None,
-            Threads::QemuIo | Threads::Backend => Some(Resource::Io),
+            // CFS-v's precedence is CPU time, given to serve the VM's I/O.
+            Threads::QemuIo | Threads::Backend | Threads::IoRelated => Some(Resource::Io),
             Threads::Vcpu => Some(Resource::Cpu),
         }
     }
@@ -188,6 +208,7 @@ impl CoordMode {
                 Threads::QemuIo
             }
             CoordMode::VhostIoprio => Threads::Backend,
+            CoordMode::Cfsv => Threads::IoRelated,
             CoordMode::StaticCpu | CoordMode::HelpCpu => Threads::Vcpu,
         }
     }
@@ -200,6 +221,7 @@ impl CoordMode {
             CoordMode::HelpWeight => Knob::BfqWeight,
             CoordMode::HelpWr => Knob::BfqRaise,
             CoordMode::VhostIoprio => Knob::RequestIoprio,
+            CoordMode::Cfsv => Knob::CpuPrecedence,
             CoordMode::StaticCpu | CoordMode::HelpCpu => Knob::SchedRr,
         }
     }
@@ -213,6 +235,7 @@ impl CoordMode {
                 When::WhileHelped
             }
             CoordMode::VhostIoprio => When::PerRequest,
+            CoordMode::Cfsv => When::WhileClassified,
         }
     }
 
@@ -361,7 +384,7 @@ mod tests {
         assert_eq!(
             e,
             "unknown coordination mode \"help-io\"; accepted: off, static-rt, help-rt, \
-             help-weight, help-wr, vhost-ioprio, static-cpu, help-cpu"
+             help-weight, help-wr, vhost-ioprio, cfsv, static-cpu, help-cpu"
         );
     }
 
@@ -390,6 +413,11 @@ mod tests {
         assert_eq!(IoprioBoost::for_mode(v), None);
         assert!(v.is_io() && v.marks_requests() && !v.asks_for_help());
         assert_eq!(v.threads(), Threads::Backend);
+        // cfsv: the host classifies and acts by itself, no HELP, no marks.
+        let c = CoordMode::Cfsv;
+        assert_eq!(IoprioBoost::for_mode(c), None);
+        assert!(c.is_io() && !c.is_cpu() && !c.asks_for_help() && !c.marks_requests());
+        assert_eq!(c.knob(), Knob::CpuPrecedence);
     }
 
     #[test]

@@ -181,8 +181,13 @@ impl CoordConfig {
         }
         match self.mode.knob() {
             // `vhost-ioprio` changes no thread: the backend issues each
-            // request from the submitter of its mapped ioprio.
-            Knob::None | Knob::SchedRr | Knob::RequestIoprio => (HostBoost::None, IoPrio::DEFAULT),
+            // request from the submitter of its mapped ioprio. `cfsv`'s CPU
+            // precedence is no I/O knob: the I/O model has no host CPUs
+            // (the simulated CFS-v is the CPU model's, `tandem sim
+            // cfsv-study`), and it never asks for help anyway.
+            Knob::None | Knob::SchedRr | Knob::RequestIoprio | Knob::CpuPrecedence => {
+                (HostBoost::None, IoPrio::DEFAULT)
+            }
             Knob::IoprioRt => (HostBoost::None, BOOST_IOPRIO),
             Knob::BfqWeight => (HostBoost::Weight(self.weight_factor), IoPrio::DEFAULT),
             Knob::BfqRaise => (HostBoost::Raise, IoPrio::DEFAULT),
