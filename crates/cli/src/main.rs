@@ -59,6 +59,7 @@ const EMBEDDED_SCENARIOS: &[(&str, &str)] = &[
         include_str!("../../../scenarios/fanguede-real.toml"),
     ),
     ("xen2tier", include_str!("../../../scenarios/xen2tier.toml")),
+    ("cfsv", include_str!("../../../scenarios/cfsv.toml")),
 ];
 
 #[derive(Parser)]

@@ -4,8 +4,10 @@
 use std::path::{Path, PathBuf};
 
 use clap::Args;
+use cpusched::cfsv_study::published::{Changes, Published};
+use experiment::readers_hashers;
 use experiment::side_by_side::{self, DEFAULT_TOLERANCE};
-use experiment::{CellResult, RunMeta};
+use experiment::{CellResult, CpuSched, RunMeta, VmLayout};
 
 use crate::Failure;
 
@@ -58,6 +60,29 @@ fn run_name(p: &Path) -> String {
         .unwrap_or_else(|| p.display().to_string())
 }
 
+/// A readers-hashers run (scenarios/cfsv.toml) against the CFS-v slides'
+/// figures (reference/cfsv2014.toml): each case that ran under both `cfs`
+/// and `cfs-v` gives its changes.
+fn cfsv_vs_paper(path: &Path, results: &[CellResult]) -> Result<String, Failure> {
+    let usage = |e: String| Failure::Usage(format!("--paper {}: {e}", path.display()));
+    let text = std::fs::read_to_string(path).map_err(|e| usage(format!("cannot read: {e}")))?;
+    let published = Published::from_toml(&text).map_err(usage)?;
+    let case = |layout| {
+        Some([
+            readers_hashers::vm_means(results, layout, CpuSched::Cfs)?,
+            readers_hashers::vm_means(results, layout, CpuSched::CfsV)?,
+        ])
+    };
+    let (separate, mixed) = (case(VmLayout::Separate), case(VmLayout::Mixed));
+    if separate.is_none() && mixed.is_none() {
+        return Err(usage(
+            "the run has no vm_layout with both host_cpu_sched cfs and cfs-v (coordination off)"
+                .into(),
+        ));
+    }
+    Ok(Changes::from_vms(separate, mixed).render(&published))
+}
+
 /// Unreadable or malformed inputs are usage errors (exit code 2).
 pub fn report(a: ReportArgs) -> Result<(), Failure> {
     if let Some(other) = &a.other {
@@ -91,6 +116,12 @@ pub fn report(a: ReportArgs) -> Result<(), Failure> {
     }
     if a.paper.is_empty() {
         print!("{}", experiment::render_tables(&results));
+        return Ok(());
+    }
+    if results.iter().any(readers_hashers::is_readers_hashers) {
+        for path in &a.paper {
+            print!("{}", cfsv_vs_paper(path, &results)?);
+        }
         return Ok(());
     }
     let mut lines = Vec::new();

@@ -104,7 +104,8 @@ pub struct Pool {
 }
 
 /// The results a run writes, in order: one per cell, two for a latency cell
-/// (`latency_avg_us`, `latency_max_us`: [`sim::cpu_bench::cell_results`]).
+/// (`latency_avg_us`, `latency_max_us`), eight for a readers-hashers cell
+/// (four per VM: [`sim::cpu_bench::cell_results`]).
 pub fn planned(cells: &[Cell]) -> Vec<Cell> {
     cells
         .iter()
@@ -117,6 +118,7 @@ fn results_of(c: &Cell) -> usize {
         experiment::Benchmark::Latency => 2,
         // The profile's metric, its p50 and its p99 (`experiment::profile::result_rows`).
         experiment::Benchmark::Profile => 3,
+        experiment::Benchmark::ReadersHashers => experiment::READERS_HASHERS_METRICS.len(),
         _ => 1,
     }
 }

@@ -14,6 +14,8 @@ pub struct Ctx<'a> {
     pub curr: &'a [Option<TaskId>],
     /// The scheduler tick period (1/HZ).
     pub tick_ns: Nanos,
+    /// Hardware threads per core ([`crate::Platform::smt`]).
+    pub smt: usize,
 }
 
 impl Ctx<'_> {

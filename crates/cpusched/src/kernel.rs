@@ -27,6 +27,8 @@ pub struct KernelCfg {
     pub load_tracking: bool,
     /// [`crate::Platform::next_buddy`].
     pub next_buddy: bool,
+    /// [`crate::Platform::smt`] (1 for guests).
+    pub smt: usize,
 }
 
 impl KernelCfg {
@@ -47,7 +49,19 @@ pub struct CpuState {
     pub since: Nanos,
     pub next_balance: Nanos,
     pub switches: u64,
+    /// `rq->idle_stamp`: when the CPU last went idle (3.x `idle_balance()`),
+    /// until a wake-up ends the idle period.
+    pub idle_stamp: Option<Nanos>,
+    /// `rq->avg_idle`: the running average of its idle periods, each
+    /// weighted 1/8 (`update_avg()`), capped at twice the migration cost.
+    pub avg_idle: Nanos,
 }
+
+/// `sysctl_sched_migration_cost` (kernel/sched/core.c, 3.x): 0.5 ms. A CPU
+/// whose idle periods average less skips newly idle balancing
+/// (`idle_balance()`, 3.13+); `rq->avg_idle` starts at twice it
+/// (`sched_init()`) and is capped there (`ttwu_do_wakeup()`).
+pub const MIGRATION_COST_NS: Nanos = 500_000;
 
 /// Something a driver learns from a kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -80,6 +94,7 @@ macro_rules! ctx {
             tasks: &$k.tasks,
             curr: &$k.curr,
             tick_ns: $k.cfg.tick_ns(),
+            smt: $k.cfg.smt,
         }
     };
 }
@@ -95,6 +110,7 @@ impl Kernel {
             .map(|i| CpuState {
                 powered: true,
                 next_balance: i as Nanos * cfg.balance_busy_ns / n as Nanos,
+                avg_idle: 2 * MIGRATION_COST_NS,
                 ..Default::default()
             })
             .collect();
@@ -159,6 +175,9 @@ impl Kernel {
         let prev = self.tasks[t.idx()].cpu;
         let cpu = self.classes[c].select_task_rq(&ctx!(self, now), t, prev);
         self.tasks[t.idx()].cpu = cpu;
+        if how == Enqueue::Wakeup {
+            self.end_idle(cpu, now);
+        }
         self.classes[c].enqueue_task(&ctx!(self, now), cpu, t, how);
         self.check_preempt(cpu, t, now);
     }
@@ -306,6 +325,25 @@ impl Kernel {
     /// `__schedule()`: puts the running task back, picks the next from the
     /// highest class that has one, balances when going idle.
     pub fn schedule(&mut self, cpu: usize, now: Nanos) {
+        self.schedule_gated(cpu, now, true);
+    }
+
+    /// `ttwu_do_wakeup()` (3.13+): a wake-up ends `cpu`'s idle period, which
+    /// enters its `avg_idle`.
+    fn end_idle(&mut self, cpu: usize, now: Nanos) {
+        let st = &mut self.cpus[cpu];
+        if let Some(stamp) = st.idle_stamp.take() {
+            let delta = now.saturating_sub(stamp) as i64;
+            let avg = st.avg_idle as i64;
+            st.avg_idle = ((avg + (delta - avg) / 8).max(0) as Nanos).min(2 * MIGRATION_COST_NS);
+        }
+    }
+
+    /// [`Kernel::schedule`]; `gate`: newly idle balancing is skipped on a
+    /// CPU whose idle periods are short (3.13+ `idle_balance()`, with the
+    /// platform's `load_tracking`, the 3.16 host); the no-HZ kick's
+    /// balancing (`nohz_idle_balance()`, `CPU_IDLE`) has no such gate.
+    fn schedule_gated(&mut self, cpu: usize, now: Nanos, gate: bool) {
         self.settle(cpu, now);
         let prev = self.curr[cpu];
         if let Some(p) = prev {
@@ -316,9 +354,16 @@ impl Kernel {
         }
         let mut next = self.pick(cpu, now);
         if next.is_none() {
-            if let Some((t, src)) = self.pull(cpu, Balance::NewlyIdle, now) {
-                self.migrate(t, src, cpu, now);
-                next = self.pick(cpu, now);
+            if self.cpus[cpu].idle_stamp.is_none() {
+                self.cpus[cpu].idle_stamp = Some(now);
+            }
+            let short = self.cfg.load_tracking && self.cpus[cpu].avg_idle < MIGRATION_COST_NS;
+            if !(gate && short) {
+                if let Some((t, src)) = self.pull(cpu, Balance::NewlyIdle, now) {
+                    self.cpus[cpu].idle_stamp = None;
+                    self.migrate(t, src, cpu, now);
+                    next = self.pick(cpu, now);
+                }
             }
         }
         self.curr[cpu] = next;
@@ -409,7 +454,7 @@ impl Kernel {
             return;
         }
         if let Some(idle) = (0..self.cfg.cpus).find(|&i| self.curr[i].is_none()) {
-            self.schedule(idle, now);
+            self.schedule_gated(idle, now, false);
         }
     }
 

@@ -57,10 +57,15 @@ pub struct Platform {
     /// CFS picks the next buddy a wake-up preemption sets (3.x
     /// `set_next_buddy()`); off on the two presets, as above.
     pub next_buddy: bool,
+    /// Hardware threads per core of the host (SMT siblings: CPU `c` and
+    /// `c + cores / smt` share a core, Linux's enumeration on Intel). 1:
+    /// no SMT. 3.x `select_idle_sibling()` then takes an idle CPU of
+    /// another core only if the whole core is idle.
+    pub smt: usize,
 }
 
 /// The names [`Platform::preset`] knows.
-pub const PRESETS: &[&str] = &["default", "chromebook-2014"];
+pub const PRESETS: &[&str] = &["default", "chromebook-2014", "i7-2600"];
 
 impl Platform {
     /// The coordinated scheduling study's machine: Samsung Chromebook,
@@ -96,6 +101,7 @@ impl Platform {
             rt_runtime_share: true,
             load_tracking: false,
             next_buddy: false,
+            smt: 1,
         }
     }
 
@@ -119,6 +125,7 @@ impl Platform {
             rt_runtime_share: false,
             load_tracking: false,
             next_buddy: false,
+            smt: 1,
         }
     }
 
@@ -127,6 +134,7 @@ impl Platform {
         match name {
             "default" => Ok(Self::default_platform()),
             "chromebook-2014" => Ok(Self::chromebook_2014()),
+            "i7-2600" => Ok(crate::cfsv_study::host_i7_2600()),
             _ => Err(format!(
                 "unknown platform '{name}' (accepted: {})",
                 PRESETS.join(", ")
@@ -146,6 +154,7 @@ impl Platform {
             cpus: self.cores,
             hz: self.hz,
             switch_ns: self.switch_ns,
+            smt: self.smt.max(1),
             ..self.kernel_cfg(self.cores)
         }
     }
@@ -171,6 +180,7 @@ impl Platform {
             rt_runtime_share: self.rt_runtime_share,
             load_tracking: self.load_tracking,
             next_buddy: self.next_buddy,
+            smt: 1,
         }
     }
 }

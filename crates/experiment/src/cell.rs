@@ -60,7 +60,7 @@ impl Cell {
     /// True when the cell runs on the CPU model: latency, and start-up with
     /// hot caches.
     pub fn on_cpu_model(&self) -> bool {
-        self.benchmark == Benchmark::Latency || self.cpu.caches == crate::cpu::Caches::Hot
+        self.benchmark.on_cpu_model() || self.cpu.caches == crate::cpu::Caches::Hot
     }
 
     /// True when VMs other than VM 1 run.
@@ -128,6 +128,11 @@ impl Cell {
                 .profile
                 .map(|p| p.threads.to_string())
                 .unwrap_or_default(),
+            "vm_layout" => self
+                .cpu
+                .vm_layout
+                .map(|l| l.to_string())
+                .unwrap_or_default(),
             _ => return None,
         })
     }
@@ -145,11 +150,12 @@ impl Cell {
 }
 
 /// The CPU matrix keys, in the order cell ids list them.
-const CPU_KEYS: [&str; 4] = [
+const CPU_KEYS: [&str; 5] = [
     "host_cpu_sched",
     "guest_cpu_sched",
     "host_cpu_load",
     "guest_cpu_load",
+    "vm_layout",
 ];
 
 /// FNV-1a, 64 bit (offset basis 0xcbf29ce484222325, prime 0x100000001b3).

@@ -19,10 +19,14 @@ pub enum CpuSched {
     Eevdf,
     /// BFS 0.44x.
     Bfs,
+    /// CFS-v (Shim and Lee, Samsung, 2014) over CFS 3.x: I/O-related threads
+    /// always preempt (`cpusched::cfsv`).
+    #[serde(rename = "cfs-v")]
+    CfsV,
 }
 
 /// The names [`CpuSched::parse`] accepts.
-pub const ACCEPTED_CPU_SCHEDS: &str = "cfs, eevdf, bfs";
+pub const ACCEPTED_CPU_SCHEDS: &str = "cfs, eevdf, bfs, cfs-v";
 
 impl CpuSched {
     pub fn as_str(self) -> &'static str {
@@ -30,6 +34,7 @@ impl CpuSched {
             CpuSched::Cfs => "cfs",
             CpuSched::Eevdf => "eevdf",
             CpuSched::Bfs => "bfs",
+            CpuSched::CfsV => "cfs-v",
         }
     }
 
@@ -38,12 +43,50 @@ impl CpuSched {
             "cfs" => Some(CpuSched::Cfs),
             "eevdf" => Some(CpuSched::Eevdf),
             "bfs" => Some(CpuSched::Bfs),
+            "cfs-v" => Some(CpuSched::CfsV),
             _ => None,
         }
     }
 }
 
 impl fmt::Display for CpuSched {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Where the readers and hashers of the `readers-hashers` benchmark run
+/// (matrix key `vm_layout`; the CFS-v slides' two cases).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum VmLayout {
+    /// VM 1: 32 random-read threads; VM 2: 16 MD5-hashing threads.
+    Separate,
+    /// Two VMs, each with 16 random-read threads and 8 hashing threads.
+    Mixed,
+}
+
+/// The names [`VmLayout::parse`] accepts.
+pub const ACCEPTED_VM_LAYOUTS: &str = "separate, mixed";
+
+impl VmLayout {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VmLayout::Separate => "separate",
+            VmLayout::Mixed => "mixed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<VmLayout> {
+        match s {
+            "separate" => Some(VmLayout::Separate),
+            "mixed" => Some(VmLayout::Mixed),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for VmLayout {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
@@ -111,6 +154,9 @@ pub struct CpuCell {
     pub host_cpu_load: u8,
     /// Busy loops in the guest (0 for native cells).
     pub guest_cpu_load: u8,
+    /// The readers' and hashers' layout (`readers-hashers` cells only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vm_layout: Option<VmLayout>,
 }
 
 impl Default for CpuCell {
@@ -124,6 +170,7 @@ impl Default for CpuCell {
             guest_cpu_sched: None,
             host_cpu_load: 0,
             guest_cpu_load: 0,
+            vm_layout: None,
         }
     }
 }
@@ -161,6 +208,9 @@ impl CpuCell {
         }
         if self.caches == Caches::Hot {
             s.push_str("-hot");
+        }
+        if let Some(l) = self.vm_layout {
+            s.push_str(&format!("-{l}"));
         }
         s
     }

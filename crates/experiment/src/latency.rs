@@ -4,6 +4,7 @@
 //! [`LATENCY_MAX_US`] counter, made two result rows by [`cell_results`];
 //! the cell's cyclictest histogram in the file [`histogram_file_name`].
 
+use crate::result::READERS_HASHERS_METRICS;
 use crate::{Benchmark, Cell, CellResult, Metric, RunResult};
 
 /// The counter that carries a run's maximum latency (us), next to its
@@ -13,8 +14,9 @@ pub const LATENCY_MAX_US: &str = "latency_max_us";
 /// A cell's results from its runs, for `runner` ("sim" or "real"): the
 /// latency benchmark gives two rows, `latency_avg_us` (the runs' averages,
 /// with their counters) and `latency_max_us` (their maxima); the profile
-/// benchmark three ([`crate::profile::result_rows`]); every other benchmark
-/// one, its benchmark's metric.
+/// benchmark three ([`crate::profile::result_rows`]); the readers-hashers
+/// benchmark eight, one per VM and metric, from the runs' counters of those
+/// names; every other benchmark one, its benchmark's metric.
 pub fn cell_results(cell: &Cell, runner: &str, runs: Vec<RunResult>) -> Vec<CellResult> {
     let row = |metric, runs| CellResult {
         cell: cell.clone(),
@@ -28,25 +30,30 @@ pub fn cell_results(cell: &Cell, runner: &str, runs: Vec<RunResult>) -> Vec<Cell
             .map(|(metric, runs)| row(metric, runs))
             .collect();
     }
+    if cell.benchmark == Benchmark::ReadersHashers {
+        return READERS_HASHERS_METRICS
+            .into_iter()
+            .map(|m| row(m, counter_runs(&runs, m.as_str())))
+            .collect();
+    }
     if cell.benchmark != Benchmark::Latency {
         return vec![row(Metric::for_cell(cell), runs)];
     }
-    let max_runs = runs
-        .iter()
-        .map(|r| RunResult {
-            values: r
-                .counters
-                .get(LATENCY_MAX_US)
-                .copied()
-                .into_iter()
-                .collect(),
-            ..RunResult::default()
-        })
-        .collect();
+    let max_runs = counter_runs(&runs, LATENCY_MAX_US);
     vec![
         row(Metric::LatencyAvgUs, runs),
         row(Metric::LatencyMaxUs, max_runs),
     ]
+}
+
+/// Each run's counter `name` as the value of a run of its own.
+fn counter_runs(runs: &[RunResult], name: &str) -> Vec<RunResult> {
+    runs.iter()
+        .map(|r| RunResult {
+            values: r.counters.get(name).copied().into_iter().collect(),
+            ..RunResult::default()
+        })
+        .collect()
 }
 
 /// The histogram file of a latency cell, next to its stat files:

@@ -23,6 +23,7 @@ pub mod plot;
 pub mod procedure;
 pub mod profile;
 pub mod provenance;
+pub mod readers_hashers;
 pub mod result;
 pub mod s_suite;
 pub mod scenario;
@@ -34,7 +35,7 @@ pub mod vocab;
 pub mod workload;
 
 pub use cell::{cell_seed, fnv1a64, splitmix64, Cell, Filter};
-pub use cpu::{Caches, CpuCell, CpuSched};
+pub use cpu::{Caches, CpuCell, CpuSched, VmLayout, ACCEPTED_VM_LAYOUTS};
 pub use incremental::{prepare_out_dir, IncrementalWriter};
 pub use naming::{
     format_g, sanitize_component, stat_file_contents, stat_file_header, stat_file_name,
@@ -52,7 +53,7 @@ pub use paper::{
 pub use plot::{build_chart, idle_reference, plot_files, write_plots, Chart};
 pub use profile::{Profile, ProfileCell};
 pub use provenance::{Host, Provenance, OPTIONS_KEY, PROVENANCE_KEY};
-pub use result::{CellResult, Finished, Metric, RunMeta, RunResult};
+pub use result::{CellResult, Finished, Metric, RunMeta, RunResult, READERS_HASHERS_METRICS};
 pub use scenario::{
     Accepted, Benchmark, Matrix, Scenario, ScenarioError, MATRIX_KEYS, SCENARIO_KEYS,
 };

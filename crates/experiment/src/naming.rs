@@ -112,6 +112,7 @@ pub fn stat_file_name(cell: &Cell) -> String {
         }
         Benchmark::Startup => name.push_str("-lat_thr_stat.txt"),
         Benchmark::Latency => name.push_str("-cyclictest-avg_stat.txt"),
+        Benchmark::ReadersHashers => name.push_str("-readers-hashers_stat.txt"),
         Benchmark::Throughput => {
             name.push('-');
             name.push_str(&secs(cell.duration_s));
@@ -123,7 +124,8 @@ pub fn stat_file_name(cell: &Cell) -> String {
 
 /// The stat file name of one result: [`stat_file_name`], with the latency
 /// benchmark's second metric (`latency_max_us`) in a file of its own
-/// (`-cyclictest-max_stat.txt`).
+/// (`-cyclictest-max_stat.txt`), and each readers-hashers metric in one of
+/// its own (`-readers-hashers-<metric>_stat.txt`).
 pub fn result_stat_file_name(cell: &Cell, metric: Metric) -> String {
     let name = stat_file_name(cell);
     match metric {
@@ -134,6 +136,11 @@ pub fn result_stat_file_name(cell: &Cell, metric: Metric) -> String {
             let main = format!("sec-{}_stat.txt", Metric::for_cell(cell).as_str());
             name.replace(&main, &format!("sec-{}_stat.txt", metric.as_str()))
         }
+        // The readers-hashers benchmark: a file per metric.
+        m if crate::result::READERS_HASHERS_METRICS.contains(&m) => name.replace(
+            "-readers-hashers_stat.txt",
+            &format!("-readers-hashers-{m}_stat.txt"),
+        ),
         _ => name,
     }
 }

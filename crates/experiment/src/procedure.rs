@@ -187,6 +187,8 @@ pub fn run_repetition<H: Host>(
             Some(p) => out = host.profile(&p, cell.duration_s, cell.sample_s)?,
             None => return Err(host.unsupported("benchmark = \"profile\" without a profile")),
         },
+        // Refused by `on_cpu_model` above.
+        Benchmark::ReadersHashers => return Err(host.unsupported(cell.benchmark.as_str())),
     }
     host.finish(&mut out)?;
     Ok(out)
@@ -196,7 +198,9 @@ pub fn run_repetition<H: Host>(
 /// the procedure (start-up with hot caches), named for an error message; `None` for
 /// the procedure's (latency among them: [`Host::latency`]).
 pub fn on_cpu_model(cell: &Cell) -> Option<String> {
-    if cell.benchmark != Benchmark::Latency && cell.on_cpu_model() {
+    if cell.benchmark == Benchmark::ReadersHashers {
+        Some("benchmark = \"readers-hashers\"".to_string())
+    } else if cell.benchmark != Benchmark::Latency && cell.on_cpu_model() {
         Some(format!(
             "benchmark = \"{}\" with caches = \"hot\"",
             cell.benchmark.as_str()

@@ -35,7 +35,38 @@ pub enum Metric {
     /// (`io_latency_p99_ms`).
     #[serde(rename = "io_latency_p99_ms")]
     IoLatencyP99Ms,
+    /// The readers-hashers benchmark, per VM (1 or 2): reads per second,
+    /// their MB/s, the hashers' MD5 MB/s, and the CPU use of the VM's host
+    /// threads in % of one CPU.
+    #[serde(rename = "vm1_iops")]
+    Vm1Iops,
+    #[serde(rename = "vm1_mb_s")]
+    Vm1MbS,
+    #[serde(rename = "vm1_hash_mb_s")]
+    Vm1HashMbS,
+    #[serde(rename = "vm1_cpu_pct")]
+    Vm1CpuPct,
+    #[serde(rename = "vm2_iops")]
+    Vm2Iops,
+    #[serde(rename = "vm2_mb_s")]
+    Vm2MbS,
+    #[serde(rename = "vm2_hash_mb_s")]
+    Vm2HashMbS,
+    #[serde(rename = "vm2_cpu_pct")]
+    Vm2CpuPct,
 }
+
+/// The readers-hashers benchmark's metrics, in the order of its result rows.
+pub const READERS_HASHERS_METRICS: [Metric; 8] = [
+    Metric::Vm1Iops,
+    Metric::Vm1MbS,
+    Metric::Vm1HashMbS,
+    Metric::Vm1CpuPct,
+    Metric::Vm2Iops,
+    Metric::Vm2MbS,
+    Metric::Vm2HashMbS,
+    Metric::Vm2CpuPct,
+];
 
 impl Metric {
     /// `startup_s` or `throughput_mb_s`.
@@ -48,6 +79,14 @@ impl Metric {
             Metric::Tps => "tps",
             Metric::IoLatencyP50Ms => "io_latency_p50_ms",
             Metric::IoLatencyP99Ms => "io_latency_p99_ms",
+            Metric::Vm1Iops => "vm1_iops",
+            Metric::Vm1MbS => "vm1_mb_s",
+            Metric::Vm1HashMbS => "vm1_hash_mb_s",
+            Metric::Vm1CpuPct => "vm1_cpu_pct",
+            Metric::Vm2Iops => "vm2_iops",
+            Metric::Vm2MbS => "vm2_mb_s",
+            Metric::Vm2HashMbS => "vm2_hash_mb_s",
+            Metric::Vm2CpuPct => "vm2_cpu_pct",
         }
     }
 
@@ -61,7 +100,9 @@ impl Metric {
             "tps" => Some(Metric::Tps),
             "io_latency_p50_ms" => Some(Metric::IoLatencyP50Ms),
             "io_latency_p99_ms" => Some(Metric::IoLatencyP99Ms),
-            _ => None,
+            other => READERS_HASHERS_METRICS
+                .into_iter()
+                .find(|m| m.as_str() == other),
         }
     }
 
@@ -75,6 +116,7 @@ impl Metric {
             Benchmark::Throughput => Metric::ThroughputMbS,
             Benchmark::Latency => Metric::LatencyAvgUs,
             Benchmark::Profile => Metric::Tps,
+            Benchmark::ReadersHashers => Metric::Vm1Iops,
         }
     }
 
@@ -94,6 +136,9 @@ impl Metric {
             Metric::LatencyAvgUs | Metric::LatencyMaxUs => "us",
             Metric::Tps => "tps",
             Metric::IoLatencyP50Ms | Metric::IoLatencyP99Ms => "ms",
+            Metric::Vm1Iops | Metric::Vm2Iops => "IOPS",
+            Metric::Vm1MbS | Metric::Vm2MbS | Metric::Vm1HashMbS | Metric::Vm2HashMbS => "MB/s",
+            Metric::Vm1CpuPct | Metric::Vm2CpuPct => "%",
         }
     }
 
@@ -107,6 +152,14 @@ impl Metric {
             Metric::Tps => "Transactions per second",
             Metric::IoLatencyP50Ms => "Median request latency [ms]",
             Metric::IoLatencyP99Ms => "99th-percentile request latency [ms]",
+            Metric::Vm1Iops => "VM 1 I/O rate [IOPS]",
+            Metric::Vm1MbS => "VM 1 I/O rate [MB/s]",
+            Metric::Vm1HashMbS => "VM 1 hashing [MB/s]",
+            Metric::Vm1CpuPct => "VM 1 CPU use [% of a CPU]",
+            Metric::Vm2Iops => "VM 2 I/O rate [IOPS]",
+            Metric::Vm2MbS => "VM 2 I/O rate [MB/s]",
+            Metric::Vm2HashMbS => "VM 2 hashing [MB/s]",
+            Metric::Vm2CpuPct => "VM 2 CPU use [% of a CPU]",
         }
     }
 }

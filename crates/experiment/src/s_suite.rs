@@ -202,6 +202,7 @@ pub fn test_dir(result: &CellResult) -> String {
         Benchmark::Throughput => d.push_str("-throughput"),
         Benchmark::Latency => d.push_str("-latency"),
         Benchmark::Profile => d.push_str("-profile"),
+        Benchmark::ReadersHashers => d.push_str("-readers-hashers"),
     }
     if !c.hypervisor.is_default() {
         d.push_str(&format!("-{}", c.hypervisor.name()));
@@ -248,6 +249,7 @@ pub fn s_file_name(result: &CellResult) -> String {
             secs(c.duration_s),
             result.metric.as_str()
         ),
+        Benchmark::ReadersHashers => format!("{base}-{}_stat.txt", result.metric),
     }
 }
 

@@ -8,7 +8,8 @@ use toml::Value;
 
 use crate::cell::{cell_seed, Cell};
 use crate::cpu::{
-    Caches, CpuCell, CpuSched, ACCEPTED_CPU_SCHEDS, DEFAULT_LOOPS, MAX_CPU_LOAD, MAX_LOOPS,
+    Caches, CpuCell, CpuSched, VmLayout, ACCEPTED_CPU_SCHEDS, ACCEPTED_VM_LAYOUTS, DEFAULT_LOOPS,
+    MAX_CPU_LOAD, MAX_LOOPS,
 };
 use crate::other_vms::{OtherVms, ACCEPTED_OTHER_VMS};
 use crate::profile::{Profile, ProfileCell, DEFAULT_BLOCK_KIB, DEFAULT_READ_SHARE, MAX_BLOCK_KIB};
@@ -28,12 +29,21 @@ pub enum Benchmark {
     /// A file-system benchmark profile (the two-tier I/O scheduler study's
     /// FFSB profiles, [`crate::profile`]).
     Profile,
+    /// 4 KiB `O_DIRECT` random readers beside MD5 hashers in two VMs (the
+    /// CFS-v study, issue 28): per-VM I/O rate, hashing rate and CPU use.
+    #[serde(rename = "readers-hashers")]
+    ReadersHashers,
 }
 
 /// The benchmarks [`Benchmark::parse`] accepts.
-pub const ACCEPTED_BENCHMARKS: &str = "startup, throughput, latency, profile";
+pub const ACCEPTED_BENCHMARKS: &str = "startup, throughput, latency, profile, readers-hashers";
 
 impl Benchmark {
+    /// True for the benchmarks that run on the CPU model whatever the caches.
+    pub fn on_cpu_model(self) -> bool {
+        matches!(self, Benchmark::Latency | Benchmark::ReadersHashers)
+    }
+
     /// `startup` or `throughput`.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -41,6 +51,7 @@ impl Benchmark {
             Benchmark::Throughput => "throughput",
             Benchmark::Latency => "latency",
             Benchmark::Profile => "profile",
+            Benchmark::ReadersHashers => "readers-hashers",
         }
     }
 
@@ -51,6 +62,7 @@ impl Benchmark {
             "throughput" => Some(Benchmark::Throughput),
             "latency" => Some(Benchmark::Latency),
             "profile" => Some(Benchmark::Profile),
+            "readers-hashers" => Some(Benchmark::ReadersHashers),
             _ => None,
         }
     }
@@ -143,6 +155,9 @@ pub struct Matrix {
     /// Their thread counts (`[1]` when the key is absent).
     #[serde(default)]
     pub threads: Vec<u32>,
+    /// Where the readers and hashers run (`readers-hashers` only).
+    #[serde(default)]
+    pub vm_layout: Vec<VmLayout>,
 }
 
 fn default_other_vms() -> Vec<OtherVms> {
@@ -226,6 +241,7 @@ pub const MATRIX_KEYS: &[&str] = &[
     "guest_cpu_load",
     "profile",
     "threads",
+    "vm_layout",
 ];
 
 /// Default values.
@@ -354,10 +370,10 @@ impl Scenario {
         out
     }
 
-    /// True when the cells run on the CPU model: latency, and start-up with hot
-    /// caches.
+    /// True when the cells run on the CPU model: latency, readers and
+    /// hashers, and start-up with hot caches.
     pub fn runs_on_cpu_model(&self) -> bool {
-        self.benchmark == Benchmark::Latency || self.cpu.caches == Caches::Hot
+        self.benchmark.on_cpu_model() || self.cpu.caches == Caches::Hot
     }
 
     /// Number of cells [`Scenario::cells`] returns.
@@ -388,13 +404,16 @@ impl Scenario {
             for gs in &guest_scheds {
                 for hl in or_one(&m.host_cpu_load) {
                     for gl in &guest_loads {
-                        out.push(CpuCell {
-                            host_cpu_sched: hs,
-                            guest_cpu_sched: *gs,
-                            host_cpu_load: hl.unwrap_or(0),
-                            guest_cpu_load: gl.unwrap_or(0),
-                            ..self.cpu.clone()
-                        });
+                        for layout in or_one(&m.vm_layout) {
+                            out.push(CpuCell {
+                                host_cpu_sched: hs,
+                                guest_cpu_sched: *gs,
+                                host_cpu_load: hl.unwrap_or(0),
+                                guest_cpu_load: gl.unwrap_or(0),
+                                vm_layout: layout,
+                                ..self.cpu.clone()
+                            });
+                        }
                     }
                 }
             }
@@ -970,7 +989,8 @@ fn parse_load(s: &str) -> Option<u8> {
 /// The CPU matrix keys, and which cells may use the CPU model's keys and
 /// coordination modes: only latency and hot start-up cells run on it.
 fn check_cpu_matrix(m: &Matrix, benchmark: Benchmark, caches: Caches) -> Result<(), ScenarioError> {
-    let on_cpu = benchmark == Benchmark::Latency || caches == Caches::Hot;
+    check_layout(m, benchmark)?;
+    let on_cpu = benchmark.on_cpu_model() || caches == Caches::Hot;
     // The profile benchmark compares the VM with the real machine, as the
     // study did: native cells beside VM cells are its reference too.
     let native_ok = on_cpu || benchmark == Benchmark::Profile;
@@ -1045,6 +1065,29 @@ fn check_cpu_matrix(m: &Matrix, benchmark: Benchmark, caches: Caches) -> Result<
     Ok(())
 }
 
+/// `matrix.vm_layout` is the `readers-hashers` benchmark's, and that one
+/// needs it (its VMs are the two of the layout, its schedulers the host's).
+fn check_layout(m: &Matrix, benchmark: Benchmark) -> Result<(), ScenarioError> {
+    let key = "matrix.vm_layout";
+    match (benchmark == Benchmark::ReadersHashers, m.vm_layout.is_empty()) {
+        (true, true) => Err(ScenarioError::key(
+            key,
+            format!("missing; the readers-hashers benchmark needs it; accepted: {ACCEPTED_VM_LAYOUTS}"),
+        )),
+        (false, false) => Err(ScenarioError::key(
+            key,
+            format!("set, but only the readers-hashers benchmark has VM layouts; this scenario's benchmark is {benchmark}"),
+        )),
+        (true, false) if !m.guest_cpu_load.is_empty() || !m.host_cpu_load.is_empty() => {
+            Err(ScenarioError::key(
+                "matrix.host_cpu_load",
+                "set, but the readers-hashers benchmark's load is its hashers (vm_layout)",
+            ))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Refuses a matrix of more than [`MAX_CELLS`] cells or [`MAX_RUNS`] runs, counted
 /// before any cell is made.
 fn check_size(m: &Matrix, repetitions: u32) -> Result<(), ScenarioError> {
@@ -1070,7 +1113,9 @@ fn check_size(m: &Matrix, repetitions: u32) -> Result<(), ScenarioError> {
 /// the guest's too.
 fn cell_count(m: &Matrix) -> u64 {
     let n = |l: usize| l.max(1) as u64;
-    let host_cpu = n(m.host_cpu_sched.len()).saturating_mul(n(m.host_cpu_load.len()));
+    let host_cpu = n(m.host_cpu_sched.len())
+        .saturating_mul(n(m.host_cpu_load.len()))
+        .saturating_mul(n(m.vm_layout.len()));
     let guest_cpu = n(m.guest_cpu_sched.len()).saturating_mul(n(m.guest_cpu_load.len()));
     let native = m.guest_sched.iter().filter(|g| g.is_none()).count() as u64;
     let vm = (m.guest_sched.len() as u64 - native)
@@ -1181,6 +1226,7 @@ fn parse_matrix(t: &toml::Table, accepted: &Accepted) -> Result<Matrix, Scenario
         )
     };
     let matrix = Matrix {
+        vm_layout: parse_cpu_list(t, "vm_layout", ACCEPTED_VM_LAYOUTS, VmLayout::parse)?,
         host_cpu_sched: scheds("host_cpu_sched")?,
         guest_cpu_sched: scheds("guest_cpu_sched")?,
         host_cpu_load: loads("host_cpu_load")?,

@@ -197,6 +197,22 @@ fn native_table(members: &[&CellResult]) -> (Vec<Vec<String>>, bool) {
 /// The CPU model's cells (latency, hot start-up) get tables of their own
 /// ([`crate::cpu_table`]), after the others.
 pub fn render_tables(all: &[CellResult]) -> String {
+    // The readers-hashers cells have a table of their own.
+    let (rh, all): (Vec<&CellResult>, Vec<&CellResult>) = all
+        .iter()
+        .partition(|r| crate::readers_hashers::is_readers_hashers(r));
+    let all: Vec<CellResult> = all.into_iter().cloned().collect();
+    let mut out = render_other_tables(&all);
+    if !rh.is_empty() {
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        out.push_str(&crate::readers_hashers::render_table(&rh));
+    }
+    out
+}
+
+fn render_other_tables(all: &[CellResult]) -> String {
     // The CPU model's cells get tables of their own (Figure 1 of the
     // coordinated task scheduling study), after the others.
     let (cpu, io): (Vec<&CellResult>, Vec<&CellResult>) =

@@ -679,6 +679,7 @@ impl procedure::Host for SimHost<'_> {
 pub fn run_repetition(cell: &Cell, opts: &SimOptions, rep: u32) -> Result<RunResult, String> {
     match cell.benchmark {
         Benchmark::Latency => crate::cpu_bench::run_latency_rep(cell, rep).map(|(r, _)| r),
+        Benchmark::ReadersHashers => crate::cpu_bench::run_readers_hashers(cell, rep),
         Benchmark::Startup if cell.on_cpu_model() => crate::cpu_bench::run_hot_startup(cell, rep),
         Benchmark::Startup => run_startup(cell, opts, rep),
         Benchmark::Throughput => run_throughput(cell, opts, rep),

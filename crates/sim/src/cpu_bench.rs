@@ -41,6 +41,7 @@ pub(crate) fn fair(s: CpuSched) -> FairKind {
         CpuSched::Cfs => FairKind::Cfs,
         CpuSched::Eevdf => FairKind::Eevdf,
         CpuSched::Bfs => FairKind::Bfs,
+        CpuSched::CfsV => FairKind::CfsV(cpusched::cfsv::CfsvOptions::default()),
     }
 }
 
@@ -112,6 +113,46 @@ pub fn run_latency_rep(cell: &Cell, rep: u32) -> Result<(RunResult, Histogram), 
 
 /// Runs one repetition of a latency cell and returns the events the CPU
 /// model handled and the simulated time, for `tandem sim bench`.
+/// One run of a readers-hashers cell (the CFS-v study, issue 28) on
+/// `cpusched::cfsv_study`, the one home of its workload: the layout's two
+/// VMs on the cell's platform and host scheduler (guests run CFS), 3 s of
+/// warm-up, then `duration_s` measured. Each VM's figures are counters named
+/// by their metric (`vm1_iops`, ...); [`cell_results`] makes them rows.
+pub fn run_readers_hashers(cell: &Cell, rep: u32) -> Result<RunResult, String> {
+    use cpusched::cfsv_study::{run, Case, StudySetup};
+    let c = &cell.cpu;
+    let case = match c.vm_layout {
+        Some(experiment::VmLayout::Separate) => Case::Separate,
+        Some(experiment::VmLayout::Mixed) => Case::Mixed,
+        None => return Err("a readers-hashers cell needs vm_layout".into()),
+    };
+    if c.guest_cpu_sched.is_some_and(|g| g != CpuSched::Cfs) {
+        return Err(format!(
+            "guest_cpu_sched \"{}\": the readers-hashers guests run cfs",
+            c.guest_sched()
+        ));
+    }
+    let mut s = StudySetup::new(case, fair(c.host_sched()));
+    s.platform = Platform::preset(&c.platform)?;
+    s.measure_ns = (cell.duration_s * 1e9).round() as Nanos;
+    s.seed = repetition_seed(cell.seed, rep);
+    let r = run(&s)?;
+    let mut out = RunResult::default();
+    for (i, v) in r.vms.iter().enumerate() {
+        let vm = i + 1;
+        for (name, x) in [
+            ("iops", v.iops),
+            ("mb_s", v.mb_s),
+            ("hash_mb_s", v.hash_mb_s),
+            ("cpu_pct", v.cpu_pct),
+        ] {
+            out.counters.insert(format!("vm{vm}_{name}"), x);
+        }
+    }
+    out.values.push(r.vms[0].iops);
+    Ok(out)
+}
+
 pub fn count_events(cell: &Cell, rep: u32) -> Result<(u64, Nanos), String> {
     let r = run_latency(&setup(cell, rep)?)?;
     Ok((r.events, r.measured_ns))

@@ -30,6 +30,8 @@ fn cell(device: &str, host: &str) -> Cell {
         duration_s: 60.0,
         sample_s: 2.0,
         seed: 5,
+        profile: None,
+        hypervisor: Default::default(),
     }
 }
 

@@ -52,6 +52,15 @@ pub enum Job {
 #[derive(Clone, Debug)]
 pub struct Server {
     pub task: TaskId,
+    /// What an activation costs besides its jobs: the thread's return from
+    /// its wait and its loop's own work before the first job (QEMU's
+    /// `main_loop_wait()` with its `ppoll()` and event notifier reads, a
+    /// softirq's entry). Jobs queued while it runs share it: they are
+    /// served in the same pass (QEMU's `virtio_blk_handle_output()` pops
+    /// every request of the ring; its thread pool's completion bottom half
+    /// completes every finished request; `blk_done_softirq()` every
+    /// request on its CPU's list).
+    wake_ns: Nanos,
     current: Option<Job>,
     queue: VecDeque<Job>,
     busy: bool,
@@ -59,8 +68,14 @@ pub struct Server {
 
 impl Server {
     pub fn new(task: TaskId) -> Server {
+        Server::with_wake_cost(task, 0)
+    }
+
+    /// A server whose activations cost `wake_ns` besides their jobs.
+    pub fn with_wake_cost(task: TaskId, wake_ns: Nanos) -> Server {
         Server {
             task,
+            wake_ns,
             current: None,
             queue: VecDeque::new(),
             // Spawned with a token burst: its first BurstDone blocks it.
@@ -76,7 +91,7 @@ impl Server {
         }
         self.busy = true;
         self.current = Some(job);
-        m.set_burst(KernelId::HOST, self.task, cost);
+        m.set_burst(KernelId::HOST, self.task, self.wake_ns + cost);
         m.wake(KernelId::HOST, self.task);
     }
 
@@ -95,5 +110,52 @@ impl Server {
             }
         }
         finished
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{CompletionKind, CpuModel};
+    use crate::{FairKind, Platform, TaskSpec, US};
+
+    /// Jobs queued while the server runs share its activation's cost.
+    #[test]
+    fn an_activation_costs_its_wake_cost_once_however_many_jobs() {
+        let mut m = CpuModel::new(Platform::default_platform(), FairKind::Cfs);
+        let spec = TaskSpec {
+            burst: Some(1),
+            ..TaskSpec::busy_loop("server")
+        };
+        let t = m.spawn(KernelId::HOST, spec);
+        let mut s = Server::with_wake_cost(t, 5 * US);
+        let req = |w| Req {
+            vm: 0,
+            reader: TaskId(0),
+            worker: w,
+        };
+        let mut served = 0;
+        let mut first = true;
+        while let Some(at) = m.next_event_time() {
+            for c in m.advance_to(at).to_vec() {
+                if c.kind != CompletionKind::BurstDone || c.task != t {
+                    continue;
+                }
+                if first {
+                    // The token burst: block, then three jobs arrive at once.
+                    s.done(&mut m, |_| 3 * US);
+                    for w in 0..3 {
+                        s.arrive(&mut m, Job::Submit(req(w)), 3 * US);
+                    }
+                    first = false;
+                } else if s.done(&mut m, |_| 3 * US).is_some() {
+                    served += 1;
+                }
+            }
+        }
+        assert_eq!(served, 3);
+        let cpu = m.progress(KernelId::HOST, t);
+        // 1 ns token + 5 us once + 3 x 3 us.
+        assert_eq!(cpu, 1 + 5 * US + 9 * US);
     }
 }

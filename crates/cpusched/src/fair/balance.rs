@@ -10,16 +10,35 @@ use crate::task::TaskId;
 /// (kernel/sched/topology.c `sd_init()`, 3.x `SD_MC_INIT`).
 const IMBALANCE_PCT: u64 = 125;
 
-/// `select_idle_sibling()`: the previous CPU if idle, else an idle CPU of
-/// the shared-cache domain (searched from the previous one on), else the
-/// previous CPU. Wake-affine pulls towards the waker are not modelled:
-/// the wakers here are timers and the driver, not tasks.
+/// `select_idle_sibling()` for a task whose previous CPU is `prev` (the
+/// target: wake-affine pulls towards the waker are not modelled, the
+/// wakers here being timers and drivers): `prev` if idle, else an idle CPU
+/// of the shared-cache domain (searched from `prev` on), else `prev`. With
+/// SMT (`ctx.smt` threads per core: the 3.16 host), as 3.x searches the
+/// shared-cache domain's groups: a core whose threads are all idle (its
+/// first thread), then an idle SMT sibling of `prev`, else `prev`; a CPU
+/// idle while its sibling runs is not taken from another core.
 pub fn select_idle_sibling(ctx: &Ctx, prev: usize) -> usize {
     let n = ctx.nr_cpus();
-    (0..n)
-        .map(|i| (prev + i) % n)
-        .find(|&c| ctx.idle(c))
-        .unwrap_or(prev)
+    if ctx.idle(prev) {
+        return prev;
+    }
+    if ctx.smt <= 1 || !n.is_multiple_of(ctx.smt) {
+        return (0..n)
+            .map(|i| (prev + i) % n)
+            .find(|&c| ctx.idle(c))
+            .unwrap_or(prev);
+    }
+    let cores = n / ctx.smt;
+    let threads = |core: usize| (0..ctx.smt).map(move |t| core + t * cores);
+    let own = prev % cores;
+    let idle_core = (1..cores)
+        .map(|i| (own + i) % cores)
+        .find(|&c| threads(c).all(|cpu| ctx.idle(cpu)));
+    if let Some(c) = idle_core {
+        return c;
+    }
+    threads(own).find(|&c| ctx.idle(c)).unwrap_or(prev)
 }
 
 /// The queued (not running) fair tasks of `cpu`, oldest enqueue first.
@@ -137,5 +156,42 @@ fn one_pass(f: &FairCore, ctx: &Ctx, cpu: usize, why: Balance) -> Pass {
                 .find(|&t| f.task_h_load(t) / 2 <= imbalance)
                 .map_or(Pass::Failed, |t| Pass::Pull(t, busiest))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `busy` CPUs run something (task 0), the others are idle.
+    fn pick(smt: usize, busy: &[usize], prev: usize) -> usize {
+        let curr: Vec<Option<TaskId>> = (0..8)
+            .map(|c| busy.contains(&c).then_some(TaskId(0)))
+            .collect();
+        let ctx = Ctx {
+            now: 0,
+            tasks: &[],
+            curr: &curr,
+            tick_ns: 4_000_000,
+            smt,
+        };
+        select_idle_sibling(&ctx, prev)
+    }
+
+    #[test]
+    fn with_smt_only_a_fully_idle_core_or_a_sibling_is_taken() {
+        // 4 cores x 2 threads: CPU c and c + 4 are siblings.
+        let all_but_3: Vec<usize> = (0..8).filter(|&c| c != 3).collect();
+        // CPU 3 idles beside its busy sibling 7: not taken from core 1.
+        assert_eq!(pick(2, &all_but_3, 1), 1);
+        // Without SMT any idle CPU is.
+        assert_eq!(pick(1, &all_but_3, 1), 3);
+        // From its sibling (7) it is taken.
+        assert_eq!(pick(2, &all_but_3, 7), 3);
+        // A fully idle core (CPUs 2 and 6) is taken, at its first thread.
+        let busy: Vec<usize> = (0..8).filter(|&c| c != 2 && c != 6).collect();
+        assert_eq!(pick(2, &busy, 1), 2);
+        // The previous CPU first when idle.
+        assert_eq!(pick(2, &busy, 6), 6);
     }
 }

@@ -113,6 +113,12 @@ fn chart_title(benchmark: Benchmark, device: &str, members: &[&CellResult]) -> S
         }
         Benchmark::Latency => format!("cyclictest latency on {device} ({})", runners.join(", ")),
         Benchmark::Profile => format!("FFSB-style profiles on {device} ({})", runners.join(", ")),
+        Benchmark::ReadersHashers => {
+            format!(
+                "Readers beside hashers on {device} ({})",
+                runners.join(", ")
+            )
+        }
     }
 }
 
@@ -129,7 +135,10 @@ pub fn chart_for(
         .collect();
     let idle = match file.benchmark {
         Benchmark::Startup => idle_reference(members.iter().copied()),
-        Benchmark::Throughput | Benchmark::Latency | Benchmark::Profile => None,
+        Benchmark::Throughput
+        | Benchmark::Latency
+        | Benchmark::Profile
+        | Benchmark::ReadersHashers => None,
     };
     let title = chart_title(file.benchmark, &file.device, &members);
     build_chart(&title, members, paper, idle)

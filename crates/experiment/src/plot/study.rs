@@ -15,7 +15,11 @@ use crate::result::{CellResult, Metric};
 pub fn figure1_charts(results: &[CellResult]) -> Vec<(String, LineChart)> {
     let cpu: Vec<&CellResult> = results
         .iter()
-        .filter(|r| r.cell.on_cpu_model() && r.metric != Metric::LatencyMaxUs)
+        .filter(|r| {
+            r.cell.on_cpu_model()
+                && r.metric != Metric::LatencyMaxUs
+                && !crate::readers_hashers::is_readers_hashers(r)
+        })
         .collect();
     let mut keys: Vec<Key> = Vec::new();
     for r in &cpu {
