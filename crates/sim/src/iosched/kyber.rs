@@ -183,7 +183,7 @@ impl Kyber {
                 bad = true;
             }
         }
-        for d in 0..DOMAINS {
+        for (d, max_depth) in MAX_DEPTH.into_iter().enumerate() {
             let mut p99 = self.percentile(ctx, d, Lat::Total, 99);
             if bad {
                 p99 = p99.or(self.domain_p99[d]);
@@ -195,7 +195,7 @@ impl Kyber {
             if bad || p99 >= GOOD_BUCKETS {
                 let depth = (self.depth[d] * (p99 as u32 + 1)) >> LATENCY_SHIFT;
                 // `kyber_resize_domain()`: clamped to [1, kyber_depth].
-                self.depth[d] = depth.clamp(1, MAX_DEPTH[d]);
+                self.depth[d] = depth.clamp(1, max_depth);
             }
         }
     }

@@ -1,0 +1,419 @@
+//! FFSB-style profile workloads, for real: N threads doing `O_DIRECT` I/O on
+//! files of their own (thread `i` on file `i`), each op timed. What the
+//! simulator's profile cells model, run on the host (`native::OnHost`) or
+//! in a guest (the agent's `profile` op, `crate::guest`).
+//!
+//! A job is random or sequential, with a share of reads (1 for the read
+//! profiles, 0 for the write ones, in between for the mixed one) and a block
+//! size; each thread issues one request at a time (FFSB's threads do
+//! synchronous I/O), for the job's seconds. The result: operations and
+//! bytes done, per second, and the ops' latency percentiles.
+
+use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::{run_err, Result};
+
+/// `O_DIRECT` needs buffers, offsets and sizes aligned to the logical
+/// block size; 4096 covers every disk (512 and 4K native) and page size.
+pub const ALIGN: usize = 4096;
+
+/// Latency samples kept per thread before they are thinned (every other
+/// sample dropped, and every other one recorded from then on): 2^20
+/// samples, 8 MiB, bounds the memory of a long run while keeping the
+/// percentiles of the whole run (a uniform thinning over time).
+const MAX_SAMPLES: usize = 1 << 20;
+
+/// One profile run.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Job {
+    /// Random offsets (FFSB's random profiles) or sequential ones (each
+    /// thread from the start of its file, wrapping at the end).
+    pub random: bool,
+    /// Share of operations that read, in [0, 1].
+    pub read_share: f64,
+    /// Bytes per operation, a multiple of [`ALIGN`].
+    pub block_bytes: usize,
+    /// Threads, one file each.
+    pub threads: u32,
+    /// How long the threads run.
+    pub secs: f64,
+    /// The offsets' and the read/write choice's seed.
+    pub seed: u64,
+}
+
+impl Job {
+    /// The job's inputs checked before any file is touched.
+    pub fn check(&self) -> Result<()> {
+        if self.block_bytes == 0 || !self.block_bytes.is_multiple_of(ALIGN) {
+            return Err(crate::Error::Usage(format!(
+                "profile: block size {} is not a multiple of {ALIGN} (O_DIRECT)",
+                self.block_bytes
+            )));
+        }
+        if !(0.0..=1.0).contains(&self.read_share) {
+            return Err(crate::Error::Usage(format!(
+                "profile: read share {} is not in [0, 1]",
+                self.read_share
+            )));
+        }
+        if self.threads == 0 || self.secs.is_nan() || self.secs <= 0.0 {
+            return Err(crate::Error::Usage(
+                "profile: needs at least one thread and a positive duration".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What a run measured.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Stats {
+    /// Operations completed (reads and writes).
+    pub ops: u64,
+    /// Bytes moved.
+    pub bytes: u64,
+    /// The run's length, from the threads' start to the last one's end.
+    pub secs: f64,
+    /// Median and 99th percentile of the ops' latency, in microseconds.
+    pub p50_us: f64,
+    pub p99_us: f64,
+    /// Whether the files were opened with `O_DIRECT` (a file system that
+    /// refuses it, tmpfs, gets buffered I/O and says so here).
+    pub direct: bool,
+}
+
+impl Stats {
+    /// Operations per second (FFSB's transactions per second).
+    pub fn tps(&self) -> f64 {
+        self.ops as f64 / self.secs.max(f64::MIN_POSITIVE)
+    }
+
+    /// MB/s (10^6 bytes).
+    pub fn mb_s(&self) -> f64 {
+        self.bytes as f64 / 1e6 / self.secs.max(f64::MIN_POSITIVE)
+    }
+}
+
+/// A buffer aligned for `O_DIRECT` (`Vec` gives no alignment guarantee
+/// beyond the element's).
+struct AlignedBuf {
+    ptr: *mut u8,
+    layout: Layout,
+}
+
+impl AlignedBuf {
+    fn new(len: usize) -> Result<AlignedBuf> {
+        let layout = Layout::from_size_align(len, ALIGN)
+            .map_err(|e| run_err(format!("profile buffer: {e}")))?;
+        // SAFETY: the layout has a non-zero size (checked by Job::check).
+        let ptr = unsafe { alloc_zeroed(layout) };
+        if ptr.is_null() {
+            return Err(run_err("profile buffer: out of memory"));
+        }
+        Ok(AlignedBuf { ptr, layout })
+    }
+
+    fn as_mut(&mut self) -> &mut [u8] {
+        // SAFETY: ptr is a live allocation of layout.size() bytes, owned here.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.layout.size()) }
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        // SAFETY: allocated in new() with this layout.
+        unsafe { dealloc(self.ptr, self.layout) }
+    }
+}
+
+/// Open `path` for the job, with `O_DIRECT` when the file system takes it.
+fn open(path: &Path, write: bool) -> Result<(File, bool)> {
+    let mut o = OpenOptions::new();
+    o.read(true).write(write);
+    match o.clone().custom_flags(libc::O_DIRECT).open(path) {
+        Ok(f) => Ok((f, true)),
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => o
+            .open(path)
+            .map(|f| (f, false))
+            .map_err(|e| run_err(format!("profile: {}: {e}", path.display()))),
+        Err(e) => Err(run_err(format!("profile: {}: {e}", path.display()))),
+    }
+}
+
+/// xorshift64*: the workers' generator, seeded per thread.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    /// Uniform in [0, 1).
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// Latency samples with bounded memory (see [`MAX_SAMPLES`]).
+#[derive(Default)]
+struct Samples {
+    kept: Vec<f64>,
+    stride: u64,
+    seen: u64,
+}
+
+impl Samples {
+    fn record(&mut self, us: f64) {
+        self.stride = self.stride.max(1);
+        if self.seen.is_multiple_of(self.stride) {
+            if self.kept.len() >= MAX_SAMPLES {
+                let mut i = 0;
+                self.kept.retain(|_| {
+                    i += 1;
+                    i % 2 == 1
+                });
+                self.stride *= 2;
+            }
+            self.kept.push(us);
+        }
+        self.seen += 1;
+    }
+}
+
+/// What one thread did.
+struct ThreadOut {
+    ops: u64,
+    bytes: u64,
+    samples: Samples,
+    direct: bool,
+}
+
+/// One thread's loop on `path` until `deadline` (or `stop` says so).
+fn thread_main(
+    path: &Path,
+    job: &Job,
+    index: u64,
+    deadline: Instant,
+    stop: &(dyn Fn() -> bool + Sync),
+) -> Result<ThreadOut> {
+    let write = job.read_share < 1.0;
+    let (f, direct) = open(path, write)?;
+    let size = f
+        .metadata()
+        .map_err(|e| run_err(format!("profile: {}: {e}", path.display())))?
+        .len();
+    let blocks = size / job.block_bytes as u64;
+    if blocks == 0 {
+        return Err(run_err(format!(
+            "profile: {} ({size} bytes) is smaller than one block",
+            path.display()
+        )));
+    }
+    let mut rng = Rng(experiment::splitmix64(job.seed ^ index) | 1);
+    let mut buf = AlignedBuf::new(job.block_bytes)?;
+    buf.as_mut().iter_mut().for_each(|b| *b = rng.next() as u8);
+    let mut out = ThreadOut {
+        ops: 0,
+        bytes: 0,
+        samples: Samples::default(),
+        direct,
+    };
+    let mut next_block = 0u64;
+    while Instant::now() < deadline {
+        // The stop check is cheap but not free: every 64 ops.
+        if out.ops.is_multiple_of(64) && stop() {
+            break;
+        }
+        let block = if job.random {
+            rng.next() % blocks
+        } else {
+            let b = next_block % blocks;
+            next_block = b + 1;
+            b
+        };
+        let off = block * job.block_bytes as u64;
+        let read = job.read_share >= 1.0 || rng.unit() < job.read_share;
+        let t0 = Instant::now();
+        let r = if read {
+            f.read_exact_at(buf.as_mut(), off)
+        } else {
+            f.write_all_at(buf.as_mut(), off)
+        };
+        r.map_err(|e| run_err(format!("profile: {} at {off}: {e}", path.display())))?;
+        out.samples.record(t0.elapsed().as_secs_f64() * 1e6);
+        out.ops += 1;
+        out.bytes += job.block_bytes as u64;
+    }
+    Ok(out)
+}
+
+/// Run `job` on `files` (thread `i` on `files[i]`; at least `threads`
+/// files). `stop` is asked now and then (Ctrl-C).
+pub fn run(files: &[PathBuf], job: &Job, stop: &(dyn Fn() -> bool + Sync)) -> Result<Stats> {
+    job.check()?;
+    if files.len() < job.threads as usize {
+        return Err(run_err(format!(
+            "profile: {} threads need {} files, {} there",
+            job.threads,
+            job.threads,
+            files.len()
+        )));
+    }
+    let t0 = Instant::now();
+    let deadline = t0 + Duration::from_secs_f64(job.secs);
+    let outs: Vec<Result<ThreadOut>> = std::thread::scope(|s| {
+        let handles: Vec<_> = files
+            .iter()
+            .take(job.threads as usize)
+            .enumerate()
+            .map(|(i, p)| s.spawn(move || thread_main(p, job, i as u64, deadline, stop)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(run_err("profile: a thread panicked")))
+            })
+            .collect()
+    });
+    let secs = t0.elapsed().as_secs_f64();
+    let mut stats = Stats {
+        secs,
+        direct: true,
+        ..Stats::default()
+    };
+    let mut lat = Vec::new();
+    for o in outs {
+        let o = o?;
+        stats.ops += o.ops;
+        stats.bytes += o.bytes;
+        stats.direct &= o.direct;
+        // A thread thinned past the cap weighs less than it should in the
+        // pooled percentiles; it takes over 2^20 ops in one run to get there.
+        lat.extend(o.samples.kept);
+    }
+    if !lat.is_empty() {
+        let p = experiment::stats::percentiles(&lat);
+        stats.p50_us = p.median;
+        stats.p99_us = p.p99;
+    }
+    Ok(stats)
+}
+
+/// The guest agent's `profile {job}` op (`crate::guest`): the job on the data
+/// disk's files `file0`, `file1`, ..., its [`Stats`] as the answer's `stats`.
+pub fn agent_op(data: &Path, req: &serde_json::Value) -> Result<serde_json::Value> {
+    let job: Job = serde_json::from_value(req.get("job").cloned().unwrap_or_default())
+        .map_err(|e| crate::Error::Usage(format!("profile: bad job: {e}")))?;
+    let files = data_files(data, job.threads);
+    let stats = run(&files, &job, &|| false)?;
+    Ok(serde_json::json!({"ok": true, "stats": stats}))
+}
+
+/// The files of a profile's threads in `dir`: `file0`, `file1`, ... (the
+/// names the device and the guest disk are filled with).
+pub fn data_files(dir: &Path, threads: u32) -> Vec<PathBuf> {
+    (0..threads).map(|i| dir.join(format!("file{i}"))).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn files(dir: &Path, n: usize, bytes: u64) -> Vec<PathBuf> {
+        (0..n)
+            .map(|i| {
+                let p = dir.join(format!("file{i}"));
+                crate::workers::fill_file(&p, bytes, i as u64 + 1).unwrap();
+                p
+            })
+            .collect()
+    }
+
+    fn job(random: bool, read_share: f64, threads: u32) -> Job {
+        Job {
+            random,
+            read_share,
+            block_bytes: ALIGN,
+            threads,
+            secs: 0.3,
+            seed: 7,
+        }
+    }
+
+    /// Each thread works: ops, bytes = ops x block, rates from them, and
+    /// percentiles in order.
+    #[test]
+    fn threads_count_ops_bytes_and_latencies() {
+        let dir = std::env::temp_dir().join(format!("tandem-profile-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = files(&dir, 2, 1 << 20);
+        for j in [job(true, 1.0, 2), job(false, 0.0, 1), job(true, 0.5, 2)] {
+            let s = run(&f, &j, &|| false).unwrap();
+            assert!(s.ops > 0, "{j:?}: no op");
+            assert_eq!(s.bytes, s.ops * ALIGN as u64);
+            assert!(s.secs >= 0.3 && s.secs < 5.0, "{}", s.secs);
+            assert!((s.tps() - s.ops as f64 / s.secs).abs() < 1e-6);
+            assert!(s.p50_us > 0.0 && s.p50_us <= s.p99_us, "{s:?}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A stop request ends the run early.
+    #[test]
+    fn stop_ends_the_run() {
+        let dir = std::env::temp_dir().join(format!("tandem-profile-stop-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = files(&dir, 1, 1 << 20);
+        let mut j = job(true, 1.0, 1);
+        j.secs = 30.0;
+        let t0 = Instant::now();
+        let s = run(&f, &j, &|| true).unwrap();
+        assert!(t0.elapsed() < Duration::from_secs(5), "{s:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Bad jobs are refused before any file is opened.
+    #[test]
+    fn bad_jobs_are_refused() {
+        let f = [PathBuf::from("/nonexistent/file0")];
+        let mut j = job(true, 1.0, 1);
+        j.block_bytes = 1000;
+        assert!(run(&f, &j, &|| false)
+            .unwrap_err()
+            .to_string()
+            .contains("multiple of 4096"));
+        let mut j = job(true, 1.5, 1);
+        assert!(run(&f, &j, &|| false)
+            .unwrap_err()
+            .to_string()
+            .contains("read share"));
+        j = job(true, 1.0, 2);
+        assert!(run(&f, &j, &|| false)
+            .unwrap_err()
+            .to_string()
+            .contains("2 files"));
+    }
+
+    /// Thinning keeps memory bounded and the samples' spread.
+    #[test]
+    fn samples_are_thinned_past_the_cap() {
+        let mut s = Samples::default();
+        for i in 0..(MAX_SAMPLES as u64 * 3) {
+            s.record(i as f64);
+        }
+        assert!(s.kept.len() <= MAX_SAMPLES);
+        assert!(s.stride >= 2);
+        let last = *s.kept.last().unwrap();
+        assert!(last > (MAX_SAMPLES * 2) as f64, "the late samples are kept");
+    }
+}
