@@ -13,6 +13,7 @@ use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -43,6 +44,9 @@ pub struct Job {
     pub threads: u32,
     /// How long the threads run.
     pub secs: f64,
+    /// The rates are sampled every this many seconds (the cell's
+    /// `sample_s`): `secs / sample_s` samples, at least one.
+    pub sample_s: f64,
     /// The offsets' and the read/write choice's seed.
     pub seed: u64,
 }
@@ -62,9 +66,10 @@ impl Job {
                 self.read_share
             )));
         }
-        if self.threads == 0 || self.secs.is_nan() || self.secs <= 0.0 {
+        let positive = |x: f64| x.is_finite() && x > 0.0;
+        if self.threads == 0 || !positive(self.secs) || !positive(self.sample_s) {
             return Err(crate::Error::Usage(
-                "profile: needs at least one thread and a positive duration".into(),
+                "profile: needs at least one thread, a positive duration and sample period".into(),
             ));
         }
         Ok(())
@@ -86,6 +91,10 @@ pub struct Stats {
     /// Whether the files were opened with `O_DIRECT` (a file system that
     /// refuses it, tmpfs, gets buffered I/O and says so here).
     pub direct: bool,
+    /// Operations and bytes completed in each sample period.
+    pub samples: Vec<(u64, u64)>,
+    /// The sample period (s).
+    pub sample_s: f64,
 }
 
 impl Stats {
@@ -97,6 +106,21 @@ impl Stats {
     /// MB/s (10^6 bytes).
     pub fn mb_s(&self) -> f64 {
         self.bytes as f64 / 1e6 / self.secs.max(f64::MIN_POSITIVE)
+    }
+
+    /// Each sample's rate: operations per second, or MB/s when `mb_s`.
+    pub fn sample_rates(&self, mb_s: bool) -> Vec<f64> {
+        let per = self.sample_s.max(f64::MIN_POSITIVE);
+        self.samples
+            .iter()
+            .map(|&(ops, bytes)| {
+                if mb_s {
+                    bytes as f64 / 1e6 / per
+                } else {
+                    ops as f64 / per
+                }
+            })
+            .collect()
     }
 }
 
@@ -203,7 +227,7 @@ fn thread_main(
     job: &Job,
     index: u64,
     deadline: Instant,
-    stop: &(dyn Fn() -> bool + Sync),
+    shared: &Shared,
 ) -> Result<ThreadOut> {
     let write = job.read_share < 1.0;
     let (f, direct) = open(path, write)?;
@@ -230,7 +254,7 @@ fn thread_main(
     let mut next_block = 0u64;
     while Instant::now() < deadline {
         // The stop check is cheap but not free: every 64 ops.
-        if out.ops.is_multiple_of(64) && stop() {
+        if out.ops.is_multiple_of(64) && shared.stopped() {
             break;
         }
         let block = if job.random {
@@ -252,8 +276,51 @@ fn thread_main(
         out.samples.record(t0.elapsed().as_secs_f64() * 1e6);
         out.ops += 1;
         out.bytes += job.block_bytes as u64;
+        shared.ops.fetch_add(1, Ordering::Relaxed);
+        shared
+            .bytes
+            .fetch_add(job.block_bytes as u64, Ordering::Relaxed);
     }
     Ok(out)
+}
+
+/// What the threads and the sampler share.
+struct Shared<'a> {
+    ops: AtomicU64,
+    bytes: AtomicU64,
+    /// Set when a thread failed or the sampler was told to stop.
+    halt: AtomicBool,
+    stop: &'a (dyn Fn() -> bool + Sync),
+}
+
+impl Shared<'_> {
+    fn stopped(&self) -> bool {
+        self.halt.load(Ordering::Relaxed) || (self.stop)()
+    }
+}
+
+/// The sampler (the calling thread): the counters' deltas at each sample
+/// boundary until the deadline or a stop.
+fn sample(shared: &Shared, t0: Instant, job: &Job) -> Vec<(u64, u64)> {
+    let n = (job.secs / job.sample_s).floor().max(1.0) as u32;
+    let mut out = Vec::new();
+    let (mut last_ops, mut last_bytes) = (0, 0);
+    for k in 1..=n {
+        let due = t0 + Duration::from_secs_f64(job.sample_s * f64::from(k));
+        while Instant::now() < due {
+            if shared.stopped() {
+                return out;
+            }
+            std::thread::sleep((due - Instant::now()).min(Duration::from_millis(50)));
+        }
+        let (ops, bytes) = (
+            shared.ops.load(Ordering::Relaxed),
+            shared.bytes.load(Ordering::Relaxed),
+        );
+        out.push((ops - last_ops, bytes - last_bytes));
+        (last_ops, last_bytes) = (ops, bytes);
+    }
+    out
 }
 
 /// Run `job` on `files` (thread `i` on `files[i]`; at least `threads`
@@ -268,27 +335,47 @@ pub fn run(files: &[PathBuf], job: &Job, stop: &(dyn Fn() -> bool + Sync)) -> Re
             files.len()
         )));
     }
+    let shared = Shared {
+        ops: AtomicU64::new(0),
+        bytes: AtomicU64::new(0),
+        halt: AtomicBool::new(false),
+        stop,
+    };
+    let n = (job.secs / job.sample_s).floor().max(1.0);
     let t0 = Instant::now();
-    let deadline = t0 + Duration::from_secs_f64(job.secs);
-    let outs: Vec<Result<ThreadOut>> = std::thread::scope(|s| {
+    let deadline = t0 + Duration::from_secs_f64(job.sample_s * n);
+    let (outs, samples) = std::thread::scope(|s| {
+        let shared = &shared;
         let handles: Vec<_> = files
             .iter()
             .take(job.threads as usize)
             .enumerate()
-            .map(|(i, p)| s.spawn(move || thread_main(p, job, i as u64, deadline, stop)))
+            .map(|(i, p)| {
+                s.spawn(move || {
+                    let r = thread_main(p, job, i as u64, deadline, shared);
+                    if r.is_err() {
+                        shared.halt.store(true, Ordering::Relaxed);
+                    }
+                    r
+                })
+            })
             .collect();
-        handles
+        let samples = sample(shared, t0, job);
+        let outs: Vec<Result<ThreadOut>> = handles
             .into_iter()
             .map(|h| {
                 h.join()
                     .unwrap_or_else(|_| Err(run_err("profile: a thread panicked")))
             })
-            .collect()
+            .collect();
+        (outs, samples)
     });
     let secs = t0.elapsed().as_secs_f64();
     let mut stats = Stats {
         secs,
         direct: true,
+        samples,
+        sample_s: job.sample_s,
         ..Stats::default()
     };
     let mut lat = Vec::new();
@@ -345,7 +432,8 @@ mod tests {
             read_share,
             block_bytes: ALIGN,
             threads,
-            secs: 0.3,
+            secs: 0.4,
+            sample_s: 0.2,
             seed: 7,
         }
     }
@@ -361,9 +449,21 @@ mod tests {
             let s = run(&f, &j, &|| false).unwrap();
             assert!(s.ops > 0, "{j:?}: no op");
             assert_eq!(s.bytes, s.ops * ALIGN as u64);
-            assert!(s.secs >= 0.3 && s.secs < 5.0, "{}", s.secs);
+            assert!(s.secs >= 0.4 && s.secs < 5.0, "{}", s.secs);
             assert!((s.tps() - s.ops as f64 / s.secs).abs() < 1e-6);
             assert!(s.p50_us > 0.0 && s.p50_us <= s.p99_us, "{s:?}");
+            // Two samples of 0.2 s, which add up to (almost) every op: the
+            // ops finishing after the last sample are not in one.
+            assert_eq!(s.samples.len(), 2);
+            let sampled: u64 = s.samples.iter().map(|x| x.0).sum();
+            assert!(
+                sampled <= s.ops && sampled + 2 * j.threads as u64 >= s.ops,
+                "{s:?}"
+            );
+            let rates = s.sample_rates(false);
+            assert!((rates[0] - s.samples[0].0 as f64 * 5.0).abs() < 1e-6);
+            let mb = s.sample_rates(true);
+            assert!((mb[1] - s.samples[1].1 as f64 / 2e5).abs() < 1e-6);
         }
         std::fs::remove_dir_all(&dir).unwrap();
     }
