@@ -16,6 +16,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use experiment::profile::{ProfileCell, IO_LATENCY_P50_MS, IO_LATENCY_P99_MS};
+use experiment::RunResult;
 use serde::{Deserialize, Serialize};
 
 use crate::{run_err, Result};
@@ -394,6 +396,73 @@ pub fn run(files: &[PathBuf], job: &Job, stop: &(dyn Fn() -> bool + Sync)) -> Re
         stats.p99_us = p.p99;
     }
     Ok(stats)
+}
+
+/// The job of a profile cell's run: `p`'s threads, block size and read
+/// share, random unless sequential, for `duration_s` sampled every
+/// `sample_s`.
+pub fn job_of(p: &ProfileCell, duration_s: f64, sample_s: f64, seed: u64) -> Job {
+    Job {
+        random: !p.profile.is_sequential(),
+        read_share: f64::from(p.read_pct()) / 100.0,
+        block_bytes: p.block_bytes() as usize,
+        threads: p.threads,
+        secs: duration_s,
+        sample_s,
+        seed,
+    }
+}
+
+/// A run's result as the procedure wants it ([`experiment::procedure::Host::profile`]):
+/// the profile's metric in each sample (tps, or MB/s for the sequential
+/// profiles), the latency percentiles in ms as counters, and whether the
+/// files were opened with `O_DIRECT` (1 or 0).
+pub fn run_result(p: &ProfileCell, s: &Stats) -> RunResult {
+    let mut out = RunResult {
+        values: s.sample_rates(p.profile.is_sequential()),
+        ..RunResult::default()
+    };
+    out.counters
+        .insert(IO_LATENCY_P50_MS.into(), s.p50_us / 1000.0);
+    out.counters
+        .insert(IO_LATENCY_P99_MS.into(), s.p99_us / 1000.0);
+    out.counters
+        .insert("o_direct".into(), if s.direct { 1.0 } else { 0.0 });
+    out
+}
+
+/// A profile run on the host (native cells): `files` are the device's.
+pub(crate) fn run_native(
+    files: &[PathBuf],
+    p: &ProfileCell,
+    duration_s: f64,
+    sample_s: f64,
+    seed: u64,
+) -> Result<RunResult> {
+    let job = job_of(p, duration_s, sample_s, seed);
+    let stats = run(files, &job, &|| crate::check_interrupted().is_err())?;
+    crate::check_interrupted()?;
+    Ok(run_result(p, &stats))
+}
+
+/// A profile run in the guest, through the agent's `profile` op.
+pub(crate) fn run_in_guest(
+    guest: &mut crate::vm::Guest,
+    p: &ProfileCell,
+    duration_s: f64,
+    sample_s: f64,
+    seed: u64,
+) -> Result<RunResult> {
+    let job = job_of(p, duration_s, sample_s, seed);
+    let a = guest.call(
+        serde_json::json!({"op": "profile", "job": job}),
+        // The guest runs the whole job before it answers; a slow (TCG) guest
+        // needs time to start and join its threads too.
+        Some(Duration::from_secs_f64(duration_s + 60.0)),
+    )?;
+    let stats: Stats = serde_json::from_value(a.get("stats").cloned().unwrap_or_default())
+        .map_err(|e| run_err(format!("the guest's profile answer {a}: {e}")))?;
+    Ok(run_result(p, &stats))
 }
 
 /// The guest agent's `profile {job}` op (`crate::guest`): the job on the data

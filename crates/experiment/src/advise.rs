@@ -20,8 +20,10 @@
 
 use std::fmt::Write as _;
 
+use crate::profile::Profile;
+use crate::scenario::Benchmark;
 use crate::stats::{summarize, Summary};
-use crate::IoSched;
+use crate::{Cell, CellResult, Device, IoSched, Metric};
 
 /// What the advice optimizes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -82,8 +84,8 @@ impl Source {
 pub struct RunFigures {
     /// tps (random and mixed profiles) or MB/s (sequential ones).
     pub rate: f64,
-    pub p50_us: f64,
-    pub p99_us: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
 }
 
 /// One host x guest pair, its figures over its runs.
@@ -93,8 +95,8 @@ pub struct Row {
     pub guest: IoSched,
     pub source: Source,
     pub rate: Summary,
-    pub p50_us: Summary,
-    pub p99_us: Summary,
+    pub p50_ms: Summary,
+    pub p99_ms: Summary,
 }
 
 impl Row {
@@ -106,8 +108,8 @@ impl Row {
             guest,
             source,
             rate: of(|r| r.rate),
-            p50_us: of(|r| r.p50_us),
-            p99_us: of(|r| r.p99_us),
+            p50_ms: of(|r| r.p50_ms),
+            p99_ms: of(|r| r.p99_ms),
         }
     }
 }
@@ -120,7 +122,7 @@ fn below(a: &Summary, b: &Summary) -> bool {
 /// Whether row `r` is significantly worse than `best` for `objective`.
 fn worse(objective: Objective, r: &Row, best: &Row) -> bool {
     let rate = below(&r.rate, &best.rate);
-    let lat = below(&best.p99_us, &r.p99_us);
+    let lat = below(&best.p99_ms, &r.p99_ms);
     match objective {
         Objective::Throughput => rate,
         Objective::Latency => lat,
@@ -197,10 +199,10 @@ impl Advice {
 fn score(objective: Objective, r: &Row, best_rate: f64, best_p99: f64) -> f64 {
     match objective {
         Objective::Throughput => r.rate.mean,
-        Objective::Latency => -r.p99_us.mean,
+        Objective::Latency => -r.p99_ms.mean,
         Objective::Fair => {
             let a = r.rate.mean / best_rate.max(f64::MIN_POSITIVE);
-            let b = best_p99 / r.p99_us.mean.max(f64::MIN_POSITIVE);
+            let b = best_p99 / r.p99_ms.mean.max(f64::MIN_POSITIVE);
             (a * b).sqrt()
         }
     }
@@ -210,7 +212,7 @@ fn score(objective: Objective, r: &Row, best_rate: f64, best_p99: f64) -> f64 {
 /// `latency`. Percent lost by `r` against `best` (positive: worse).
 fn loss_pct(objective: Objective, r: &Row, best: &Row) -> f64 {
     match objective {
-        Objective::Latency => (r.p99_us.mean / best.p99_us.mean - 1.0) * 100.0,
+        Objective::Latency => (r.p99_ms.mean / best.p99_ms.mean - 1.0) * 100.0,
         _ => (1.0 - r.rate.mean / best.rate.mean) * 100.0,
     }
 }
@@ -223,7 +225,7 @@ pub fn decide(mut rows: Vec<Row>, objective: Objective) -> Result<Advice, String
     }
     if let Some(r) = rows
         .iter()
-        .find(|r| !(r.rate.mean.is_finite() && r.p99_us.mean.is_finite()))
+        .find(|r| !(r.rate.mean.is_finite() && r.p99_ms.mean.is_finite()))
     {
         return Err(format!(
             "host {} x guest {}: no figures (a pair without runs?)",
@@ -233,7 +235,7 @@ pub fn decide(mut rows: Vec<Row>, objective: Objective) -> Result<Advice, String
     let best_rate = rows.iter().map(|r| r.rate.mean).fold(0.0, f64::max);
     let best_p99 = rows
         .iter()
-        .map(|r| r.p99_us.mean)
+        .map(|r| r.p99_ms.mean)
         .fold(f64::INFINITY, f64::min);
     // Best first; equal scores keep the input's order (stable sort).
     rows.sort_by(|a, b| {
@@ -327,11 +329,11 @@ pub fn render(a: &Advice, what: &str, unit: RateUnit) -> String {
     );
     let _ = writeln!(
         s,
-        "  expected: {} {}, p50 {} us, p99 {} us (95% intervals over {} {} run(s))",
+        "  expected: {} {}, p50 {} ms, p99 {} ms (95% intervals over {} {} run(s))",
         with_ci(&b.rate, 1),
         unit.as_str(),
-        with_ci(&b.p50_us, 0),
-        with_ci(&b.p99_us, 0),
+        with_ci(&b.p50_ms, 2),
+        with_ci(&b.p99_ms, 2),
         b.rate.n,
         b.source.as_str()
     );
@@ -356,8 +358,8 @@ pub fn render(a: &Advice, what: &str, unit: RateUnit) -> String {
         "host",
         "guest",
         unit.as_str(),
-        "p50 us",
-        "p99 us",
+        "p50 ms",
+        "p99 ms",
         "runs"
     );
     for r in &a.table {
@@ -367,8 +369,8 @@ pub fn render(a: &Advice, what: &str, unit: RateUnit) -> String {
             r.host.to_string(),
             r.guest.to_string(),
             with_ci(&r.rate, 1),
-            with_ci(&r.p50_us, 0),
-            with_ci(&r.p99_us, 0),
+            with_ci(&r.p50_ms, 2),
+            with_ci(&r.p99_ms, 2),
             format!(
                 "{}{}",
                 r.rate.n,
@@ -408,6 +410,156 @@ fn old_words(a: &Advice) -> String {
     s
 }
 
+/// What advice is asked for: a profile with its threads, on a device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Query {
+    pub profile: Profile,
+    pub threads: u32,
+    pub device: Device,
+}
+
+impl Query {
+    /// `ffsb-randread, 8 threads, hdd-1.8in`.
+    pub fn describe(&self) -> String {
+        format!(
+            "{}, {} thread{}, {}",
+            self.profile,
+            self.threads,
+            if self.threads == 1 { "" } else { "s" },
+            self.device
+        )
+    }
+
+    /// The unit of the profile's rate.
+    pub fn unit(&self) -> RateUnit {
+        if self.profile.is_sequential() {
+            RateUnit::MbS
+        } else {
+            RateUnit::Tps
+        }
+    }
+
+    fn matches(&self, c: &Cell) -> bool {
+        c.benchmark == Benchmark::Profile
+            && c.device == self.device
+            && c.profile
+                .is_some_and(|p| p.profile == self.profile && p.threads == self.threads)
+    }
+}
+
+/// A profile as the command line may name it: `randread` or `ffsb-randread`.
+pub fn parse_profile(s: &str) -> Result<Profile, String> {
+    let full = if s.starts_with("ffsb-") {
+        s.to_string()
+    } else {
+        format!("ffsb-{s}")
+    };
+    full.parse::<Profile>().map_err(|_| {
+        format!(
+            "unknown profile {s:?}; accepted: {} (or without the ffsb- prefix)",
+            crate::profile::accepted_profiles()
+        )
+    })
+}
+
+/// Every query the results hold (VM profile cells), in order.
+pub fn queries_in(results: &[CellResult]) -> Vec<Query> {
+    let mut out: Vec<Query> = results
+        .iter()
+        .filter(|r| !r.cell.is_native() && r.cell.benchmark == Benchmark::Profile)
+        .filter_map(|r| {
+            r.cell.profile.map(|p| Query {
+                profile: p.profile,
+                threads: p.threads,
+                device: r.cell.device,
+            })
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// The rows of `q` in `results` (simulated and real alike; the runner of
+/// each result names its source): one per host x guest pair and runner, its
+/// runs' rates from the profile's metric and their latencies from the p50
+/// and p99 rows of the same cell. Native cells and cells with background
+/// workloads or other VMs are left out (the advice is for the profile
+/// alone).
+pub fn rows_from_results(results: &[CellResult], q: &Query) -> Vec<Row> {
+    let metric = q.profile.metric();
+    let mut rows = Vec::new();
+    for main in results.iter().filter(|r| {
+        r.metric == metric
+            && q.matches(&r.cell)
+            && !r.cell.is_native()
+            && r.cell.host_workload.is_none()
+            && r.cell.guest_workload.is_none_or(|w| w.is_none())
+            && !r.cell.has_other_vms()
+    }) {
+        let Some(guest) = main.cell.guest_sched else {
+            continue;
+        };
+        let lat = |m: Metric| {
+            results
+                .iter()
+                .find(|r| r.metric == m && r.runner == main.runner && r.cell == main.cell)
+        };
+        let (Some(p50), Some(p99)) = (lat(Metric::IoLatencyP50Ms), lat(Metric::IoLatencyP99Ms))
+        else {
+            continue;
+        };
+        let runs: Vec<RunFigures> = main
+            .runs
+            .iter()
+            .zip(p50.runs.iter().zip(&p99.runs))
+            .filter_map(|(m, (a, b))| {
+                Some(RunFigures {
+                    rate: m.mean()?,
+                    p50_ms: a.mean()?,
+                    p99_ms: b.mean()?,
+                })
+            })
+            .collect();
+        if runs.is_empty() {
+            continue;
+        }
+        let source = if main.runner == "real" {
+            Source::Real
+        } else {
+            Source::Simulated
+        };
+        rows.push(Row::from_runs(main.cell.host_sched, guest, source, &runs));
+    }
+    rows
+}
+
+/// The schedulers advise sweeps in the host and the guest: today's blk-mq
+/// ones.
+pub const MODERN: [IoSched; 4] = [IoSched::None, IoSched::MqDeadline, IoSched::Bfq, IoSched::Kyber];
+
+/// The scenario of advise's own simulated sweep for `q`: host x guest over
+/// [`MODERN`], `repetitions` runs of `duration_s` each (1 s samples).
+pub fn sweep_scenario(q: &Query, repetitions: u32, duration_s: f64) -> String {
+    let list = |v: &[IoSched]| {
+        v.iter()
+            .map(|s| format!("\"{s}\""))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    format!(
+        "name = \"advise\"\nbenchmark = \"profile\"\nrepetitions = {repetitions}\n\
+         duration_s = {duration_s}\nsample_s = 1\nseed = 1\n\n[matrix]\n\
+         device = [\"{}\"]\nhost_sched = [{}]\nguest_sched = [{}]\n\
+         profile = [\"{}\"]\nthreads = [{}]\n",
+        q.device,
+        list(&MODERN),
+        list(&MODERN),
+        q.profile,
+        q.threads
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -418,8 +570,8 @@ mod tests {
             .enumerate()
             .map(|(i, &r)| RunFigures {
                 rate: r,
-                p50_us: p99 / 4.0,
-                p99_us: p99 + i as f64,
+                p50_ms: p99 / 4.0,
+                p99_ms: p99 + i as f64,
             })
             .collect()
     }
