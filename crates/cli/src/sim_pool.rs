@@ -113,10 +113,11 @@ pub fn planned(cells: &[Cell]) -> Vec<Cell> {
 }
 
 fn results_of(c: &Cell) -> usize {
-    if c.benchmark == experiment::Benchmark::Latency {
-        2
-    } else {
-        1
+    match c.benchmark {
+        experiment::Benchmark::Latency => 2,
+        // The profile's metric, its p50 and its p99 (`experiment::profile::result_rows`).
+        experiment::Benchmark::Profile => 3,
+        _ => 1,
     }
 }
 

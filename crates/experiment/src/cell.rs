@@ -4,8 +4,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::cpu::CpuCell;
 use crate::other_vms::OtherVms;
+use crate::profile::ProfileCell;
 use crate::scenario::{Benchmark, MATRIX_KEYS};
-use crate::vocab::{CoordMode, Device, IoSched};
+use crate::vocab::{CoordMode, Device, Hypervisor, IoSched};
 use crate::workload::WorkloadSpec;
 
 /// One point of a scenario's matrix, with everything a runner needs to run it.
@@ -31,6 +32,14 @@ pub struct Cell {
     /// `results.json`.
     #[serde(default, skip_serializing_if = "CpuCell::is_default")]
     pub cpu: CpuCell,
+    /// The profile a `benchmark = "profile"` cell runs (`None` for other
+    /// benchmarks, and then left out of `results.json`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<ProfileCell>,
+    /// The hypervisor of VM cells; `kvm`, the default, is left out of
+    /// `results.json`.
+    #[serde(default, skip_serializing_if = "Hypervisor::is_default")]
+    pub hypervisor: Hypervisor,
     pub benchmark: Benchmark,
     pub app: String,
     pub iterations: u32,
@@ -87,6 +96,10 @@ impl Cell {
             }
         }
         parts.push(format!("coordination={}", self.coordination));
+        if let Some(p) = self.profile {
+            parts.push(format!("profile={}", p.profile));
+            parts.push(format!("threads={}", p.threads));
+        }
         parts.join(" ")
     }
 
@@ -107,6 +120,14 @@ impl Cell {
             "guest_cpu_sched" => self.cpu.guest_sched().as_str().to_string(),
             "guest_cpu_load" if self.is_native() => String::new(),
             "guest_cpu_load" => self.cpu.guest_cpu_load.to_string(),
+            "profile" => self
+                .profile
+                .map(|p| p.profile.to_string())
+                .unwrap_or_default(),
+            "threads" => self
+                .profile
+                .map(|p| p.threads.to_string())
+                .unwrap_or_default(),
             _ => return None,
         })
     }
@@ -191,6 +212,16 @@ pub fn cell_seed(scenario_seed: u64, cell: &Cell) -> u64 {
     if !cell.cpu.is_default() {
         bytes.push(0x1f);
         bytes.extend_from_slice(cell.cpu.file_part(!cell.is_native()).as_bytes());
+    }
+    // The profile (with its threads, block size and share) and a hypervisor
+    // other than the default likewise.
+    if let Some(p) = cell.profile {
+        bytes.push(0x1f);
+        bytes.extend_from_slice(p.file_part().as_bytes());
+    }
+    if !cell.hypervisor.is_default() {
+        bytes.push(0x1f);
+        bytes.extend_from_slice(cell.hypervisor.name().as_bytes());
     }
     splitmix64(scenario_seed ^ splitmix64(fnv1a64(&bytes)))
 }

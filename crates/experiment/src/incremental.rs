@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 use crate::cell::Cell;
 use crate::naming::{result_stat_file_name, stat_file_name};
 use crate::output::{
-    csv_header, csv_record, csv_writer, stat_file_paths_of, write_outputs, write_results_json,
+    csv_header, csv_profile_fields, csv_record, csv_writer, stat_file_paths_of, write_outputs,
+    write_results_json, CSV_PROFILE_COLUMNS,
 };
 use crate::provenance::{utc_now, Provenance};
 use crate::result::{CellResult, RunMeta};
@@ -47,6 +48,8 @@ pub struct IncrementalWriter {
     provenance: Provenance,
     csv: csv::Writer<File>,
     stat_paths: Vec<String>,
+    /// Whether the rows carry [`CSV_PROFILE_COLUMNS`].
+    profiles: bool,
     done: Vec<Option<CellResult>>,
     last_json: Instant,
 }
@@ -65,7 +68,12 @@ impl IncrementalWriter {
         let file = File::create(&path)
             .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
         let mut csv = csv_writer(file);
-        csv.write_record(csv_header())?;
+        let profiles = planned.iter().any(|c| c.profile.is_some());
+        let mut header = csv_header();
+        if profiles {
+            header.extend_from_slice(CSV_PROFILE_COLUMNS);
+        }
+        csv.write_record(header)?;
         csv.flush()?;
         let mut w = IncrementalWriter {
             dir: dir.to_path_buf(),
@@ -73,6 +81,7 @@ impl IncrementalWriter {
             provenance,
             csv,
             stat_paths: stat_file_paths_of(planned.iter()),
+            profiles,
             done: vec![None; planned.len()],
             last_json: Instant::now(),
         };
@@ -89,7 +98,11 @@ impl IncrementalWriter {
             &stat_file_name(&result.cell),
             &result_stat_file_name(&result.cell, result.metric),
         );
-        self.csv.write_record(csv_record(&result, &path))?;
+        let mut record = csv_record(&result, &path);
+        if self.profiles {
+            record.extend(csv_profile_fields(&result.cell));
+        }
+        self.csv.write_record(record)?;
         self.csv.flush()?;
         self.done[index] = Some(result);
         if self.last_json.elapsed() >= JSON_EVERY {

@@ -12,8 +12,9 @@ pub const LATENCY_MAX_US: &str = "latency_max_us";
 
 /// A cell's results from its runs, for `runner` ("sim" or "real"): the
 /// latency benchmark gives two rows, `latency_avg_us` (the runs' averages,
-/// with their counters) and `latency_max_us` (their maxima); every other
-/// benchmark one, its benchmark's metric.
+/// with their counters) and `latency_max_us` (their maxima); the profile
+/// benchmark three ([`crate::profile::result_rows`]); every other benchmark
+/// one, its benchmark's metric.
 pub fn cell_results(cell: &Cell, runner: &str, runs: Vec<RunResult>) -> Vec<CellResult> {
     let row = |metric, runs| CellResult {
         cell: cell.clone(),
@@ -21,8 +22,14 @@ pub fn cell_results(cell: &Cell, runner: &str, runs: Vec<RunResult>) -> Vec<Cell
         metric,
         runs,
     };
+    if let (Benchmark::Profile, Some(p)) = (cell.benchmark, cell.profile) {
+        return crate::profile::result_rows(&p, runs)
+            .into_iter()
+            .map(|(metric, runs)| row(metric, runs))
+            .collect();
+    }
     if cell.benchmark != Benchmark::Latency {
-        return vec![row(Metric::for_benchmark(cell.benchmark), runs)];
+        return vec![row(Metric::for_cell(cell), runs)];
     }
     let max_runs = runs
         .iter()

@@ -22,6 +22,7 @@ pub mod output;
 pub mod paper;
 pub mod plot;
 pub mod procedure;
+pub mod profile;
 pub mod provenance;
 pub mod result;
 pub mod s_suite;
@@ -50,6 +51,7 @@ pub use paper::{
     TandemValue,
 };
 pub use plot::{build_chart, idle_reference, plot_files, write_plots, Chart};
+pub use profile::{Profile, ProfileCell};
 pub use provenance::{Host, Provenance, OPTIONS_KEY, PROVENANCE_KEY};
 pub use result::{CellResult, Finished, Metric, RunMeta, RunResult};
 pub use scenario::{
@@ -57,5 +59,5 @@ pub use scenario::{
 };
 pub use stats::{percentiles, summarize, t_quantile, IntervalNote, Percentiles, Summary};
 pub use table::{cell_text, render_coordination_tables, render_tables};
-pub use vocab::{CoordMode, Device, IoSched};
+pub use vocab::{CoordMode, Device, Hypervisor, IoSched};
 pub use workload::{Pattern, WorkloadSpec, ACCEPTED_WORKLOADS};

@@ -95,7 +95,21 @@ pub fn stat_file_name(cell: &Cell) -> String {
         name.push_str("-coord-");
         name.push_str(&sanitize_component(cell.coordination.name()));
     }
+    if !cell.hypervisor.is_default() {
+        name.push('-');
+        name.push_str(cell.hypervisor.name());
+    }
     match cell.benchmark {
+        Benchmark::Profile => {
+            if let Some(p) = cell.profile {
+                name.push_str(&p.file_part());
+            }
+            name.push('-');
+            name.push_str(&secs(cell.duration_s));
+            name.push_str("sec-");
+            name.push_str(crate::Metric::for_cell(cell).as_str());
+            name.push_str("_stat.txt");
+        }
         Benchmark::Startup => name.push_str("-lat_thr_stat.txt"),
         Benchmark::Latency => name.push_str("-cyclictest-avg_stat.txt"),
         Benchmark::Throughput => {
@@ -115,6 +129,10 @@ pub fn result_stat_file_name(cell: &Cell, metric: Metric) -> String {
     match metric {
         Metric::LatencyMaxUs => {
             name.replace("-cyclictest-avg_stat.txt", "-cyclictest-max_stat.txt")
+        }
+        Metric::IoLatencyP50Ms | Metric::IoLatencyP99Ms => {
+            let main = format!("sec-{}_stat.txt", Metric::for_cell(cell).as_str());
+            name.replace(&main, &format!("sec-{}_stat.txt", metric.as_str()))
         }
         _ => name,
     }

@@ -116,6 +116,36 @@ pub fn csv_header() -> Vec<&'static str> {
         .collect()
 }
 
+/// Columns after [`CSV_EXTRA_COLUMNS`] in results of the profile benchmark
+/// only (so the files of every other scenario keep their header):
+/// the profile, its threads, block size and read share, and the hypervisor.
+pub const CSV_PROFILE_COLUMNS: &[&str] = &[
+    "profile",
+    "threads",
+    "block_kib",
+    "read_share",
+    "hypervisor",
+];
+
+/// True when `results.csv` of these results has [`CSV_PROFILE_COLUMNS`].
+pub fn has_profile_columns(results: &[CellResult]) -> bool {
+    results.iter().any(|r| r.cell.profile.is_some())
+}
+
+/// The values of [`CSV_PROFILE_COLUMNS`] for a cell (empty without a profile).
+pub fn csv_profile_fields(c: &Cell) -> Vec<String> {
+    match c.profile {
+        Some(p) => vec![
+            p.profile.to_string(),
+            p.threads.to_string(),
+            p.block_kib.to_string(),
+            p.read_share.to_string(),
+            c.hypervisor.to_string(),
+        ],
+        None => vec![String::new(); CSV_PROFILE_COLUMNS.len()],
+    }
+}
+
 /// One row of `results.csv` for `r`, whose stat file is `stat_file`.
 ///
 /// `mean` and the statistics after it are over the run means, a timed-out start
@@ -184,10 +214,18 @@ pub fn csv_writer<W: io::Write>(w: W) -> csv::Writer<W> {
 pub fn results_csv(results: &[CellResult]) -> String {
     let paths = stat_file_paths(results);
     let mut w = csv_writer(Vec::new());
-    w.write_record(csv_header()).expect("writing to memory");
+    let profiles = has_profile_columns(results);
+    let mut header = csv_header();
+    if profiles {
+        header.extend_from_slice(CSV_PROFILE_COLUMNS);
+    }
+    w.write_record(header).expect("writing to memory");
     for (r, path) in results.iter().zip(&paths) {
-        w.write_record(csv_record(r, path))
-            .expect("writing to memory");
+        let mut record = csv_record(r, path);
+        if profiles {
+            record.extend(csv_profile_fields(&r.cell));
+        }
+        w.write_record(record).expect("writing to memory");
     }
     let bytes = w.into_inner().expect("flushing to memory");
     String::from_utf8(bytes).expect("fields are UTF-8")
@@ -399,14 +437,16 @@ pub fn parse_results_csv(text: &str) -> Result<Vec<CsvRow>, String> {
         let benchmark = Benchmark::parse(&benchmark_s).ok_or_else(|| {
             format!(
                 "row {lineno}: column benchmark: unknown benchmark \"{benchmark_s}\"; \
-                 accepted: startup, throughput"
+                 accepted: {}",
+                crate::scenario::ACCEPTED_BENCHMARKS
             )
         })?;
         let metric_s = get("metric");
         let metric = Metric::parse(&metric_s).ok_or_else(|| {
             format!(
                 "row {lineno}: column metric: unknown metric \"{metric_s}\"; \
-                 accepted: startup_s, throughput_mb_s"
+                 accepted: startup_s, throughput_mb_s, latency_avg_us, latency_max_us, \
+                 tps, io_latency_p50_ms, io_latency_p99_ms"
             )
         })?;
         let n = match opt("n") {

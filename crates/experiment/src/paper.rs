@@ -626,6 +626,8 @@ guest_workloads = ["1r-seq", "5r0w-seq"]
             other_vms: OtherVms::none(),
             coordination: CoordMode::Off,
             cpu: Default::default(),
+            profile: None,
+            hypervisor: Default::default(),
             benchmark: Benchmark::Startup,
             app: "xterm".into(),
             iterations: 2,

@@ -34,7 +34,7 @@
 
 use crate::scenario::Benchmark;
 use crate::suite;
-use crate::{Cell, RunResult, WorkloadSpec};
+use crate::{Cell, ProfileCell, RunResult, WorkloadSpec};
 
 /// Whose page cache a step drops.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -129,6 +129,26 @@ pub trait Host {
         Err(self.unsupported("benchmark = \"latency\""))
     }
 
+    /// One run of a file-system benchmark profile where the cell measures (the
+    /// host in native cells, VM 1's guest in VM cells): `profile.threads`
+    /// threads, each on its own preallocated file opened with `O_DIRECT`, for
+    /// `duration_s` (the workloads started and settled before it). `values`:
+    /// the profile's metric ([`crate::Profile::metric`]: operations per
+    /// second, or MB/s for the sequential profiles) in each `sample_s`; the
+    /// run's median and 99th-percentile request latencies (ms) in the
+    /// [`crate::profile::IO_LATENCY_P50_MS`] and
+    /// [`crate::profile::IO_LATENCY_P99_MS`] counters. By default the host does
+    /// not run it ([`Host::unsupported`]).
+    fn profile(
+        &mut self,
+        profile: &ProfileCell,
+        duration_s: f64,
+        sample_s: f64,
+    ) -> Result<RunResult, Self::Error> {
+        let _ = (profile, duration_s, sample_s);
+        Err(self.unsupported("benchmark = \"profile\""))
+    }
+
     /// Sectors (512 bytes) read and written so far on the benchmarked disk: the
     /// device in native cells, VM 1's virtual disk in VM cells.
     fn sectors(&mut self) -> Result<u64, Self::Error>;
@@ -163,6 +183,10 @@ pub fn run_repetition<H: Host>(
         Benchmark::Startup => cold_starts(cell, waits, host, &mut out)?,
         Benchmark::Throughput => throughput(cell, host, &mut out)?,
         Benchmark::Latency => out = host.latency(cell.cpu.loops)?,
+        Benchmark::Profile => match cell.profile {
+            Some(p) => out = host.profile(&p, cell.duration_s, cell.sample_s)?,
+            None => return Err(host.unsupported("benchmark = \"profile\" without a profile")),
+        },
     }
     host.finish(&mut out)?;
     Ok(out)
@@ -406,6 +430,64 @@ mod tests {
         assert_eq!(rows.len(), 2);
         assert_eq!(rows[1].metric, crate::Metric::LatencyMaxUs);
         assert_eq!(rows[1].runs[0].values, vec![900.0]);
+    }
+
+    #[test]
+    fn a_profile_cell_runs_the_profile_once_between_the_workloads_and_finish() {
+        /// A host that runs profiles: one sample per second of `duration_s`.
+        struct Ffsb(Script);
+        impl Host for Ffsb {
+            type Error = String;
+            fn drop_caches(&mut self, s: Scope) -> Result<(), String> {
+                self.0.drop_caches(s)
+            }
+            fn start_workloads(&mut self) -> Result<Vec<WorkloadSpec>, String> {
+                self.0.start_workloads()
+            }
+            fn wait(&mut self, secs: f64) -> Result<(), String> {
+                self.0.wait(secs)
+            }
+            fn start_app(&mut self, t: f64) -> Result<Option<f64>, String> {
+                self.0.start_app(t)
+            }
+            fn profile(&mut self, p: &ProfileCell, d: f64, s: f64) -> Result<RunResult, String> {
+                self.0
+                    .steps
+                    .push(format!("{} {}t {d} {s}", p.profile, p.threads));
+                Ok(RunResult {
+                    values: vec![100.0; (d / s) as usize],
+                    ..RunResult::default()
+                })
+            }
+            fn sectors(&mut self) -> Result<u64, String> {
+                self.0.sectors()
+            }
+            fn finish(&mut self, out: &mut RunResult) -> Result<(), String> {
+                self.0.finish(out)
+            }
+            fn unsupported(&self, what: &str) -> String {
+                self.0.unsupported(what)
+            }
+        }
+        let mut c = cell(Benchmark::Profile);
+        c.profile = Some(ProfileCell::new(crate::Profile::Mixed, 8));
+        let mut h = Ffsb(Script::default());
+        let out = run_repetition(&c, &Waits::default(), &mut h).unwrap();
+        assert_eq!(out.values, vec![100.0; 3]);
+        assert_eq!(
+            h.0.steps,
+            [
+                "drop Host",
+                "workloads",
+                "wait 0",
+                "ffsb-mixed 8t 3 1",
+                "finish"
+            ]
+        );
+        // The default host does not run profiles, and says so before finishing.
+        let mut plain = Script::default();
+        let e = run_repetition(&c, &Waits::default(), &mut plain).unwrap_err();
+        assert_eq!(e, "no benchmark = \"profile\"");
     }
 
     /// A host that does not run cyclictest (the default [`Host::latency`]) says so.

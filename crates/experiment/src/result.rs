@@ -24,6 +24,17 @@ pub enum Metric {
     /// cyclictest's maximum latency in microseconds (`latency_max_us`).
     #[serde(rename = "latency_max_us")]
     LatencyMaxUs,
+    /// A profile's transactions (operations) per second (`tps`), as FFSB
+    /// reports its random and mixed profiles.
+    #[serde(rename = "tps")]
+    Tps,
+    /// A profile's median request latency in milliseconds (`io_latency_p50_ms`).
+    #[serde(rename = "io_latency_p50_ms")]
+    IoLatencyP50Ms,
+    /// A profile's 99th-percentile request latency in milliseconds
+    /// (`io_latency_p99_ms`).
+    #[serde(rename = "io_latency_p99_ms")]
+    IoLatencyP99Ms,
 }
 
 impl Metric {
@@ -34,6 +45,9 @@ impl Metric {
             Metric::ThroughputMbS => "throughput_mb_s",
             Metric::LatencyAvgUs => "latency_avg_us",
             Metric::LatencyMaxUs => "latency_max_us",
+            Metric::Tps => "tps",
+            Metric::IoLatencyP50Ms => "io_latency_p50_ms",
+            Metric::IoLatencyP99Ms => "io_latency_p99_ms",
         }
     }
 
@@ -44,17 +58,31 @@ impl Metric {
             "throughput_mb_s" => Some(Metric::ThroughputMbS),
             "latency_avg_us" => Some(Metric::LatencyAvgUs),
             "latency_max_us" => Some(Metric::LatencyMaxUs),
+            "tps" => Some(Metric::Tps),
+            "io_latency_p50_ms" => Some(Metric::IoLatencyP50Ms),
+            "io_latency_p99_ms" => Some(Metric::IoLatencyP99Ms),
             _ => None,
         }
     }
 
     /// The metric a benchmark measures (latency also measures
-    /// [`Metric::LatencyMaxUs`]).
+    /// [`Metric::LatencyMaxUs`]). The profile benchmark's depends on the
+    /// profile ([`Metric::for_cell`]); here it is [`Metric::Tps`], the random
+    /// profiles'.
     pub fn for_benchmark(b: Benchmark) -> Metric {
         match b {
             Benchmark::Startup => Metric::StartupS,
             Benchmark::Throughput => Metric::ThroughputMbS,
             Benchmark::Latency => Metric::LatencyAvgUs,
+            Benchmark::Profile => Metric::Tps,
+        }
+    }
+
+    /// The main metric of a cell: its benchmark's, or its profile's.
+    pub fn for_cell(cell: &Cell) -> Metric {
+        match cell.profile {
+            Some(p) if cell.benchmark == Benchmark::Profile => p.profile.metric(),
+            _ => Metric::for_benchmark(cell.benchmark),
         }
     }
 
@@ -64,6 +92,8 @@ impl Metric {
             Metric::StartupS => "s",
             Metric::ThroughputMbS => "MB/s",
             Metric::LatencyAvgUs | Metric::LatencyMaxUs => "us",
+            Metric::Tps => "tps",
+            Metric::IoLatencyP50Ms | Metric::IoLatencyP99Ms => "ms",
         }
     }
 
@@ -74,6 +104,9 @@ impl Metric {
             Metric::ThroughputMbS => "Aggregate throughput [MB/s]",
             Metric::LatencyAvgUs => "Average latency [us]",
             Metric::LatencyMaxUs => "Maximum latency [us]",
+            Metric::Tps => "Transactions per second",
+            Metric::IoLatencyP50Ms => "Median request latency [ms]",
+            Metric::IoLatencyP99Ms => "99th-percentile request latency [ms]",
         }
     }
 }

@@ -201,6 +201,10 @@ pub fn test_dir(result: &CellResult) -> String {
         }
         Benchmark::Throughput => d.push_str("-throughput"),
         Benchmark::Latency => d.push_str("-latency"),
+        Benchmark::Profile => d.push_str("-profile"),
+    }
+    if !c.hypervisor.is_default() {
+        d.push_str(&format!("-{}", c.hypervisor.name()));
     }
     if !c.is_native() {
         d.push_str(&format!(
@@ -237,6 +241,13 @@ pub fn s_file_name(result: &CellResult) -> String {
         Benchmark::Startup => format!("{base}-lat_thr_stat.txt"),
         Benchmark::Throughput => format!("{base}-{}sec-aggthr_stat.txt", secs(c.duration_s)),
         Benchmark::Latency => format!("{base}-cyclictest_stat.txt"),
+        // One file per profile and metric (tps or MB/s, p50, p99).
+        Benchmark::Profile => format!(
+            "{base}{}-{}sec-{}_stat.txt",
+            c.profile.map(|p| p.file_part()).unwrap_or_default(),
+            secs(c.duration_s),
+            result.metric.as_str()
+        ),
     }
 }
 

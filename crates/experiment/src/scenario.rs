@@ -11,7 +11,8 @@ use crate::cpu::{
     Caches, CpuCell, CpuSched, ACCEPTED_CPU_SCHEDS, DEFAULT_LOOPS, MAX_CPU_LOAD, MAX_LOOPS,
 };
 use crate::other_vms::{OtherVms, ACCEPTED_OTHER_VMS};
-use crate::vocab::{CoordMode, Device, IoSched};
+use crate::profile::{Profile, ProfileCell, DEFAULT_BLOCK_KIB, DEFAULT_READ_SHARE, MAX_BLOCK_KIB};
+use crate::vocab::{CoordMode, Device, Hypervisor, IoSched};
 use crate::workload::WorkloadSpec;
 
 /// The benchmark a scenario runs.
@@ -24,10 +25,13 @@ pub enum Benchmark {
     Throughput,
     /// cyclictest's wake-up latency (the coordinated task scheduling study).
     Latency,
+    /// A file-system benchmark profile (the two-tier I/O scheduler study's
+    /// FFSB profiles, [`crate::profile`]).
+    Profile,
 }
 
 /// The benchmarks [`Benchmark::parse`] accepts.
-pub const ACCEPTED_BENCHMARKS: &str = "startup, throughput, latency";
+pub const ACCEPTED_BENCHMARKS: &str = "startup, throughput, latency, profile";
 
 impl Benchmark {
     /// `startup` or `throughput`.
@@ -36,6 +40,7 @@ impl Benchmark {
             Benchmark::Startup => "startup",
             Benchmark::Throughput => "throughput",
             Benchmark::Latency => "latency",
+            Benchmark::Profile => "profile",
         }
     }
 
@@ -45,6 +50,7 @@ impl Benchmark {
             "startup" => Some(Benchmark::Startup),
             "throughput" => Some(Benchmark::Throughput),
             "latency" => Some(Benchmark::Latency),
+            "profile" => Some(Benchmark::Profile),
             _ => None,
         }
     }
@@ -87,7 +93,24 @@ pub struct Scenario {
     /// part of the cells; its matrix values are left at their defaults here).
     #[serde(default)]
     pub cpu: CpuCell,
+    /// The VM cells' hypervisor (`hypervisor`, default `kvm`).
+    #[serde(default)]
+    pub hypervisor: Hypervisor,
+    /// The profiles' block size in KiB (`block_kib`).
+    #[serde(default = "default_block_kib")]
+    pub block_kib: u32,
+    /// The mixed profile's read share in percent (`read_share`).
+    #[serde(default = "default_read_share")]
+    pub read_share: u8,
     pub matrix: Matrix,
+}
+
+fn default_block_kib() -> u32 {
+    DEFAULT_BLOCK_KIB
+}
+
+fn default_read_share() -> u8 {
+    DEFAULT_READ_SHARE
 }
 
 /// The `[matrix]` table, its values parsed (each type is written back by its
@@ -114,6 +137,12 @@ pub struct Matrix {
     pub host_cpu_load: Vec<u8>,
     #[serde(default)]
     pub guest_cpu_load: Vec<u8>,
+    /// The profiles of `benchmark = "profile"` (empty for other benchmarks).
+    #[serde(default)]
+    pub profile: Vec<Profile>,
+    /// Their thread counts (`[1]` when the key is absent).
+    #[serde(default)]
+    pub threads: Vec<u32>,
 }
 
 fn default_other_vms() -> Vec<OtherVms> {
@@ -176,6 +205,9 @@ pub const SCENARIO_KEYS: &[&str] = &[
     "caches",
     "platform",
     "vcpus",
+    "hypervisor",
+    "block_kib",
+    "read_share",
     "matrix",
 ];
 
@@ -192,6 +224,8 @@ pub const MATRIX_KEYS: &[&str] = &[
     "guest_cpu_sched",
     "host_cpu_load",
     "guest_cpu_load",
+    "profile",
+    "threads",
 ];
 
 /// Default values.
@@ -283,6 +317,43 @@ impl Scenario {
         self.matrix.guest_sched.iter().any(Option::is_some)
     }
 
+    /// Refuses a hypervisor the runner does not run (`accepted`: the runner's),
+    /// naming the accepted ones.
+    pub fn check_hypervisor(&self, accepted: &[Hypervisor]) -> Result<(), ScenarioError> {
+        if accepted.contains(&self.hypervisor) {
+            return Ok(());
+        }
+        Err(ScenarioError::key(
+            "hypervisor",
+            format!(
+                "\"{}\" is not run by this runner; accepted: {}",
+                self.hypervisor,
+                list(&names(accepted))
+            ),
+        ))
+    }
+
+    /// The profile settings of the cells, in matrix order (`[None]` for other
+    /// benchmarks).
+    fn profile_combos(&self) -> Vec<Option<ProfileCell>> {
+        if self.benchmark != Benchmark::Profile {
+            return vec![None];
+        }
+        let m = &self.matrix;
+        let mut out = Vec::new();
+        for &profile in &m.profile {
+            for &threads in &m.threads {
+                out.push(Some(ProfileCell {
+                    profile,
+                    threads,
+                    block_kib: self.block_kib,
+                    read_share: self.read_share,
+                }));
+            }
+        }
+        out
+    }
+
     /// True when the cells run on the CPU model: latency, and start-up with hot
     /// caches.
     pub fn runs_on_cpu_model(&self) -> bool {
@@ -334,7 +405,7 @@ impl Scenario {
     /// Full cartesian expansion of the matrix, in a stable order: `device` (outermost),
     /// `guest_sched`, `guest_workload`, `host_sched`, `host_workload`, `other_vms`,
     /// `host_cpu_sched`, `guest_cpu_sched`, `host_cpu_load`, `guest_cpu_load`,
-    /// `coordination` (innermost), each in the order of its list. A `""` in
+    /// `coordination`, `profile`, `threads` (innermost), each in the order of its list. A `""` in
     /// `guest_sched` stands for native cells (no guest keys crossed in). Each cell gets its own seed
     /// ([`cell_seed`]), which depends only on the scenario seed and the cell's matrix
     /// values, so running a subset (`--only`) gives the same per-cell results.
@@ -358,6 +429,7 @@ impl Scenario {
         };
         let cpu_native = self.cpu_combos(false);
         let cpu_vm = self.cpu_combos(true);
+        let profiles = self.profile_combos();
         let mut cells = Vec::new();
         for device in &m.device {
             for (guest_sched, guest_workload) in &guests {
@@ -373,7 +445,11 @@ impl Scenario {
                             .iter()
                             .flat_map(|o| cpus.iter().map(move |c| (o, c)))
                         {
-                            for coordination in &m.coordination {
+                            for (coordination, profile) in m
+                                .coordination
+                                .iter()
+                                .flat_map(|c| profiles.iter().map(move |p| (c, p)))
+                            {
                                 let mut cell = Cell {
                                     scenario: self.name.clone(),
                                     device: *device,
@@ -384,6 +460,8 @@ impl Scenario {
                                     other_vms: other_vms.clone(),
                                     coordination: *coordination,
                                     cpu: cpu.clone(),
+                                    profile: *profile,
+                                    hypervisor: self.hypervisor,
                                     benchmark: self.benchmark,
                                     app: self.app.clone(),
                                     iterations: self.iterations,
@@ -652,9 +730,11 @@ fn parse_scenario(
     }
     let t = parse_timing(&table)?;
     let seed = parse_seed(&table)?;
-    let matrix = parse_matrix(matrix_table(&table)?, accepted)?;
+    let mut matrix = parse_matrix(matrix_table(&table)?, accepted)?;
     let cpu = parse_cpu_settings(&table, benchmark)?;
     check_cpu_matrix(&matrix, benchmark, &cpu)?;
+    let (hypervisor, block_kib, read_share) = parse_profile_settings(&table, benchmark)?;
+    check_profile_matrix(&mut matrix, benchmark)?;
     check_size(&matrix, t.repetitions)?;
 
     Ok(Scenario {
@@ -668,6 +748,9 @@ fn parse_scenario(
         sample_s: t.sample_s,
         seed,
         cpu,
+        hypervisor,
+        block_kib,
+        read_share,
         matrix,
     })
 }
@@ -888,6 +971,9 @@ fn parse_load(s: &str) -> Option<u8> {
 /// coordination modes: only latency and hot start-up cells run on it.
 fn check_cpu_matrix(m: &Matrix, benchmark: Benchmark, cpu: &CpuCell) -> Result<(), ScenarioError> {
     let on_cpu = benchmark == Benchmark::Latency || cpu.caches == Caches::Hot;
+    // The profile benchmark compares the VM with the real machine, as the
+    // study did: native cells beside VM cells are its reference too.
+    let native_ok = on_cpu || benchmark == Benchmark::Profile;
     let why = "only latency and hot start-up (caches = \"hot\") cells run on the CPU model";
     if !on_cpu {
         let set = [
@@ -912,10 +998,10 @@ fn check_cpu_matrix(m: &Matrix, benchmark: Benchmark, cpu: &CpuCell) -> Result<(
                 format!("\"{c}\" boosts vCPUs, but {why}"),
             ));
         }
-        if m.guest_sched.iter().any(Option::is_none) {
+        if !native_ok && m.guest_sched.iter().any(Option::is_none) {
             return Err(ScenarioError::key(
                 "matrix.guest_sched",
-                format!("\"\" (native cells beside VM cells, the \"no guest\" reference) is accepted only where {why}"),
+                format!("\"\" (native cells beside VM cells, the \"no guest\" reference) is accepted only for benchmark = \"profile\", or where {why}"),
             ));
         }
         return Ok(());
@@ -988,6 +1074,12 @@ fn cell_count(m: &Matrix) -> u64 {
         native.saturating_add(vm)
     };
     let guest = guest.saturating_mul(host_cpu);
+    let profiles = if m.profile.is_empty() {
+        1
+    } else {
+        (m.profile.len() as u64).saturating_mul(n(m.threads.len()))
+    };
+    let guest = guest.saturating_mul(profiles);
     [
         m.device.len(),
         m.host_sched.len(),
@@ -1085,6 +1177,8 @@ fn parse_matrix(t: &toml::Table, accepted: &Accepted) -> Result<Matrix, Scenario
         guest_cpu_sched: scheds("guest_cpu_sched")?,
         host_cpu_load: loads("host_cpu_load")?,
         guest_cpu_load: loads("guest_cpu_load")?,
+        profile: parse_profiles(&mt)?,
+        threads: parse_threads(t)?,
         device,
         host_sched,
         host_workload,
@@ -1249,4 +1343,116 @@ fn parse_other_vms(
         }
     }
     Ok(parsed)
+}
+
+/// `hypervisor`, `block_kib` and `read_share`; the last two only for the
+/// profile benchmark.
+fn parse_profile_settings(
+    table: &toml::Table,
+    benchmark: Benchmark,
+) -> Result<(Hypervisor, u32, u8), ScenarioError> {
+    let hypervisor = match table.get("hypervisor") {
+        Some(v) => get_string("hypervisor", v)?
+            .parse::<Hypervisor>()
+            .map_err(|e| ScenarioError::key("hypervisor", e))?,
+        None => Hypervisor::default(),
+    };
+    for k in ["block_kib", "read_share"] {
+        if table.contains_key(k) && benchmark != Benchmark::Profile {
+            return Err(ScenarioError::key(
+                k,
+                format!("is for benchmark = \"profile\" only, but benchmark = \"{benchmark}\""),
+            ));
+        }
+    }
+    let block_kib = match table.get("block_kib") {
+        Some(v) => get_bounded_u32("block_kib", v, MAX_BLOCK_KIB)?,
+        None => DEFAULT_BLOCK_KIB,
+    };
+    let read_share = match table.get("read_share") {
+        Some(Value::Integer(i)) if (0..=100).contains(i) => *i as u8,
+        Some(Value::Integer(i)) => {
+            return Err(ScenarioError::key(
+                "read_share",
+                format!("{i} out of range; accepted: 0 to 100 (percent of the mixed profile's operations that read)"),
+            ))
+        }
+        Some(v) => return Err(wrong_type("read_share", "an integer percentage (0 to 100)", v)),
+        None => DEFAULT_READ_SHARE,
+    };
+    Ok((hypervisor, block_kib, read_share))
+}
+
+/// `matrix.profile`: profile names.
+fn parse_profiles(mt: &MatrixTable) -> Result<Vec<Profile>, ScenarioError> {
+    let Some(l) = mt.get("profile")? else {
+        return Ok(Vec::new());
+    };
+    l.iter()
+        .map(|s| {
+            s.parse::<Profile>()
+                .map_err(|e| ScenarioError::key("matrix.profile", e))
+        })
+        .collect()
+}
+
+/// `matrix.threads`: thread counts, integers (or counts as strings, as the
+/// other matrix values), 1 to [`crate::profile::MAX_THREADS`].
+fn parse_threads(t: &toml::Table) -> Result<Vec<u32>, ScenarioError> {
+    let key = "matrix.threads";
+    let items = match t.get("threads") {
+        None => return Ok(Vec::new()),
+        Some(Value::Array(items)) => items.clone(),
+        Some(v) => vec![v.clone()],
+    };
+    let mut out = Vec::new();
+    for item in &items {
+        let n = match item {
+            Value::Integer(i) => *i,
+            Value::String(s) => s
+                .parse::<i64>()
+                .map_err(|_| ScenarioError::key(key, format!("\"{s}\" is not a thread count")))?,
+            v => return Err(wrong_type(key, "a list of thread counts", v)),
+        };
+        let n = crate::profile::check_threads(n).map_err(|e| ScenarioError::key(key, e))?;
+        if out.contains(&n) {
+            return Err(ScenarioError::key(
+                key,
+                format!("duplicate value {n} (each value may appear once)"),
+            ));
+        }
+        out.push(n);
+    }
+    Ok(out)
+}
+
+/// The profile benchmark needs profiles; other benchmarks take none.
+fn check_profile_matrix(m: &mut Matrix, benchmark: Benchmark) -> Result<(), ScenarioError> {
+    if benchmark != Benchmark::Profile {
+        for (k, set) in [
+            ("matrix.profile", !m.profile.is_empty()),
+            ("matrix.threads", !m.threads.is_empty()),
+        ] {
+            if set {
+                return Err(ScenarioError::key(
+                    k,
+                    format!("is for benchmark = \"profile\" only, but benchmark = \"{benchmark}\""),
+                ));
+            }
+        }
+        return Ok(());
+    }
+    if m.profile.is_empty() {
+        return Err(ScenarioError::key(
+            "matrix.profile",
+            format!(
+                "benchmark = \"profile\" needs a non-empty list of profiles; accepted: {}",
+                crate::profile::accepted_profiles()
+            ),
+        ));
+    }
+    if m.threads.is_empty() {
+        m.threads.push(1);
+    }
+    Ok(())
 }

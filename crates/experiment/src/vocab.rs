@@ -149,6 +149,53 @@ impl fmt::Display for IoSched {
 
 serde_by_name!(IoSched);
 
+/// The hypervisor of a scenario's VM cells (`hypervisor`): QEMU/KVM with
+/// virtio-blk (the default, every scenario before issue 29), or Xen with its
+/// paravirtual block path (blkfront in the guest, blkback in Dom0). Each
+/// runner says which it runs ([`crate::Scenario::check_hypervisor`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Hypervisor {
+    #[default]
+    Kvm,
+    XenPv,
+}
+
+impl Hypervisor {
+    /// Every hypervisor tandem knows.
+    pub const ALL: [Hypervisor; 2] = [Hypervisor::Kvm, Hypervisor::XenPv];
+
+    /// The scenario's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Hypervisor::Kvm => "kvm",
+            Hypervisor::XenPv => "xen-pv",
+        }
+    }
+
+    /// True for the default (left out of results and cell ids).
+    pub fn is_default(&self) -> bool {
+        *self == Hypervisor::default()
+    }
+}
+
+impl FromStr for Hypervisor {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Hypervisor, String> {
+        Hypervisor::ALL
+            .into_iter()
+            .find(|x| x.name() == s)
+            .ok_or_else(|| format!("unknown hypervisor \"{s}\"; accepted: kvm, xen-pv"))
+    }
+}
+
+impl fmt::Display for Hypervisor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+serde_by_name!(Hypervisor);
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -168,5 +215,12 @@ mod tests {
         assert!("bfqq".parse::<IoSched>().unwrap_err().contains("kyber"));
         assert_eq!(IoSched::Noop.kernel_name(), "none");
         assert_eq!(IoSched::Bfq.kernel_name(), "bfq");
+        for h in Hypervisor::ALL {
+            assert_eq!(h.name().parse::<Hypervisor>(), Ok(h));
+        }
+        assert!("xen-hvm"
+            .parse::<Hypervisor>()
+            .unwrap_err()
+            .contains("xen-pv"));
     }
 }

@@ -209,7 +209,7 @@ fn unknown_values_name_key_value_and_accepted() {
     let e = err("benchmark = \"jitter\"\n[matrix]\n");
     assert_eq!(
         e,
-        "benchmark: unknown benchmark \"jitter\"; accepted: startup, throughput, latency"
+        "benchmark: unknown benchmark \"jitter\"; accepted: startup, throughput, latency, profile"
     );
     let e = err(&with_matrix("app = \"firefox\"", M));
     assert_eq!(

@@ -612,6 +612,7 @@ pub fn run_repetition(cell: &Cell, opts: &SimOptions, rep: u32) -> Result<RunRes
         Benchmark::Startup if cell.on_cpu_model() => crate::cpu_bench::run_hot_startup(cell, rep),
         Benchmark::Startup => run_startup(cell, opts, rep),
         Benchmark::Throughput => run_throughput(cell, opts, rep),
+        Benchmark::Profile => Err("benchmark = \"profile\" is not simulated yet".into()),
     }
 }
 
@@ -620,7 +621,7 @@ pub fn cell_result(cell: &Cell, runs: Vec<RunResult>) -> CellResult {
     CellResult {
         cell: cell.clone(),
         runner: "sim".into(),
-        metric: Metric::for_benchmark(cell.benchmark),
+        metric: Metric::for_cell(cell),
         runs,
     }
 }

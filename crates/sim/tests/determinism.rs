@@ -17,6 +17,8 @@ fn cells(seed: u64) -> Vec<Cell> {
                 other_vms: "none".parse().unwrap(),
                 coordination: "off".parse().unwrap(),
                 cpu: Default::default(),
+                profile: None,
+                hypervisor: Default::default(),
                 benchmark: b,
                 app: "xterm".into(),
                 iterations: 2,

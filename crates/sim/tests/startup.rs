@@ -15,6 +15,8 @@ fn cell(sched: &str, workload: &str) -> Cell {
         other_vms: "none".parse().unwrap(),
         coordination: "off".parse().unwrap(),
         cpu: Default::default(),
+        profile: None,
+        hypervisor: Default::default(),
         benchmark: Benchmark::Startup,
         // The shipped native scenario's app: the recorded xterm calibrated
         // against the CLOUD 2014 idle start-up.

@@ -58,6 +58,8 @@ fn s_throughput(sched: &str, workload: &str) -> f64 {
         other_vms: "none".parse().unwrap(),
         coordination: "off".parse().unwrap(),
         cpu: Default::default(),
+        profile: None,
+        hypervisor: Default::default(),
         benchmark: Benchmark::Throughput,
         app: "xterm".into(),
         iterations: 1,

@@ -61,8 +61,12 @@ pub struct PlotFile {
 pub fn plot_files(results: &[CellResult]) -> Result<Vec<PlotFile>, String> {
     let mut files: Vec<PlotFile> = Vec::new();
     // The CPU model's cells (latency, hot start-up) have charts of their own
-    // (the study's figures), not bars by device.
-    for r in results.iter().filter(|r| !r.cell.on_cpu_model()) {
+    // (the study's figures), not bars by device; so do the profiles, whose
+    // rows mix three metrics (tps or MB/s, p50, p99) and are read as tables.
+    for r in results
+        .iter()
+        .filter(|r| !r.cell.on_cpu_model() && r.cell.benchmark != Benchmark::Profile)
+    {
         let stem = format!(
             "{}-{}",
             r.cell.benchmark.as_str(),
@@ -108,6 +112,7 @@ fn chart_title(benchmark: Benchmark, device: &str, members: &[&CellResult]) -> S
             format!("Aggregate throughput on {device} ({})", runners.join(", "))
         }
         Benchmark::Latency => format!("cyclictest latency on {device} ({})", runners.join(", ")),
+        Benchmark::Profile => format!("FFSB-style profiles on {device} ({})", runners.join(", ")),
     }
 }
 
@@ -124,7 +129,7 @@ pub fn chart_for(
         .collect();
     let idle = match file.benchmark {
         Benchmark::Startup => idle_reference(members.iter().copied()),
-        Benchmark::Throughput | Benchmark::Latency => None,
+        Benchmark::Throughput | Benchmark::Latency | Benchmark::Profile => None,
     };
     let title = chart_title(file.benchmark, &file.device, &members);
     build_chart(&title, members, paper, idle)
