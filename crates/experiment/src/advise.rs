@@ -550,7 +550,8 @@ pub fn sweep_scenario(q: &Query, repetitions: u32, duration_s: f64) -> String {
     format!(
         "name = \"advise\"\nbenchmark = \"profile\"\nrepetitions = {repetitions}\n\
          duration_s = {duration_s}\nsample_s = 1\nseed = 1\n\n[matrix]\n\
-         device = [\"{}\"]\nhost_sched = [{}]\nguest_sched = [{}]\n\
+         device = [\"{}\"]\nhost_sched = [{}]\nhost_workload = [\"none\"]\n\
+         guest_sched = [{}]\nguest_workload = [\"none\"]\n\
          profile = [\"{}\"]\nthreads = [{}]\n",
         q.device,
         list(&MODERN),
