@@ -163,6 +163,9 @@ fn from_scenario(
     Ok((advise::queries_in(&results), results))
 }
 
+/// A worker's cells: their indices and results.
+type Done = Vec<(usize, Vec<CellResult>)>;
+
 /// The cells in the simulator, one worker per core, each cell's results as
 /// `tandem sim run` makes them.
 fn simulate(cells: &[Cell]) -> Result<Vec<CellResult>, Failure> {
@@ -171,7 +174,7 @@ fn simulate(cells: &[Cell]) -> Result<Vec<CellResult>, Failure> {
         .map_or(1, |n| n.get())
         .clamp(1, cells.len().max(1));
     let next = std::sync::atomic::AtomicUsize::new(0);
-    let outs: Vec<Result<Vec<(usize, Vec<CellResult>)>, String>> = std::thread::scope(|s| {
+    let outs: Vec<Result<Done, String>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..jobs)
             .map(|_| {
                 s.spawn(|| {

@@ -13,7 +13,10 @@ fn unknown_profiles_and_threads_out_of_range_are_refused() {
     assert_eq!(r.status.code(), Some(2));
     let e = stderr(&r);
     assert!(e.contains("unknown profile \"randrw\""), "{e}");
-    assert!(e.contains("ffsb-mixed"), "the accepted ones are listed: {e}");
+    assert!(
+        e.contains("ffsb-mixed"),
+        "the accepted ones are listed: {e}"
+    );
     for t in ["0", "65"] {
         let r = tandem(&["advise", "--profile", "randread", "--threads", t]);
         assert_eq!(r.status.code(), Some(2), "threads {t}");
@@ -62,6 +65,9 @@ fn a_sweep_from_nothing_recommends_a_pair_and_prints_its_table() {
     assert!(out.contains("confidence: "), "{out}");
     assert!(out.contains("old advice"), "{out}");
     // The table: a header and the 16 pairs, two simulated runs each.
-    let pairs = out.lines().filter(|l| l.trim_end().ends_with(" 2s")).count();
+    let pairs = out
+        .lines()
+        .filter(|l| l.trim_end().ends_with(" 2s"))
+        .count();
     assert_eq!(pairs, 16, "{out}");
 }

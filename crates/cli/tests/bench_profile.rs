@@ -53,7 +53,10 @@ fn a_profile_cell_runs_its_threads_in_a_real_guest() {
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
     let cells = json["cells"].as_array().unwrap();
-    let metrics: Vec<&str> = cells.iter().map(|c| c["metric"].as_str().unwrap()).collect();
+    let metrics: Vec<&str> = cells
+        .iter()
+        .map(|c| c["metric"].as_str().unwrap())
+        .collect();
     assert_eq!(metrics, ["tps", "io_latency_p50_ms", "io_latency_p99_ms"]);
     let run = &cells[0]["runs"][0];
     let tps: Vec<f64> = run["values"]

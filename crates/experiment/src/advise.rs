@@ -536,7 +536,12 @@ pub fn rows_from_results(results: &[CellResult], q: &Query) -> Vec<Row> {
 
 /// The schedulers advise sweeps in the host and the guest: today's blk-mq
 /// ones.
-pub const MODERN: [IoSched; 4] = [IoSched::None, IoSched::MqDeadline, IoSched::Bfq, IoSched::Kyber];
+pub const MODERN: [IoSched; 4] = [
+    IoSched::None,
+    IoSched::MqDeadline,
+    IoSched::Bfq,
+    IoSched::Kyber,
+];
 
 /// The scenario of advise's own simulated sweep for `q`: host x guest over
 /// [`MODERN`], `repetitions` runs of `duration_s` each (1 s samples).
@@ -673,5 +678,82 @@ mod tests {
             .parse::<Objective>()
             .unwrap_err()
             .contains("throughput, latency, fair"));
+    }
+
+    fn accepted() -> crate::Accepted {
+        crate::Accepted {
+            devices: crate::Device::all().collect(),
+            host_scheds: IoSched::ALL.to_vec(),
+            guest_scheds: IoSched::ALL.to_vec(),
+            coordination: vec!["off".parse().unwrap()],
+            apps: vec!["bash".into()],
+            allow_cmd_apps: false,
+            allow_vm: true,
+        }
+    }
+
+    /// The sweep's scenario parses into the 16 pairs of the query; the rows
+    /// come out of results as the runners write them (main metric, p50 and
+    /// p99 rows), one per pair and runner, with the runs paired up.
+    #[test]
+    fn results_give_one_row_per_pair_and_runner() {
+        let q = Query {
+            profile: Profile::SeqWrite,
+            threads: 8,
+            device: "hdd-1.8in".parse().unwrap(),
+        };
+        let s = crate::Scenario::from_toml_str(&sweep_scenario(&q, 2, 3.0), &accepted()).unwrap();
+        let cells = s.cells();
+        assert_eq!(cells.len(), 16);
+        assert!(cells.iter().all(|c| q.matches(c) && c.repetitions == 2));
+        let mut results = Vec::new();
+        for (i, c) in cells.iter().enumerate() {
+            let runs: Vec<crate::RunResult> = (0..2)
+                .map(|r| {
+                    let mut run = crate::RunResult {
+                        values: vec![10.0 + i as f64, 12.0 + i as f64 + r as f64],
+                        ..Default::default()
+                    };
+                    run.counters
+                        .insert(crate::profile::IO_LATENCY_P50_MS.into(), 1.0 + r as f64);
+                    run.counters
+                        .insert(crate::profile::IO_LATENCY_P99_MS.into(), 9.0);
+                    run
+                })
+                .collect();
+            // The first pair measured for real too.
+            if i == 0 {
+                results.extend(crate::latency::cell_results(c, "real", runs.clone()));
+            }
+            results.extend(crate::latency::cell_results(c, "sim", runs));
+        }
+        assert_eq!(queries_in(&results), vec![q]);
+        let rows = rows_from_results(&results, &q);
+        assert_eq!(rows.len(), 17);
+        assert_eq!(rows.iter().filter(|r| r.source == Source::Real).count(), 1);
+        let first = &rows[0];
+        assert_eq!(
+            (first.host, first.guest),
+            (cells[0].host_sched, cells[0].guest_sched.unwrap())
+        );
+        // Run means 11 and 11.5 (MB/s: a sequential profile's metric).
+        assert_eq!(first.rate.n, 2);
+        assert!((first.rate.mean - 11.25).abs() < 1e-9, "{:?}", first.rate);
+        assert!((first.p50_ms.mean - 1.5).abs() < 1e-9);
+        assert_eq!(q.unit(), RateUnit::MbS);
+        // Another query finds nothing.
+        let other = Query { threads: 1, ..q };
+        assert!(rows_from_results(&results, &other).is_empty());
+    }
+
+    #[test]
+    fn profiles_are_named_with_or_without_their_prefix() {
+        assert_eq!(parse_profile("randread"), Ok(Profile::RandRead));
+        assert_eq!(parse_profile("ffsb-mixed"), Ok(Profile::Mixed));
+        let e = parse_profile("randrw").unwrap_err();
+        assert!(
+            e.contains("unknown profile \"randrw\"") && e.contains("ffsb-seqwrite"),
+            "{e}"
+        );
     }
 }
