@@ -22,7 +22,9 @@ seed = 1
 [matrix]
 device = ["hdd-1.8in"]
 guest_sched = ["mq-deadline"]
+guest_workload = ["none"]
 host_sched = ["none"]
+host_workload = ["none"]
 profile = ["ffsb-randread"]
 threads = [2]
 "#;
