@@ -190,6 +190,13 @@ fn load(arg: &str, app_cmd: Option<&str>) -> Result<Scenario, Failure> {
             s.cpu.caches.as_str()
         )));
     }
+    // The real runner starts QEMU/KVM guests; Xen is the simulator's only.
+    s.check_hypervisor(&[experiment::Hypervisor::Kvm])
+        .map_err(|e| {
+            Failure::Usage(format!(
+                "{e} (tandem bench runs QEMU guests; xen-pv runs on tandem sim run)"
+            ))
+        })?;
     if let Some(c) = app_cmd {
         if c.trim().is_empty() {
             return Err(Failure::Usage("--app-cmd: empty command".into()));

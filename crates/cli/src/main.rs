@@ -58,6 +58,7 @@ const EMBEDDED_SCENARIOS: &[(&str, &str)] = &[
         "fanguede-real",
         include_str!("../../../scenarios/fanguede-real.toml"),
     ),
+    ("xen2tier", include_str!("../../../scenarios/xen2tier.toml")),
     (
         "two-tier-kvm",
         include_str!("../../../scenarios/two-tier-kvm.toml"),

@@ -13,7 +13,7 @@
 //!   given depth. It starts commands on free internal units, queues the others,
 //!   and reports completions in time order.
 //!
-//! Presets ([`PRESETS`], [`preset`]) give the five devices tandem uses. Each
+//! Presets ([`PRESETS`], [`preset`]) give the six devices tandem uses. Each
 //! parameter is a named constant in [`hdd`] or [`flash`] with a comment naming
 //! its source.
 //!
@@ -156,7 +156,14 @@ pub trait ServiceModel: Send {
 }
 
 /// The preset names [`preset`] accepts.
-pub const PRESETS: &[&str] = &["hdd-1.8in", "microsd-class6", "emmc", "ssd-sata", "nvme"];
+pub const PRESETS: &[&str] = &[
+    "hdd-1.8in",
+    "microsd-class6",
+    "emmc",
+    "ssd-sata",
+    "nvme",
+    "sas-10k",
+];
 
 /// A device preset name that is not in [`PRESETS`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -199,6 +206,7 @@ pub fn preset(name: &str) -> Result<Box<dyn ServiceModel>, UnknownPreset> {
 pub fn hdd_preset_params(name: &str) -> Option<HddParams> {
     match name {
         "hdd-1.8in" => Some(hdd::MK6006GAH),
+        "sas-10k" => Some(hdd::SAS10K),
         _ => None,
     }
 }
@@ -230,15 +238,23 @@ pub fn parse_hdd_params<S: AsRef<str>>(list: &[S]) -> Result<Vec<(String, f64)>,
     Ok(settings)
 }
 
+/// Settings are accepted when some HDD preset takes them all: the HDD
+/// presets differ by far (a 4200 rpm 1.8-inch disk, a 10k rpm SAS disk), so
+/// seeks that fit one may be out of order on the other; building that
+/// preset with them ([`preset_with_hdd_params`]) is then the error.
 fn check_on_hdd_presets(settings: &[(String, f64)]) -> Result<(), String> {
+    let mut first_err = None;
     for name in PRESETS {
         if let Some(mut p) = hdd_preset_params(name) {
-            for (k, v) in settings {
-                p.set(k, *v)?;
+            match settings.iter().try_for_each(|(k, v)| p.set(k, *v)) {
+                Ok(()) => return Ok(()),
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
             }
         }
     }
-    Ok(())
+    first_err.map_or(Ok(()), Err)
 }
 
 /// The model of a preset with HDD parameters set, in order. The settings

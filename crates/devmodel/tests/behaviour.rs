@@ -461,7 +461,7 @@ fn presets_describe_themselves() {
         assert_eq!(i.name, name);
         assert!(!i.description.is_empty());
         assert!(i.capacity_sectors > 0);
-        assert_eq!(i.rotational, name == "hdd-1.8in");
+        assert_eq!(i.rotational, name == "hdd-1.8in" || name == "sas-10k");
         assert!(i.default_queue_depth >= 1);
     }
     let qd = |n| preset(n).unwrap().info().default_queue_depth;
@@ -470,6 +470,7 @@ fn presets_describe_themselves() {
     assert_eq!(qd("emmc"), 1);
     assert_eq!(qd("ssd-sata"), 32);
     assert_eq!(qd("nvme"), 64);
+    assert_eq!(qd("sas-10k"), 32);
 }
 
 /// Mean service time of 400 random 4 KiB reads, one at a time.
@@ -533,4 +534,20 @@ fn hdd_params_are_refused_by_name_and_left_alone_on_flash() {
     let plain = mean_random_read_ns(&mut *preset("emmc").unwrap());
     assert_eq!(mean_random_read_ns(&mut *emmc), plain);
     assert!(devmodel::preset_with_hdd_params("floppy", &s).is_err());
+}
+
+/// `sas-10k` serves a random 4 KiB read over the whole disk in about its
+/// datasheet's average seek (3.9 ms) plus half a revolution (3 ms) plus the
+/// command overhead (0.2 ms): 7.1 ms, within the seek curve's shape
+/// (+-1.5 ms); and 1.8-inch disk settings that put its seeks out of order
+/// are refused when it is built with them.
+#[test]
+fn the_sas_10k_preset_serves_random_reads_in_its_datasheets_time() {
+    let t = mean_random_read_ns(&mut *preset("sas-10k").unwrap());
+    assert!((t - 7.1e6).abs() < 1.5e6, "mean random 4 KiB read {t} ns");
+    let s = devmodel::parse_hdd_params(&["avg_seek_ms=25"]).unwrap();
+    let e = devmodel::preset_with_hdd_params("sas-10k", &s)
+        .err()
+        .unwrap();
+    assert!(e.contains("seek times out of order"), "{e}");
 }

@@ -612,7 +612,7 @@ pub fn run_repetition(cell: &Cell, opts: &SimOptions, rep: u32) -> Result<RunRes
         Benchmark::Startup if cell.on_cpu_model() => crate::cpu_bench::run_hot_startup(cell, rep),
         Benchmark::Startup => run_startup(cell, opts, rep),
         Benchmark::Throughput => run_throughput(cell, opts, rep),
-        Benchmark::Profile => Err("benchmark = \"profile\" is not simulated yet".into()),
+        Benchmark::Profile => crate::profile_bench::run(cell, rep),
     }
 }
 

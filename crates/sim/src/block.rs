@@ -162,6 +162,12 @@ impl BlockLayer {
         }
     }
 
+    /// Sets the largest request merging builds, in sectors (a driver's
+    /// `blk_queue_max_sectors`, e.g. Xen blkfront's 11 segments of a page).
+    pub fn set_max_sectors(&mut self, sectors: u32) {
+        self.max_sectors = sectors.max(1);
+    }
+
     pub fn scheduler(&self) -> &dyn IoScheduler {
         self.sched.as_ref()
     }

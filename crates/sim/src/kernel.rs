@@ -26,13 +26,20 @@ pub enum KernelName {
     /// idled, so `slice_idle` is 8 ms (in nanoseconds) although HZ=100.
     /// The guests' default, calibrated on the published figures.
     Linux312ArmIdling,
+    /// Linux 2.6.32 (x86-64, Xen pvops), the Dom0 and DomU kernel of the
+    /// two-tier I/O scheduler study: the legacy elevators noop, deadline,
+    /// anticipatory and cfq, `CONFIG_HZ=250` (Debian squeeze's
+    /// `linux-image-2.6.32-5-xen-amd64` config), CFQ's `slice_idle` in
+    /// jiffies (`cfq_slice_idle = HZ / 125`, block/cfq-iosched.c of 2.6.32).
+    Linux2632,
 }
 
 impl KernelName {
-    pub const ALL: [KernelName; 3] = [
+    pub const ALL: [KernelName; 4] = [
         KernelName::Linux61,
         KernelName::Linux312Arm,
         KernelName::Linux312ArmIdling,
+        KernelName::Linux2632,
     ];
 
     /// The hosts' default profile.
@@ -45,6 +52,7 @@ impl KernelName {
             KernelName::Linux61 => "linux-6.1",
             KernelName::Linux312Arm => "linux-3.12-arm",
             KernelName::Linux312ArmIdling => "linux-3.12-arm-idling",
+            KernelName::Linux2632 => "linux-2.6.32",
         }
     }
 
@@ -71,6 +79,16 @@ impl KernelName {
                 slice_idle_jiffies: false,
                 name: self,
                 ..KernelName::Linux312Arm.profile()
+            },
+            // BFQ did not exist for 2.6.32 (its first release was for
+            // 2.6.33); the field is left at the 3.12 guests' value, unused.
+            KernelName::Linux2632 => KernelProfile {
+                name: self,
+                hz: 250,
+                bfq: BfqVersion::V7r2,
+                slice_idle_jiffies: true,
+                softrt_slack: true,
+                sync_writes_sync: false,
             },
         }
     }
