@@ -86,10 +86,6 @@ pub use experiment::suite::{PAUSE_BEFORE_START_S, SETTLE_S};
 /// blk-mq kernels (refused at run time when the device lacks them).
 pub const SCHEDULERS: &[IoSched] = &IoSched::ALL;
 
-/// Hypervisors the real runner runs: QEMU's (KVM, or TCG where KVM fails
-/// the probe). Xen's paravirtual path (`xen-pv`) is simulated only.
-pub const HYPERVISORS: &[experiment::Hypervisor] = &[experiment::Hypervisor::Kvm];
-
 /// What `tandem bench run` accepts in a scenario.
 pub fn accepted() -> experiment::Accepted {
     experiment::Accepted {

@@ -175,13 +175,6 @@ fn load(arg: &str, app_cmd: Option<&str>) -> Result<Scenario, Failure> {
     };
     let mut s =
         Scenario::from_toml_str(&text, &accepted).map_err(|e| Failure::Usage(e.to_string()))?;
-    // Xen's paravirtual path is the simulator's alone: the real runner
-    // starts QEMU guests.
-    s.check_hypervisor(bench::HYPERVISORS).map_err(|e| {
-        Failure::Usage(format!(
-            "{e} (xen-pv runs in the simulator: tandem sim run)"
-        ))
-    })?;
     if s.runs_on_cpu_model() && s.benchmark != experiment::Benchmark::Latency {
         return Err(Failure::Usage(format!(
             "benchmark = \"{}\" with caches = \"{}\": the real runner runs cold start-up, \
