@@ -41,9 +41,11 @@ pub struct AdviseArgs {
     /// confidence).
     #[arg(long, default_value_t = 3)]
     repetitions: u32,
-    /// Simulated seconds of each repetition.
-    #[arg(long, default_value_t = 10.0)]
-    duration_s: f64,
+    /// Simulated seconds of each repetition (default: 10 on a rotational
+    /// device, 0.5 on flash, where 0.5 s is already tens of thousands of
+    /// operations and 10 s would take minutes to simulate).
+    #[arg(long)]
+    duration_s: Option<f64>,
 }
 
 /// `tandem advise`.
@@ -56,7 +58,11 @@ pub fn run(a: AdviseArgs) -> Result<(), Failure> {
         from_scenario(&a, path)?
     } else {
         let q = query_of(&a)?;
-        let text = advise::sweep_scenario(&q, a.repetitions.max(1), a.duration_s);
+        let rotational = devmodel::preset(q.device.name())
+            .map(|m| m.info().rotational)
+            .unwrap_or(true);
+        let duration = a.duration_s.unwrap_or(if rotational { 10.0 } else { 0.5 });
+        let text = advise::sweep_scenario(&q, a.repetitions.max(1), duration);
         let s = Scenario::from_toml_str(&text, &sim::bench::accepted())
             .map_err(|e| Failure::Usage(format!("the sweep's scenario: {e}")))?;
         (vec![q], simulate(&s.cells())?)

@@ -544,7 +544,7 @@ pub const MODERN: [IoSched; 4] = [
 ];
 
 /// The scenario of advise's own simulated sweep for `q`: host x guest over
-/// [`MODERN`], `repetitions` runs of `duration_s` each (1 s samples).
+/// [`MODERN`], `repetitions` runs of `duration_s` each, sampled in halves.
 pub fn sweep_scenario(q: &Query, repetitions: u32, duration_s: f64) -> String {
     let list = |v: &[IoSched]| {
         v.iter()
@@ -554,10 +554,11 @@ pub fn sweep_scenario(q: &Query, repetitions: u32, duration_s: f64) -> String {
     };
     format!(
         "name = \"advise\"\nbenchmark = \"profile\"\nrepetitions = {repetitions}\n\
-         duration_s = {duration_s}\nsample_s = 1\nseed = 1\n\n[matrix]\n\
+         duration_s = {duration_s}\nsample_s = {}\nseed = 1\n\n[matrix]\n\
          device = [\"{}\"]\nhost_sched = [{}]\nhost_workload = [\"none\"]\n\
          guest_sched = [{}]\nguest_workload = [\"none\"]\n\
          profile = [\"{}\"]\nthreads = [{}]\n",
+        duration_s / 2.0,
         q.device,
         list(&MODERN),
         list(&MODERN),
