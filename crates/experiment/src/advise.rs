@@ -169,6 +169,10 @@ impl OldAdvice {
 /// reading of "the Dom0 scheduler changes the DomU's results little").
 pub const HOST_MATTERS_PCT: f64 = 10.0;
 
+/// The smallest loss that makes the old guest advice wrong: 1% (below it,
+/// a significant difference is still no reason to change a scheduler).
+pub const MIN_LOSS_PCT: f64 = 1.0;
+
 /// The schedulers of the old advice, as old and blk-mq kernels name them.
 pub const OLD_GUEST_ADVICE: [IoSched; 4] = [
     IoSched::Noop,
@@ -274,6 +278,9 @@ fn old_advice(objective: Objective, rows: &[Row]) -> OldAdvice {
             .position(|r| OLD_GUEST_ADVICE.contains(&r.guest))
             .filter(|&i| worse(objective, &rows[i], best))
             .map(|i| (i, loss_pct(objective, &rows[i], best)))
+            // Deterministic runs have zero-width intervals: a difference
+            // must also be one that matters.
+            .filter(|&(_, pct)| pct > MIN_LOSS_PCT)
     };
     // The host's effect under the best guest scheduler: its worst host.
     let host_matters = rows
