@@ -101,6 +101,10 @@ fn workload_files(cells: &[&Cell]) -> Result<u32> {
     for c in cells {
         let w = c.host_workload;
         n = n.max(w.readers + w.writers);
+        // A native profile cell's threads work on the host's files.
+        if let (true, Some(p)) = (c.is_native(), c.profile) {
+            n = n.max(p.threads);
+        }
     }
     Ok(n)
 }
@@ -111,6 +115,10 @@ pub(crate) fn guest_workload_files(cells: &[&Cell]) -> Result<u32> {
     for c in cells {
         if let Some(w) = c.guest_workload {
             n = n.max(w.readers + w.writers);
+        }
+        // A VM profile cell's threads work on the guest disk's files.
+        if let (false, Some(p)) = (c.is_native(), c.profile) {
+            n = n.max(p.threads);
         }
     }
     Ok(n)

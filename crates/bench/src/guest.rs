@@ -155,13 +155,14 @@ impl Agent {
                 }
                 Ok(json!({"ok": true}))
             }
+            "profile" => crate::profile::agent_op(&self.data, req),
             "quit" => Ok(json!({"ok": true})),
             other if crate::latency::GuestLatency::OPS.contains(&other) => self
                 .latency
                 .handle(other, req)
                 .unwrap_or_else(|| Err(run_err(format!("{other}: not a latency op")))),
             other => Err(Error::Usage(format!(
-                "unknown op {other:?}; accepted: hello, sched, workload, stop, drop_caches, start, sectors, guestd, quit, {}",
+                "unknown op {other:?}; accepted: hello, sched, workload, stop, drop_caches, start, sectors, profile, guestd, quit, {}",
                 crate::latency::GuestLatency::OPS.join(", ")
             ))),
         }

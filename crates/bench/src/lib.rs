@@ -57,6 +57,7 @@ mod interrupt;
 pub mod latency;
 mod native;
 pub mod options;
+pub mod profile;
 pub mod record;
 pub mod sysfs;
 pub mod vhost;

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use cpusched::cyclictest::Histogram;
 use experiment::procedure::{self, Scope};
-use experiment::{Pattern, RunResult, WorkloadSpec};
+use experiment::{Pattern, ProfileCell, RunResult, WorkloadSpec};
 
 use crate::cells::CellCtx;
 use crate::cleanup::Cleanup;
@@ -81,6 +81,10 @@ impl procedure::Host for OnHost<'_> {
         let run = crate::latency::run_native(loops, host_loops, &mut check_interrupted)?;
         keep_histogram(self.hist, &run.hist);
         Ok(run.run_result())
+    }
+
+    fn profile(&mut self, p: &ProfileCell, duration_s: f64, sample_s: f64) -> Result<RunResult> {
+        crate::profile::run_native(&self.x.ready.files, p, duration_s, sample_s, self.seed)
     }
 
     fn sectors(&mut self) -> Result<u64> {

@@ -287,6 +287,15 @@ impl procedure::Host for InGuest<'_> {
         Ok(run.run_result())
     }
 
+    fn profile(
+        &mut self,
+        p: &experiment::ProfileCell,
+        duration_s: f64,
+        sample_s: f64,
+    ) -> Result<RunResult> {
+        crate::profile::run_in_guest(self.guest, p, duration_s, sample_s, self.seed)
+    }
+
     fn sectors(&mut self) -> Result<u64> {
         Ok(self
             .guest

@@ -63,6 +63,11 @@ pub struct BenchRunArgs {
     /// Repetitions per cell, instead of the scenario's.
     #[arg(long)]
     repetitions: Option<u32>,
+    /// Seconds each throughput or profile repetition measures, instead of the
+    /// scenario's `duration_s` (e.g. longer real runs of a file whose
+    /// duration suits the simulator).
+    #[arg(long)]
+    duration_s: Option<f64>,
     /// VM cells: a guest image made by `tandem vm image` (default: one is built for the run).
     #[arg(long, value_name = "DIR")]
     vm_image: Option<PathBuf>,
@@ -243,7 +248,7 @@ fn run_scenario(a: BenchRunArgs) -> Result<(), Failure> {
 }
 
 /// The cells to run: the scenario's, filtered by `--only`, with
-/// `--repetitions`.
+/// `--repetitions` and `--duration-s`.
 fn cells(scenario: &Scenario, a: &BenchRunArgs) -> Result<Vec<Cell>, Failure> {
     let filter = Filter::parse(&a.runner.only).map_err(Failure::Usage)?;
     let all = scenario.cells();
@@ -254,6 +259,14 @@ fn cells(scenario: &Scenario, a: &BenchRunArgs) -> Result<Vec<Cell>, Failure> {
             return Err(Failure::Usage("--repetitions 0: at least 1".into()));
         }
         cells.iter_mut().for_each(|c| c.repetitions = r);
+    }
+    if let Some(d) = a.duration_s {
+        if !(d.is_finite() && d > 0.0) {
+            return Err(Failure::Usage(format!(
+                "--duration-s {d}: a positive number of seconds"
+            )));
+        }
+        cells.iter_mut().for_each(|c| c.duration_s = d);
     }
     if cells.is_empty() {
         return Err(Failure::Usage("no cell matches the --only filters".into()));

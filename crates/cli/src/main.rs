@@ -5,6 +5,7 @@ use experiment::Scenario;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+mod advise_cmd;
 mod agent_cmd;
 mod bench_cmd;
 mod cfsv_cmd;
@@ -60,6 +61,10 @@ const EMBEDDED_SCENARIOS: &[(&str, &str)] = &[
     ),
     ("xen2tier", include_str!("../../../scenarios/xen2tier.toml")),
     ("cfsv", include_str!("../../../scenarios/cfsv.toml")),
+    (
+        "two-tier-kvm",
+        include_str!("../../../scenarios/two-tier-kvm.toml"),
+    ),
 ];
 
 #[derive(Parser)]
@@ -147,6 +152,8 @@ enum Command {
     Sim(SimCommand),
     /// Print the tables of a run, or set it against a baseline run or published numbers.
     Report(report_cmd::ReportArgs),
+    /// A host and a guest I/O scheduler for an FFSB-style profile, from a simulated sweep or from results.
+    Advise(advise_cmd::AdviseArgs),
     /// Emulated slow block devices (FUSE + loop device; needs root).
     #[command(subcommand)]
     Devemu(devemu_cmd::DevemuCommand),
@@ -210,6 +217,7 @@ fn main() -> ExitCode {
             Ok(())
         }
         Command::Report(a) => report_cmd::report(a),
+        Command::Advise(a) => advise_cmd::run(a),
         Command::Devemu(c) => devemu_cmd::run(c),
         Command::Bench(c) => bench_cmd::run(c),
         Command::Hostd(c) => agent_cmd::run_hostd(c),

@@ -8,6 +8,7 @@
 //!
 //! See the crate's README.md for the scenario keys, the naming scheme and the outputs.
 
+pub mod advise;
 pub mod apptrace;
 pub mod cell;
 pub mod cpu;

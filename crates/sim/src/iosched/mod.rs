@@ -24,6 +24,7 @@ pub mod anticipatory;
 pub mod bfq;
 pub mod cfq;
 pub mod deadline;
+pub mod kyber;
 pub mod noop;
 #[cfg(test)]
 mod testutil;
@@ -384,6 +385,7 @@ pub const SCHEDULERS: &[IoSched] = &[
     IoSched::Anticipatory,
     IoSched::Cfq,
     IoSched::Bfq,
+    IoSched::Kyber,
 ];
 
 /// Builds a scheduler by its kernel name.
@@ -394,6 +396,7 @@ pub fn by_name(name: &str, cfg: &SchedConfig) -> Result<Box<dyn IoScheduler>, St
         "anticipatory" => Box::new(anticipatory::Anticipatory::new()),
         "cfq" => Box::new(cfq::Cfq::new(cfg)),
         "bfq" => Box::new(bfq::Bfq::new(cfg)),
+        "kyber" => Box::new(kyber::Kyber::new()),
         other => {
             return Err(format!(
                 "unknown I/O scheduler \"{other}\"; accepted: {}",
@@ -421,6 +424,7 @@ mod tests {
             Box::new(deadline::Deadline::new()),
             Box::new(anticipatory::Anticipatory::new()),
             Box::new(cfq::Cfq::new(&cfg)),
+            Box::new(kyber::Kyber::new()),
             Box::new(bfq::Bfq::new(&cfg)),
         ];
         for s in &mut scheds {
