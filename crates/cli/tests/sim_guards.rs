@@ -332,6 +332,13 @@ fn results_json_records_every_option_and_the_provenance() {
         ("no-help-delay-ms", Some("30"), 30.into()),
         ("weight-factor", Some("5"), 5.into()),
         ("app-metadata-share", Some("0.5"), 0.5.into()),
+        (
+            "platform",
+            Some("chromebook-2014"),
+            "chromebook-2014".into(),
+        ),
+        ("cpu-speed", Some("0.2"), 0.2.into()),
+        ("no-cpu-io-costs", None, true.into()),
     ];
     assert_help_covers(given.iter().map(|(f, _, _)| *f).collect());
     let d = Scratch::new("prov");
