@@ -28,47 +28,11 @@ use agent::sys;
 use policy::{HelpReason, Message, Resource};
 
 mod common;
-use common::{processes_with, Scratch};
+use common::{processes_with, Proc, Scratch};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
 const EXE: &str = env!("CARGO_BIN_EXE_tandem");
-
-/// A child process, stopped (SIGTERM, then SIGKILL) on drop.
-struct Proc(Child);
-impl Proc {
-    fn spawn(cmd: &mut Command) -> Proc {
-        Proc(cmd.stdin(Stdio::null()).spawn().expect("spawn"))
-    }
-    fn pid(&self) -> u32 {
-        self.0.id()
-    }
-    fn signal(&self, sig: i32) {
-        // SAFETY: kill(2) on our own child.
-        unsafe { libc::kill(self.0.id() as i32, sig) };
-    }
-    /// SIGTERM and wait; returns whether it exited successfully.
-    fn stop(&mut self) -> bool {
-        self.signal(libc::SIGTERM);
-        let t = Instant::now();
-        while t.elapsed() < Duration::from_secs(10) {
-            if let Ok(Some(s)) = self.0.try_wait() {
-                return s.success();
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-        false
-    }
-}
-impl Drop for Proc {
-    fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            self.stop();
-        }
-    }
-}
 
 fn wait_until(what: &str, secs: f64, mut f: impl FnMut() -> bool) {
     let t = Instant::now();

@@ -9,47 +9,14 @@
 mod common;
 
 use std::os::unix::net::UnixStream;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use agent::sys;
-use common::{require, wait_until, Need, Scratch};
+use common::{require, wait_until, Need, Proc, Scratch};
 
 const EXE: &str = env!("CARGO_BIN_EXE_tandem");
 const KINDS: [&str; 4] = ["nice", "shares", "rr", "deadline"];
-
-/// A child killed (SIGTERM, then SIGKILL) and reaped when dropped.
-struct Proc(Child);
-impl Proc {
-    fn pid(&self) -> u32 {
-        self.0.id()
-    }
-    fn signal(&self, sig: i32) {
-        // SAFETY: kill(2) on our own child.
-        unsafe { libc::kill(self.0.id() as i32, sig) };
-    }
-    /// SIGTERM and wait; whether it exited successfully.
-    fn stop(&mut self) -> bool {
-        self.signal(libc::SIGTERM);
-        let t = Instant::now();
-        while t.elapsed() < Duration::from_secs(10) {
-            if let Ok(Some(s)) = self.0.try_wait() {
-                return s.success();
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-        false
-    }
-}
-impl Drop for Proc {
-    fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            self.stop();
-        }
-    }
-}
 
 /// A real QEMU with a virtio-blk disk on an iothread, QMP on `qmp.sock`.
 fn qemu(dir: &Scratch) -> Proc {

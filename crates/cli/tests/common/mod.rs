@@ -244,3 +244,43 @@ pub fn wait_until(what: &str, secs: f64, mut f: impl FnMut() -> bool) {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// A child process, stopped (SIGTERM, then SIGKILL) on drop.
+pub struct Proc(pub std::process::Child);
+impl Proc {
+    pub fn spawn(cmd: &mut std::process::Command) -> Proc {
+        Proc(
+            cmd.stdin(std::process::Stdio::null())
+                .spawn()
+                .expect("spawn"),
+        )
+    }
+    pub fn pid(&self) -> u32 {
+        self.0.id()
+    }
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(self.0.id() as i32, sig) };
+    }
+    /// SIGTERM and wait; returns whether it exited successfully.
+    pub fn stop(&mut self) -> bool {
+        self.signal(libc::SIGTERM);
+        let t = std::time::Instant::now();
+        while t.elapsed() < Duration::from_secs(10) {
+            if let Ok(Some(s)) = self.0.try_wait() {
+                return s.success();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+        false
+    }
+}
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            self.stop();
+        }
+    }
+}
