@@ -148,6 +148,48 @@ pub struct HddParams {
     pub segment_bytes: u64,
     /// Command queue depth (1 = no NCQ/TCQ).
     pub queue_depth: usize,
+    /// Per-stream read-ahead and write gathering in the buffer segments
+    /// (see [`Streams`]); [`Streams::OFF`] keeps the one-stream buffer.
+    pub streams: Streams,
+}
+
+/// How the drive's buffer segments follow several interleaved sequential
+/// streams (SCSI drives of the `sas-10k` class; an ATA drive of the
+/// `hdd-1.8in` class has it off).
+///
+/// - **Read** (`read_ahead`): a read that starts where a segment's data
+///   ends continues that segment's stream. The drive serves it and keeps
+///   prefetching into that segment until the segment holds `segment_bytes`
+///   past the request's start, even if other commands are queued: the
+///   following reads of the stream are buffer hits. Seagate's Adaptive Read
+///   Look-Ahead: "as long as sequential read operations request contiguous
+///   blocks of data, ARLA keeps prefetch enabled" (Savvio 10K.1/10K.4
+///   product manuals, section 4.5.2 "Prefetch operation"). That a queued
+///   command does not cut a detected stream's prefetch short is an
+///   assumption: the manual does not say (mode page 08h's minimum
+///   prefetch is the SCSI way to ask for it).
+/// - **Write** (`write_gather`): with the write cache on (WCE=1), a write
+///   that continues one of the segments' write streams is gathered in that
+///   segment and written with the stream's earlier data: it costs its
+///   media transfer, and one positioning (seek, settle, rotation) for every
+///   `segment_bytes` of the stream, not one per write. "The same buffer
+///   space and segmentation is used as set up for read functions" (the same
+///   manuals, 4.5.1 "Caching write data"). Random writes are not reordered
+///   by this model (each still costs its positioning).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Streams {
+    /// Per-segment read-ahead of a detected sequential stream.
+    pub read_ahead: bool,
+    /// Gathering of interleaved sequential writes in their segments.
+    pub write_gather: bool,
+}
+
+impl Streams {
+    /// One stream at a time (the model before per-segment streams).
+    pub const OFF: Streams = Streams {
+        read_ahead: false,
+        write_gather: false,
+    };
 }
 
 /// The `hdd-1.8in` preset.
@@ -169,6 +211,9 @@ pub const MK6006GAH: HddParams = HddParams {
     segment_bytes: MK6006GAH_SEGMENT_BYTES,
     // PATA/ZIF drive, no command queueing used.
     queue_depth: 1,
+    // An ATA drive: its read-ahead stops at the next command (see the
+    // module doc); not a SCSI drive's ARLA.
+    streams: Streams::OFF,
 };
 
 // ---------------------------------------------------------------------------
@@ -226,12 +271,25 @@ pub const SAS10K_HIT_OVERHEAD_NS: Nanos = 30_000;
 /// (datasheet, "Interface 6Gb/s SAS").
 pub const SAS10K_HOST_BYTES_PER_S: f64 = 600.0e6;
 
-/// 16 MB buffer (datasheet, "Cache 16 MB"), as 8 read segments of 2 MB.
-/// The split is an assumption (SCSI mode page 08h lets the host set it; the
-/// default is adaptive).
+/// 16 MB buffer (datasheet, "Cache 16 MB"), of which "approximately
+/// 13,000KB can be used as a cache" (Savvio 10K.4 product manual, section
+/// 4.5 "Cache operation"; the same figure in the Cheetah 15K.7 SAS manual,
+/// 100516226), as 8 segments of 1,625 KB. The count of 8 is an assumption:
+/// the manual's mode page 08h default table was not found, and 8 is this
+/// model's most ([`MAX_CACHE_SEGMENTS`]), one per thread of the study's
+/// 8-thread runs.
 pub const SAS10K_CACHE_SEGMENTS: usize = 8;
-/// See [`SAS10K_CACHE_SEGMENTS`].
-pub const SAS10K_SEGMENT_BYTES: u64 = 2 * 1024 * 1024;
+/// See [`SAS10K_CACHE_SEGMENTS`]: 13,000 KB / 8.
+pub const SAS10K_SEGMENT_BYTES: u64 = 13_000 * 1024 / 8;
+
+/// A SCSI drive's per-segment streams: Adaptive Read Look-Ahead (Savvio
+/// product manuals, 4.5.2) and write caching, which Seagate SAS drives ship
+/// enabled (WCE=1 in the manuals' mode page 08h defaults) and which uses
+/// the read segments (4.5.1). See [`Streams`].
+pub const SAS10K_STREAMS: Streams = Streams {
+    read_ahead: true,
+    write_gather: true,
+};
 
 /// Tagged command queueing depth 32: the queue depth Linux's `hpsa` and
 /// `mpt2sas` drivers give a SAS disk by default (`sdev->queue_depth`); the
@@ -256,6 +314,7 @@ pub const SAS10K: HddParams = HddParams {
     cache_segments: SAS10K_CACHE_SEGMENTS,
     segment_bytes: SAS10K_SEGMENT_BYTES,
     queue_depth: SAS10K_QUEUE_DEPTH,
+    streams: SAS10K_STREAMS,
 };
 
 /// The parameters of an HDD preset that a calibration may set
@@ -358,6 +417,9 @@ pub enum AccessKind {
     Miss,
     /// Continued the previous write.
     SeqWrite,
+    /// Continued an earlier write stream, gathered in its buffer segment
+    /// ([`Streams::write_gather`]).
+    GatheredWrite,
 }
 
 /// Where the time of the last started request went.
@@ -395,10 +457,31 @@ const EMPTY_SEGMENT: Segment = Segment {
     valid: false,
 };
 
+/// A sequential write stream the buffer gathers ([`Streams::write_gather`]).
+#[derive(Clone, Copy, Debug)]
+struct WriteStream {
+    /// Sector after the stream's last write.
+    end: u64,
+    /// Sectors gathered since the stream last paid a positioning.
+    gathered: u64,
+    stamp: u64,
+    valid: bool,
+}
+
+const NO_WRITE_STREAM: WriteStream = WriteStream {
+    end: NO_SECTOR,
+    gathered: 0,
+    stamp: 0,
+    valid: false,
+};
+
 struct Plan {
     service: Nanos,
     seg: usize,
     bd: Breakdown,
+    /// The read continues segment `seg`'s stream: its prefetch is kept
+    /// ([`Streams::read_ahead`]).
+    stream: bool,
 }
 
 /// A disk model built from [`HddParams`].
@@ -421,6 +504,7 @@ pub struct HddModel {
     write_settle_ns: Nanos,
     miss_overhead_ns: Nanos,
     hit_overhead_ns: Nanos,
+    streams: Streams,
     // state
     head_cyl: u64,
     segs: [Segment; MAX_CACHE_SEGMENTS],
@@ -429,6 +513,10 @@ pub struct HddModel {
     active_t0: Nanos,
     active_e0: u64,
     write_end: u64,
+    /// Until when the active read-ahead runs whatever comes (a detected
+    /// stream's prefetch, [`Streams::read_ahead`]); 0: none.
+    prefetch_until: Nanos,
+    wstreams: [WriteStream; MAX_CACHE_SEGMENTS],
     last: Breakdown,
 }
 
@@ -471,6 +559,7 @@ impl HddModel {
             write_settle_ns: p.write_settle_ns,
             miss_overhead_ns: p.miss_overhead_ns,
             hit_overhead_ns: p.hit_overhead_ns,
+            streams: p.streams,
             head_cyl: 0,
             segs: [EMPTY_SEGMENT; MAX_CACHE_SEGMENTS],
             stamp: 0,
@@ -478,6 +567,8 @@ impl HddModel {
             active_t0: 0,
             active_e0: 0,
             write_end: NO_SECTOR,
+            prefetch_until: 0,
+            wstreams: [NO_WRITE_STREAM; MAX_CACHE_SEGMENTS],
             last: Breakdown::default(),
         };
         // Steady state of one reader streaming 128 KiB requests: each request
@@ -592,10 +683,25 @@ impl HddModel {
         (seek, rot, d)
     }
 
-    fn miss(&self, req: &IoRequest, from: u64, now: Nanos, seg: usize) -> Plan {
+    /// When the head can leave for another position: at `now`, or when a
+    /// detected stream's prefetch ends ([`Streams::read_ahead`]).
+    #[inline]
+    fn head_free(&self, now: Nanos) -> Nanos {
+        if self.active != NO_SEG {
+            now.max(self.prefetch_until)
+        } else {
+            now
+        }
+    }
+
+    /// A read or write that needs the media at `from`; `stream`: it continues
+    /// segment `seg`'s read stream. The wait for a running prefetch counts
+    /// as overhead.
+    fn miss(&self, req: &IoRequest, from: u64, now: Nanos, seg: usize, stream: bool) -> Plan {
         let write = req.dir == Direction::Write;
-        let oh = self.miss_overhead_ns;
-        let (seek, rot, d) = self.position(self.head_now(now), from, now + oh, write);
+        let t = self.head_free(now);
+        let oh = self.miss_overhead_ns + (t - now);
+        let (seek, rot, d) = self.position(self.head_now(t), from, now + oh, write);
         let transfer = req.end().saturating_sub(from) * self.ns_per_sector;
         let kind = if from == req.sector {
             AccessKind::Miss
@@ -613,6 +719,35 @@ impl HddModel {
                 transfer,
                 distance: d,
             },
+            stream,
+        }
+    }
+
+    /// A write that continues gathered stream `k`: its transfer, and a
+    /// positioning when the stream has gathered a segment's worth.
+    fn gathered_write(&self, req: &IoRequest, k: usize, now: Nanos) -> Plan {
+        let n = req.sectors as u64;
+        let transfer = n * self.ns_per_sector;
+        let oh = self.hit_overhead_ns;
+        let (seek, rot, d) = if self.wstreams[k].gathered + n > self.seg_sectors {
+            let t = self.head_free(now);
+            let (seek, rot, d) = self.position(self.head_now(t), req.sector, t + oh, true);
+            (seek + (t - now), rot, d)
+        } else {
+            (0, 0, 0)
+        };
+        Plan {
+            service: oh + seek + rot + transfer,
+            seg: k,
+            bd: Breakdown {
+                kind: AccessKind::GatheredWrite,
+                overhead: oh,
+                seek,
+                rotation: rot,
+                transfer,
+                distance: d,
+            },
+            stream: false,
         }
     }
 
@@ -632,9 +767,18 @@ impl HddModel {
                         transfer,
                         ..Breakdown::default()
                     },
+                    stream: false,
                 };
             }
-            return self.miss(req, s, now, NO_SEG);
+            if self.streams.write_gather {
+                if let Some(k) = self.wstreams[..self.nsegs]
+                    .iter()
+                    .position(|w| w.valid && w.end == s)
+                {
+                    return self.gathered_write(req, k, now);
+                }
+            }
+            return self.miss(req, s, now, NO_SEG, false);
         }
         let host = xfer_ns(n * SECTOR_BYTES, self.host_ps_per_byte);
         let capped = self.active == NO_SEG || self.active_end(now).1;
@@ -656,6 +800,7 @@ impl HddModel {
                         transfer: host,
                         ..Breakdown::default()
                     },
+                    stream: false,
                 };
             }
             // The stream the drive is reading right now serves a request that
@@ -673,13 +818,20 @@ impl HddModel {
                         transfer: media,
                         ..Breakdown::default()
                     },
+                    stream: false,
                 };
             }
+            let ra = self.streams.read_ahead;
             if s < we {
-                return self.miss(req, we, now, i);
+                return self.miss(req, we, now, i, ra);
+            }
+            // Starts where the segment's data ends: the segment's stream goes
+            // on (ARLA); without per-stream read-ahead, a plain miss below.
+            if ra && s == we {
+                return self.miss(req, s, now, i, true);
             }
         }
-        self.miss(req, s, now, NO_SEG)
+        self.miss(req, s, now, NO_SEG, false)
     }
 
     /// Stop the running read-ahead at `now`, keeping what it has read.
@@ -700,6 +852,27 @@ impl HddModel {
                 seg.valid = false;
             }
         }
+    }
+
+    /// Record the write ending at `e` as a gathered write stream: the one it
+    /// continues (a [`AccessKind::SeqWrite`]), or a new one in the least
+    /// recently used slot.
+    fn track_write_stream(&mut self, e: u64, n: u64) {
+        let ws = &mut self.wstreams[..self.nsegs];
+        let k = match ws.iter().position(|w| w.valid && w.end + n == e) {
+            Some(k) => k,
+            None => {
+                let k = (0..ws.len())
+                    .find(|&k| !ws[k].valid)
+                    .unwrap_or_else(|| (0..ws.len()).min_by_key(|&k| ws[k].stamp).unwrap_or(0));
+                ws[k].gathered = 0;
+                k
+            }
+        };
+        ws[k].end = e;
+        ws[k].gathered += n;
+        ws[k].stamp = self.stamp;
+        ws[k].valid = true;
     }
 
     fn victim(&self) -> usize {
@@ -754,7 +927,9 @@ impl ServiceModel for HddModel {
                 self.write_end = NO_SECTOR;
             }
             AccessKind::PartialHit | AccessKind::Miss if req.dir == Direction::Read => {
-                self.freeze_active(now);
+                // The running read-ahead stops when the head leaves (after a
+                // detected stream's prefetch), keeping what it read.
+                self.freeze_active(self.head_free(now));
                 let i = if plan.seg != NO_SEG {
                     plan.seg
                 } else {
@@ -775,16 +950,42 @@ impl ServiceModel for HddModel {
                 self.active = i;
                 self.active_e0 = e;
                 self.active_t0 = done;
+                // A detected stream prefetches until its segment holds a
+                // segment's worth from the request on.
+                self.prefetch_until = if plan.stream {
+                    done + (s + self.seg_sectors).saturating_sub(e) * self.ns_per_sector
+                } else {
+                    0
+                };
                 self.head_cyl = self.cylinder_of(e.saturating_sub(1));
                 self.write_end = NO_SECTOR;
+            }
+            AccessKind::GatheredWrite => {
+                // Gathered in the buffer: the drive writes it with its
+                // stream, so the head moves only when the stream paid a
+                // positioning; buffered copies of the range are dropped.
+                let w = &mut self.wstreams[plan.seg];
+                w.end = e;
+                w.stamp = self.stamp;
+                if plan.bd.seek + plan.bd.rotation > 0 {
+                    w.gathered = req.sectors as u64;
+                    self.freeze_active(self.head_free(now));
+                    self.head_cyl = self.cylinder_of(e.saturating_sub(1));
+                } else {
+                    w.gathered += req.sectors as u64;
+                }
+                self.invalidate_overlaps(s, e, NO_SEG);
             }
             _ => {
                 // Writes: the head goes to the written range; read-ahead stops
                 // and buffered copies of the range are dropped.
-                self.freeze_active(now);
+                self.freeze_active(self.head_free(now));
                 self.invalidate_overlaps(s, e, NO_SEG);
                 self.head_cyl = self.cylinder_of(e.saturating_sub(1));
                 self.write_end = e;
+                if self.streams.write_gather {
+                    self.track_write_stream(e, req.sectors as u64);
+                }
             }
         }
         self.last = plan.bd;
@@ -799,6 +1000,8 @@ impl ServiceModel for HddModel {
         self.active_t0 = 0;
         self.active_e0 = 0;
         self.write_end = NO_SECTOR;
+        self.prefetch_until = 0;
+        self.wstreams = [NO_WRITE_STREAM; MAX_CACHE_SEGMENTS];
         self.last = Breakdown::default();
     }
 }

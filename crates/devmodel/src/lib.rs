@@ -68,7 +68,7 @@ pub mod hdd;
 
 pub use device::{Device, SPTF_AGE_DIVISOR};
 pub use flash::{FlashModel, FlashParams};
-pub use hdd::{AccessKind, Breakdown, HddModel, HddParams, HDD_PARAM_NAMES};
+pub use hdd::{AccessKind, Breakdown, HddModel, HddParams, Streams, HDD_PARAM_NAMES};
 
 /// Time in nanoseconds (the simulator's clock).
 pub type Nanos = u64;
