@@ -283,9 +283,11 @@ pub const SAS10K_CACHE_SEGMENTS: usize = 8;
 pub const SAS10K_SEGMENT_BYTES: u64 = 13_000 * 1024 / 8;
 
 /// A SCSI drive's per-segment streams: Adaptive Read Look-Ahead (Savvio
-/// product manuals, 4.5.2) and write caching, which Seagate SAS drives ship
-/// enabled (WCE=1 in the manuals' mode page 08h defaults) and which uses
-/// the read segments (4.5.1). See [`Streams`].
+/// product manuals, 4.5.2) and write caching, which uses the read segments
+/// (4.5.1). That the write cache is on (WCE=1) is an assumption: the
+/// default mode page 08h values are a hex table in the Savvio 10K.4 SAS
+/// manual (100539221, 12.3.2) that was not read here, and an HP Smart
+/// Array controller may turn the drive's cache off. See [`Streams`].
 pub const SAS10K_STREAMS: Streams = Streams {
     read_ahead: true,
     write_gather: true,
