@@ -75,9 +75,11 @@ fn idle_start_ups_on_flash_carry_their_cpu_time_and_report_its_share() {
             "{device}: idle {t:.3} s, app CPU share {share:.2}; without a CPU model {t0:.3} s"
         );
         assert_eq!(share0, 0.0, "no CPU model, no share reported");
-        // The CPU time is a large share on the fast device (0.48 measured
-        // on the eMMC, 0.23 on the card: see docs/simulator.md#the-cpu).
-        let floor = if device == "emmc" { 0.35 } else { 0.15 };
+        // On chromebook-2014 (speed 0.17) the eMMC's idle start-up is mostly
+        // CPU time (0.62 measured in cloud2014) and the card's a large part
+        // of it, not most (0.35: its 6 MB at 16 MB/s and 1.25 ms per random
+        // read outweigh the 0.26 s of CPU; docs/calibration.md).
+        let floor = if device == "emmc" { 0.5 } else { 0.25 };
         assert!(share >= floor, "{device}: CPU share {share:.2} < {floor}");
         assert!(t > t0 * 1.1, "{device}: {t:.3} s not above {t0:.3} s");
     }
