@@ -101,6 +101,11 @@ fn under_five_host_readers_the_emmc_start_up_is_slower_with_cpu_costs() {
         "emmc, host 5r-seq: {with:.3} s with CPU costs, {without:.3} s with the app's bursts only, \
          {no_model:.3} s without a CPU model"
     );
-    assert!(with > without * 1.03, "{with:.3} s vs {without:.3} s");
-    assert!(without > no_model, "{without:.3} s vs {no_model:.3} s");
+    // The per-request costs add little once the app's own bursts are long:
+    // 0.735 s against 0.727 s at chromebook-2014's speed 0.17 (0.588 s
+    // against 0.540 s at the former 0.3). Their size is being re-measured
+    // (crates/sim/src/machine/cpu.rs); the bursts' wait for a core is the
+    // large part (0.727 s against 0.423 s without a CPU model).
+    assert!(with > without, "{with:.3} s vs {without:.3} s");
+    assert!(without > no_model * 1.3, "{without:.3} s vs {no_model:.3} s");
 }
