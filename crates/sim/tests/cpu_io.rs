@@ -107,5 +107,8 @@ fn under_five_host_readers_the_emmc_start_up_is_slower_with_cpu_costs() {
     // (crates/sim/src/machine/cpu.rs); the bursts' wait for a core is the
     // large part (0.727 s against 0.423 s without a CPU model).
     assert!(with > without, "{with:.3} s vs {without:.3} s");
-    assert!(without > no_model * 1.3, "{without:.3} s vs {no_model:.3} s");
+    assert!(
+        without > no_model * 1.3,
+        "{without:.3} s vs {no_model:.3} s"
+    );
 }
