@@ -147,7 +147,7 @@ pub struct SimKnobs {
     #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(cpusched::platform::PRESETS))]
     platform: Option<String>,
     /// The platform's CPU speed relative to the machine the app traces were
-    /// recorded on, instead of its preset's (chromebook-2014: 0.3): the
+    /// recorded on, instead of its preset's (chromebook-2014: 0.17): the
     /// calibration's CPU knob.
     #[arg(long, value_name = "FACTOR")]
     cpu_speed: Option<f64>,

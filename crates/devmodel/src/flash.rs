@@ -60,12 +60,18 @@ pub const SD_WRITE_BYTES_PER_S: f64 = 6.0e6;
 /// firmware. Assumption (the specification gives only upper bounds).
 pub const SD_CMD_NS: Nanos = 200_000;
 /// Random read access 0.8 ms (page read and mapping lookup), giving about
-/// 1.25 ms and 800 IOPS for a random 4 KiB read. Bounds: the specification
+/// 1.25 ms and 800 IOPS for a random 4 KiB read. With [`SD_CMD_NS`] it is
+/// 1 ms from command to data, the read access time TAAC that every SDHC card
+/// reports (CSD version 2.0 fixes TAAC at 0Eh, 1 ms; SD Physical Layer
+/// Simplified Specification, CSD register). Bounds: the specification
 /// allows up to 20 ms for a 4 KB read (T_FR(4KB), Table 4-59); Application
 /// Performance Class A1 (SD 5.1, 2016) requires 1500 random read IOPS, which
-/// this older non-A1 card does not claim; Class 6 microSDHC cards of 2011-2012
-/// were measured at 2.3-3.7 MB/s of 4 KiB random reads (Tom's Hardware,
-/// microSDHC and SDHC round-ups), i.e. 600-900 IOPS.
+/// this older non-A1 card does not claim; SDHC cards of 2010-2011 were
+/// measured at 2.3-3.7 MB/s of 4 KiB random reads and Class 6 microSDHC cards
+/// at up to 3.4 MB/s, with queue depth making almost no difference (Tom's
+/// Hardware, SDHC and microSDHC round-ups), i.e. 600-900 IOPS. No figure of
+/// the Transcend card itself was found; CLOUD 2014 gives only its 16 MB/s
+/// read peak (Table I; its throughput figure is not in the text).
 pub const SD_READ_ACCESS_NS: Nanos = 800_000;
 /// Allocation Unit 4 MB, the largest AU of SDHC cards (SD Physical Layer
 /// Simplified Specification 4.10, Table 4-56) and the usual erase-block

@@ -75,9 +75,11 @@ fn idle_start_ups_on_flash_carry_their_cpu_time_and_report_its_share() {
             "{device}: idle {t:.3} s, app CPU share {share:.2}; without a CPU model {t0:.3} s"
         );
         assert_eq!(share0, 0.0, "no CPU model, no share reported");
-        // The CPU time is a large share on the fast device (0.48 measured
-        // on the eMMC, 0.23 on the card: see docs/simulator.md#the-cpu).
-        let floor = if device == "emmc" { 0.35 } else { 0.15 };
+        // On chromebook-2014 (speed 0.17) the eMMC's idle start-up is mostly
+        // CPU time (0.62 measured in cloud2014) and the card's a large part
+        // of it, not most (0.35: its 6 MB at 16 MB/s and 1.25 ms per random
+        // read outweigh the 0.26 s of CPU; docs/calibration.md).
+        let floor = if device == "emmc" { 0.5 } else { 0.25 };
         assert!(share >= floor, "{device}: CPU share {share:.2} < {floor}");
         assert!(t > t0 * 1.1, "{device}: {t:.3} s not above {t0:.3} s");
     }
@@ -99,6 +101,14 @@ fn under_five_host_readers_the_emmc_start_up_is_slower_with_cpu_costs() {
         "emmc, host 5r-seq: {with:.3} s with CPU costs, {without:.3} s with the app's bursts only, \
          {no_model:.3} s without a CPU model"
     );
-    assert!(with > without * 1.03, "{with:.3} s vs {without:.3} s");
-    assert!(without > no_model, "{without:.3} s vs {no_model:.3} s");
+    // The per-request costs add little once the app's own bursts are long:
+    // 0.735 s against 0.727 s at chromebook-2014's speed 0.17 (0.588 s
+    // against 0.540 s at the former 0.3). Their size is being re-measured
+    // (crates/sim/src/machine/cpu.rs); the bursts' wait for a core is the
+    // large part (0.727 s against 0.423 s without a CPU model).
+    assert!(with > without, "{with:.3} s vs {without:.3} s");
+    assert!(
+        without > no_model * 1.3,
+        "{without:.3} s vs {no_model:.3} s"
+    );
 }
