@@ -138,6 +138,9 @@ struct ProcessIo {
     exec_io_ns: Nanos,
     /// Since that exec, the bytes it read.
     exec_bytes: u64,
+    /// The bytes it read since guestd first saw it (a mark's service,
+    /// [`crate::mark::MarkRule::greedy_bytes`], counts from these).
+    read_bytes: u64,
     softrt: SoftRtClassifier,
 }
 
@@ -266,6 +269,12 @@ impl GuestSignalDetector {
             .collect()
     }
 
+    /// The bytes process `pid` has read since it was first seen (its I/O
+    /// history, `None` once forgotten or never seen).
+    pub fn read_bytes(&self, pid: u32) -> Option<u64> {
+        self.processes.get(&pid).map(|p| p.read_bytes)
+    }
+
     /// How many processes' I/O history is kept.
     pub fn tracked_processes(&self) -> usize {
         self.processes.len()
@@ -291,6 +300,7 @@ impl GuestSignalDetector {
                         .saturating_add(since.min(cfg.exec_active_grace_ns));
                     p.exec_bytes = p.exec_bytes.saturating_add(bytes);
                 }
+                p.read_bytes = p.read_bytes.saturating_add(bytes);
                 p.last_seen = p.last_seen.max(now);
                 if let Some(period) = p.softrt.io(&cfg.softrt, now, bytes) {
                     let until = now
@@ -302,6 +312,7 @@ impl GuestSignalDetector {
             None => {
                 let mut p = ProcessIo {
                     last_seen: now,
+                    read_bytes: bytes,
                     ..ProcessIo::default()
                 };
                 p.softrt.io(&cfg.softrt, now, bytes);
@@ -411,6 +422,25 @@ mod tests {
         assert_eq!(n[0].2, 10 * SEC);
         assert_eq!((n[1].0, n[1].2), (8, SEC));
         assert_eq!(d.process_needs(2 * SEC).len(), 1);
+    }
+
+    /// The bytes a process read are counted from its first sighting
+    /// (a mark's service counts from them), restart at its exec (a new
+    /// program), and are forgotten at its exit.
+    #[test]
+    fn read_bytes_count_a_process_reads() {
+        let mut d = det();
+        assert_eq!(d.read_bytes(7), None);
+        d.observe(0, GuestEvent::IoActivity { pid: 7, bytes: 100 });
+        d.observe(MS, GuestEvent::IoActivity { pid: 7, bytes: 50 });
+        d.observe(2 * MS, GuestEvent::IoWait { pid: 7 });
+        assert_eq!(d.read_bytes(7), Some(150));
+        d.observe(3 * MS, GuestEvent::Exec { pid: 7 });
+        assert_eq!(d.read_bytes(7), Some(0));
+        d.observe(4 * MS, GuestEvent::IoActivity { pid: 7, bytes: 8 });
+        assert_eq!(d.read_bytes(7), Some(8));
+        d.observe(5 * MS, GuestEvent::ProcessExit { pid: 7 });
+        assert_eq!(d.read_bytes(7), None);
     }
 
     fn det() -> GuestSignalDetector {

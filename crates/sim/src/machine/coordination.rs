@@ -16,6 +16,7 @@ use super::{Ev, Machine};
 use crate::coord::{CoordConfig, CoordStats, Coordination, BOOST_IOPRIO};
 use crate::request::{IoPrio, IoPrioClass, Pid};
 use devmodel::Nanos;
+use policy::mark::{Mark, MarkEnd, MarkRule};
 use policy::mode::Knob;
 use vhostblk::classmap::ClassPolicy;
 use vhostblk::ioprio::{Class, Ioprio};
@@ -52,40 +53,70 @@ enum GuestAction {
 
 /// guestd's marks in a `vhost-ioprio` guest: the tasks whose ioprio it
 /// raised (`ioprio_set(2)` to [`BOOST_IOPRIO`], what `ionice -c1` sets),
-/// each with the end of its lease and the ioprio to give back.
-#[derive(Default)]
+/// each with its mark, the end of its renewal and the ioprio to give back.
+/// How long a mark lasts is the policy crate's [`MarkRule`], the rule
+/// guestd applies (`agent::iomark`): at most the rule's lease from the mark,
+/// however long the task stays urgent; a task whose lease ran out while
+/// still urgent is spent, and not marked again until it is no longer
+/// urgent (a new raising, after it went idle). The rule's service bound is
+/// the guest BFQ's own here: it ends a raising after the same
+/// `max_service_from_wr`, so the task leaves the urgent list.
 struct Marks {
-    leases: Vec<(Pid, Nanos, IoPrio)>,
+    rule: MarkRule,
+    leases: Vec<(Pid, Mark, Nanos, IoPrio)>,
+    spent: Vec<Pid>,
 }
 
 impl Marks {
+    fn new(rule: MarkRule) -> Marks {
+        Marks {
+            rule,
+            leases: Vec::new(),
+            spent: Vec::new(),
+        }
+    }
+
     /// Applies the need as of `now`: while it lasts, each task of `urgent`
-    /// is marked (or its lease renewed) until `now + lease`; leases that
-    /// ran out, and all of them once the need is gone, end. Returns the
-    /// ioprio changes to make, and the number of new marks.
+    /// is marked (or its renewal extended to `now + renew`) while the rule
+    /// allows; marks whose renewal ran out, whose lease ran out, and all of
+    /// them once the need is gone, end. Returns the ioprio changes to make,
+    /// and the number of new marks.
     fn update(
         &mut self,
         now: Nanos,
         need: bool,
         urgent: &[Pid],
-        lease: Nanos,
+        renew: Nanos,
         prio_of: impl Fn(Pid) -> IoPrio,
     ) -> (Vec<(Pid, IoPrio)>, u64) {
         let mut changes = Vec::new();
-        self.leases.retain(|&(pid, until, old)| {
-            let live = need && until > now;
-            if !live {
-                changes.push((pid, old));
+        let mut spent = Vec::new();
+        let rule = self.rule;
+        self.leases.retain(|&(pid, mark, until, old)| {
+            match rule.check(&mark, now, need.then_some(until), None) {
+                Ok(_) => true,
+                Err(why) => {
+                    changes.push((pid, old));
+                    if why != MarkEnd::NeedOver {
+                        spent.push(pid);
+                    }
+                    false
+                }
             }
-            live
         });
+        self.spent.extend(spent);
+        self.spent.retain(|p| need && urgent.contains(p));
         let mut new = 0;
         if need {
             for &pid in urgent {
+                if self.spent.contains(&pid) {
+                    continue;
+                }
                 match self.leases.iter_mut().find(|l| l.0 == pid) {
-                    Some(l) => l.1 = now + lease,
+                    Some(l) => l.2 = now + renew,
                     None => {
-                        self.leases.push((pid, now + lease, prio_of(pid)));
+                        let mark = rule.start(now, None);
+                        self.leases.push((pid, mark, now + renew, prio_of(pid)));
                         changes.push((pid, BOOST_IOPRIO));
                         new += 1;
                     }
@@ -96,7 +127,10 @@ impl Marks {
     }
 
     fn next_deadline(&self) -> Option<Nanos> {
-        self.leases.iter().map(|l| l.1).min()
+        self.leases
+            .iter()
+            .map(|l| l.2.min(l.1.at.saturating_add(self.rule.lease_ns)))
+            .min()
     }
 }
 
@@ -200,7 +234,7 @@ impl Coordinator {
             v.backend = Some(VhostBackend {
                 policy: ClassPolicy::new(allow_rt, &self.cfg.policy),
             });
-            Some(GuestAction::Mark(Marks::default()))
+            Some(GuestAction::Mark(Marks::new(self.cfg.mark)))
         } else {
             None
         };
