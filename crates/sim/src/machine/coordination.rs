@@ -600,3 +600,55 @@ impl Machine {
         self.kernels[super::HOST].block.set_boost(now, pid, boost);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SEC: Nanos = 1_000_000_000;
+    const LOOK: Nanos = 100_000_000;
+
+    /// guestd's rule in the simulated guest: five readers that the guest's
+    /// BFQ keeps raised (urgent) for 25 s lose their marks after the
+    /// lease (8 s) and are not marked again while they stay urgent; the app
+    /// urgent from 17 s to 23 s is marked for all of it (and the renewal
+    /// after); a reader marked
+    /// again once it left the urgent list (a new raising) is a new mark.
+    #[test]
+    fn marks_last_the_rules_lease_and_spent_tasks_wait_for_a_new_raising() {
+        let mut m = Marks::new(MarkRule::default());
+        let readers: Vec<Pid> = (10..15).collect();
+        let app: Pid = 20;
+        let mut marked = std::collections::HashMap::<Pid, Nanos>::new();
+        let mut prio = std::collections::HashMap::<Pid, IoPrio>::new();
+        for step in 0..250 {
+            let now = step * LOOK;
+            let mut urgent = readers.clone();
+            if (17 * SEC..23 * SEC).contains(&now) {
+                urgent.push(app);
+            }
+            let (changes, _) = m.update(now, true, &urgent, SEC, |_| IoPrio::DEFAULT);
+            prio.extend(changes);
+            for (&pid, &p) in &prio {
+                if p == BOOST_IOPRIO {
+                    *marked.entry(pid).or_default() += LOOK;
+                }
+            }
+        }
+        for r in &readers {
+            assert_eq!(marked[r], 8 * SEC, "reader {r}");
+        }
+        // The app: its whole start, and the renewal's tail after its last
+        // urgent look (the lease renewed to one look + `renew`).
+        assert_eq!(
+            marked[&app],
+            6 * SEC + SEC - LOOK,
+            "the app, its whole start"
+        );
+        // A reader leaves the urgent list (idle), then is raised again.
+        let now = 25 * SEC;
+        m.update(now, true, &[], SEC, |_| IoPrio::DEFAULT);
+        let (changes, new) = m.update(now + LOOK, true, &readers[..1], SEC, |_| IoPrio::DEFAULT);
+        assert_eq!((changes, new), (vec![(readers[0], BOOST_IOPRIO)], 1));
+    }
+}
