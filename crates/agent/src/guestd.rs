@@ -26,7 +26,7 @@ use std::thread;
 use std::time::Duration;
 
 use policy::detect::cpu::{CpuDetector, CpuEvent, CpuRules, CpuTimes};
-use policy::mark::{MarkEnd, MarkRule};
+use policy::mark::{MarkEnd, MarkRule, Usage};
 use policy::{
     GuestEvent, GuestSignalConfig, GuestSignalDetector, HelpClient, Message, Nanos, Resource, MS,
     PROTOCOL_VERSION,
@@ -61,8 +61,8 @@ pub struct GuestdOptions {
     pub cpu: bool,
     /// Mark urgent processes' I/O priority in the guest with this class.
     pub mark: Option<MarkClass>,
-    /// How long one need's mark lasts at most (ms; the policy crate's
-    /// [`MarkRule`] with this lease).
+    /// How much I/O time one need's mark covers at most (ms; the policy
+    /// crate's [`MarkRule`] with this lease).
     pub mark_lease_ms: u64,
     /// Mark only the processes of this user (real uid): a desktop guest's
     /// user, never the system's services.
@@ -480,7 +480,11 @@ impl Daemon {
             .map(|(pid, _, until)| (pid, until))
             .collect();
         let detector = &self.core.detector;
-        for e in m.update_with(now, &needs, |pid| detector.read_bytes(pid)) {
+        let used = |pid| Usage {
+            read: detector.read_bytes(pid),
+            io_ns: detector.io_ns(pid),
+        };
+        for e in m.update_with(now, &needs, used) {
             log_mark(&e, self.o.verbose);
         }
     }
@@ -650,7 +654,7 @@ pub fn run(o: GuestdOptions) -> Result<()> {
     }
     let marker = o.mark.map(|class| {
         log(&format!(
-            "marking urgent processes with I/O priority {} for at most {} ms",
+            "marking urgent processes with I/O priority {} for at most {} ms of their I/O",
             sys::ioprio_show(class.value()),
             o.mark_lease_ms
         ));

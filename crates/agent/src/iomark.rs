@@ -35,7 +35,7 @@
 use std::collections::HashMap;
 use std::io;
 
-use policy::mark::{Mark, MarkEnd, MarkRule};
+use policy::mark::{Mark, MarkEnd, MarkRule, Usage};
 use policy::{HelpReason, Nanos};
 
 use crate::sys;
@@ -176,24 +176,25 @@ impl<O: IoprioOps> Marker<O> {
         }
     }
 
-    /// [`Marker::update_with`] without read counts: only time bounds the
-    /// marks.
+    /// [`Marker::update_with`] without counts of what the processes do:
+    /// only wall time bounds the marks.
     pub fn update(&mut self, now: Nanos, needs: &[(u32, Nanos)]) -> Vec<MarkEvent> {
-        self.update_with(now, needs, |_| None)
+        self.update_with(now, needs, |_| Usage::default())
     }
 
     /// Brings the marks in line with the urgent processes at `now`: each
     /// `(pid, until)` a process whose need (of a reason that [`marks`])
-    /// lasts until `until`; `read(pid)`, the bytes the process has read so
-    /// far. A new one is marked, and keeps its mark while the policy
-    /// crate's [`MarkRule`] says (until its need ends, its lease runs out or
-    /// it has read the rule's greedy amount since the mark); a mark that
-    /// ended is restored and not set again while the same need lasts.
+    /// lasts until `until`; `used(pid)`, what the process has done so far
+    /// (bytes read, I/O time). A new one is marked, and keeps its mark
+    /// while the policy crate's [`MarkRule`] says (until its need ends, its
+    /// lease of I/O time runs out or it has read the rule's greedy amount
+    /// since the mark); a mark that ended is restored and not set again
+    /// while the same need lasts.
     pub fn update_with(
         &mut self,
         now: Nanos,
         needs: &[(u32, Nanos)],
-        read: impl Fn(u32) -> Option<u64>,
+        used: impl Fn(u32) -> Usage,
     ) -> Vec<MarkEvent> {
         let live: HashMap<u32, Nanos> = needs.iter().copied().collect();
         let mut out = Vec::new();
@@ -203,7 +204,7 @@ impl<O: IoprioOps> Marker<O> {
             let need = live.get(&pid).copied();
             match (self.procs[&pid], need) {
                 (Entry::Marked { start, mark, .. }, need) => {
-                    match self.rule.check(&mark, now, need, read(pid)) {
+                    match self.rule.check(&mark, now, need, used(pid)) {
                         Ok(ends) => {
                             self.procs.insert(pid, Entry::Marked { start, mark, ends });
                         }
@@ -232,7 +233,7 @@ impl<O: IoprioOps> Marker<O> {
         // as guestd's only if its parent is marked.
         fresh.sort_unstable();
         for (pid, until) in fresh {
-            let mark = self.rule.start(now, read(pid));
+            let mark = self.rule.start(now, used(pid));
             out.extend(self.mark(pid, mark, until));
         }
         out
@@ -334,7 +335,10 @@ impl<O: IoprioOps> Marker<O> {
             self.procs.insert(pid, Entry::Spent); // its threads ended
             return None;
         }
-        let ends = until.min(mark.at.saturating_add(self.rule.lease_ns));
+        let ends = self
+            .rule
+            .check(&mark, mark.at, Some(until), mark.used_at)
+            .unwrap_or(mark.at);
         self.procs.insert(pid, Entry::Marked { start, mark, ends });
         Some(MarkEvent::Marked { pid, threads: set })
     }

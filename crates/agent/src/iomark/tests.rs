@@ -301,13 +301,24 @@ fn a_greedy_reader_is_restored_and_not_marked_again_for_the_same_need() {
     let before = 1 << 30;
     let read = std::cell::Cell::new(before);
     let need = [(90, 20_000 * MS)];
-    let ev = m.update_with(0, &need, |_| Some(read.get()));
+    let ev = m.update_with(0, &need, |_| Usage {
+        read: Some(read.get()),
+        io_ns: None,
+    });
     assert!(matches!(ev[..], [MarkEvent::Marked { pid: 90, .. }]));
     read.set(before + policy::mark::MAX_SERVICE_FROM_WR_BYTES - 1);
-    assert!(m.update_with(SEC, &need, |_| Some(read.get())).is_empty());
+    assert!(m
+        .update_with(SEC, &need, |_| Usage {
+            read: Some(read.get()),
+            io_ns: None
+        })
+        .is_empty());
     assert_eq!(k.prio(90), RT0);
     read.set(before + policy::mark::MAX_SERVICE_FROM_WR_BYTES);
-    let ev = m.update_with(2 * SEC, &need, |_| Some(read.get()));
+    let ev = m.update_with(2 * SEC, &need, |_| Usage {
+        read: Some(read.get()),
+        io_ns: None,
+    });
     assert_eq!(
         ev,
         vec![MarkEvent::Restored {
@@ -318,7 +329,10 @@ fn a_greedy_reader_is_restored_and_not_marked_again_for_the_same_need() {
     );
     assert_eq!(k.prio(90), DEFAULT);
     assert!(m
-        .update_with(3 * SEC, &need, |_| Some(read.get()))
+        .update_with(3 * SEC, &need, |_| Usage {
+            read: Some(read.get()),
+            io_ns: None
+        })
         .is_empty());
     assert!(!m.is_marked(90));
 }
@@ -359,4 +373,39 @@ fn background_readers_lose_the_mark_after_the_lease_and_the_app_keeps_it() {
         assert_eq!(k.prio(r), DEFAULT);
     }
     assert_eq!(marked_ns[&110], 6 * SEC, "the app, its whole start");
+}
+
+/// Counted in I/O time (what guestd's detector reports): a start that
+/// computes half of the time keeps its mark past the lease's wall time,
+/// while a reader doing I/O all the time loses it at the lease's end.
+#[test]
+fn the_lease_counts_io_time() {
+    let k = Fake::default();
+    k.spawn(120, &[120], 1);
+    k.spawn(121, &[121], 1);
+    let mut m = Marker::new(&k, MarkClass::Rt, MarkRule::default());
+    let needs = [(120, 30 * SEC), (121, 30 * SEC)];
+    // 120 reads all the time, 121 half of the time.
+    let used = |now: Nanos| {
+        move |pid: u32| Usage {
+            read: None,
+            io_ns: Some(if pid == 120 { now } else { now / 2 }),
+        }
+    };
+    m.update_with(0, &needs, used(0));
+    assert!(m
+        .update_with(8 * SEC - MS, &needs, used(8 * SEC - MS))
+        .is_empty());
+    let ev = m.update_with(8 * SEC, &needs, used(8 * SEC));
+    assert_eq!(
+        ev,
+        vec![MarkEvent::Restored {
+            pid: 120,
+            threads: 1,
+            why: Some(MarkEnd::LeaseOver)
+        }]
+    );
+    assert!(m.is_marked(121));
+    let ev = m.update_with(16 * SEC, &needs, used(16 * SEC));
+    assert!(matches!(ev[..], [MarkEvent::Restored { pid: 121, .. }]));
 }

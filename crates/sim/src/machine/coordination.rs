@@ -16,7 +16,7 @@ use super::{Ev, Machine};
 use crate::coord::{CoordConfig, CoordStats, Coordination, BOOST_IOPRIO};
 use crate::request::{IoPrio, IoPrioClass, Pid};
 use devmodel::Nanos;
-use policy::mark::{Mark, MarkEnd, MarkRule};
+use policy::mark::{Mark, MarkEnd, MarkRule, Usage};
 use policy::mode::Knob;
 use vhostblk::classmap::ClassPolicy;
 use vhostblk::ioprio::{Class, Ioprio};
@@ -53,9 +53,11 @@ enum GuestAction {
 
 /// guestd's marks in a `vhost-ioprio` guest: the tasks whose ioprio it
 /// raised (`ioprio_set(2)` to [`BOOST_IOPRIO`], what `ionice -c1` sets),
-/// each with its mark, the end of its renewal and the ioprio to give back.
-/// How long a mark lasts is the policy crate's [`MarkRule`], the rule
-/// guestd applies (`agent::iomark`): at most the rule's lease from the mark,
+/// each with its mark, the end of its renewal, the ioprio to give back and
+/// its I/O time under the mark. How long a mark lasts is the policy crate's
+/// [`MarkRule`], the rule guestd applies (`agent::iomark`): the rule's
+/// lease of I/O time (here the time the task is urgent, which needs a busy
+/// queue: requests queued or in flight), at most its wall-time bound,
 /// however long the task stays urgent; a task whose lease ran out while
 /// still urgent is spent, and not marked again until it is no longer
 /// urgent (a new raising, after it went idle). The rule's service bound is
@@ -63,8 +65,21 @@ enum GuestAction {
 /// `max_service_from_wr`, so the task leaves the urgent list.
 struct Marks {
     rule: MarkRule,
-    leases: Vec<(Pid, Mark, Nanos, IoPrio)>,
+    leases: Vec<Lease>,
     spent: Vec<Pid>,
+    /// The previous update.
+    last: Nanos,
+}
+
+/// One task's mark.
+struct Lease {
+    pid: Pid,
+    mark: Mark,
+    /// Until when the need renews it.
+    until: Nanos,
+    old: IoPrio,
+    /// The time it was urgent (its queue busy) since the mark.
+    io_ns: Nanos,
 }
 
 impl Marks {
@@ -73,6 +88,7 @@ impl Marks {
             rule,
             leases: Vec::new(),
             spent: Vec::new(),
+            last: 0,
         }
     }
 
@@ -89,16 +105,25 @@ impl Marks {
         renew: Nanos,
         prio_of: impl Fn(Pid) -> IoPrio,
     ) -> (Vec<(Pid, IoPrio)>, u64) {
+        let since = now.saturating_sub(self.last);
+        self.last = now;
         let mut changes = Vec::new();
         let mut spent = Vec::new();
         let rule = self.rule;
-        self.leases.retain(|&(pid, mark, until, old)| {
-            match rule.check(&mark, now, need.then_some(until), None) {
+        self.leases.retain_mut(|l| {
+            if urgent.contains(&l.pid) {
+                l.io_ns += since;
+            }
+            let used = Usage {
+                read: None,
+                io_ns: Some(l.io_ns),
+            };
+            match rule.check(&l.mark, now, need.then_some(l.until), used) {
                 Ok(_) => true,
                 Err(why) => {
-                    changes.push((pid, old));
+                    changes.push((l.pid, l.old));
                     if why != MarkEnd::NeedOver {
-                        spent.push(pid);
+                        spent.push(l.pid);
                     }
                     false
                 }
@@ -112,11 +137,20 @@ impl Marks {
                 if self.spent.contains(&pid) {
                     continue;
                 }
-                match self.leases.iter_mut().find(|l| l.0 == pid) {
-                    Some(l) => l.2 = now + renew,
+                match self.leases.iter_mut().find(|l| l.pid == pid) {
+                    Some(l) => l.until = now + renew,
                     None => {
-                        let mark = rule.start(now, None);
-                        self.leases.push((pid, mark, now + renew, prio_of(pid)));
+                        let used = Usage {
+                            read: None,
+                            io_ns: Some(0),
+                        };
+                        self.leases.push(Lease {
+                            pid,
+                            mark: rule.start(now, used),
+                            until: now + renew,
+                            old: prio_of(pid),
+                            io_ns: 0,
+                        });
                         changes.push((pid, BOOST_IOPRIO));
                         new += 1;
                     }
@@ -126,10 +160,20 @@ impl Marks {
         (changes, new)
     }
 
+    /// When the next mark may end: its renewal's end, or when its lease
+    /// runs out if its task stays urgent.
     fn next_deadline(&self) -> Option<Nanos> {
         self.leases
             .iter()
-            .map(|l| l.2.min(l.1.at.saturating_add(self.rule.lease_ns)))
+            .map(|l| {
+                let used = Usage {
+                    read: None,
+                    io_ns: Some(l.io_ns),
+                };
+                self.rule
+                    .check(&l.mark, self.last, Some(l.until), used)
+                    .unwrap_or(self.last)
+            })
             .min()
     }
 }
