@@ -26,6 +26,7 @@ use std::thread;
 use std::time::Duration;
 
 use policy::detect::cpu::{CpuDetector, CpuEvent, CpuRules, CpuTimes};
+use policy::mark::{MarkEnd, MarkRule, Usage};
 use policy::{
     GuestEvent, GuestSignalConfig, GuestSignalDetector, HelpClient, Message, Nanos, Resource, MS,
     PROTOCOL_VERSION,
@@ -60,7 +61,8 @@ pub struct GuestdOptions {
     pub cpu: bool,
     /// Mark urgent processes' I/O priority in the guest with this class.
     pub mark: Option<MarkClass>,
-    /// How long one need's mark lasts at most (ms).
+    /// How much I/O time one need's mark covers at most (ms; the policy
+    /// crate's [`MarkRule`] with this lease).
     pub mark_lease_ms: u64,
     /// Mark only the processes of this user (real uid): a desktop guest's
     /// user, never the system's services.
@@ -477,7 +479,12 @@ impl Daemon {
             })
             .map(|(pid, _, until)| (pid, until))
             .collect();
-        for e in m.update(now, &needs) {
+        let detector = &self.core.detector;
+        let used = |pid| Usage {
+            read: detector.read_bytes(pid),
+            io_ns: detector.io_ns(pid),
+        };
+        for e in m.update_with(now, &needs, used) {
             log_mark(&e, self.o.verbose);
         }
     }
@@ -598,8 +605,14 @@ fn log_mark(e: &MarkEvent, verbose: bool) {
         MarkEvent::Marked { pid, threads } if verbose => {
             log(&format!("marked process {pid} ({threads} threads)"));
         }
-        MarkEvent::Restored { pid, threads } if verbose => {
-            log(&format!("restored process {pid} ({threads} threads)"));
+        MarkEvent::Restored { pid, threads, why } if verbose => {
+            let why = match why {
+                Some(MarkEnd::NeedOver) => ": its need ended",
+                Some(MarkEnd::LeaseOver) => ": its lease ran out",
+                Some(MarkEnd::Greedy) => ": a greedy reader (read the rule's limit under its mark)",
+                None => "",
+            };
+            log(&format!("restored process {pid} ({threads} threads){why}"));
         }
         MarkEvent::LeftAlone { pid, tid, value } if verbose => log(&format!(
             "left process {pid} alone: its thread {tid} has I/O priority {}",
@@ -641,11 +654,15 @@ pub fn run(o: GuestdOptions) -> Result<()> {
     }
     let marker = o.mark.map(|class| {
         log(&format!(
-            "marking urgent processes with I/O priority {} for at most {} ms",
+            "marking urgent processes with I/O priority {} for at most {} ms of their I/O",
             sys::ioprio_show(class.value()),
             o.mark_lease_ms
         ));
-        Marker::new(SysIoprio, class, o.mark_lease_ms.max(1) * MS)
+        let rule = MarkRule {
+            lease_ns: o.mark_lease_ms.max(1) * MS,
+            ..MarkRule::default()
+        };
+        Marker::new(SysIoprio, class, rule)
     });
     let mut d = Daemon {
         marker,

@@ -35,6 +35,7 @@
 use std::collections::HashMap;
 use std::io;
 
+use policy::mark::{Mark, MarkEnd, MarkRule, Usage};
 use policy::{HelpReason, Nanos};
 
 use crate::sys;
@@ -116,6 +117,9 @@ pub enum MarkEvent {
     Restored {
         pid: u32,
         threads: usize,
+        /// Why the mark ended (`None`: guestd is leaving, or the process
+        /// exited).
+        why: Option<MarkEnd>,
     },
     /// A thread of the process has a priority someone else set.
     LeftAlone {
@@ -134,7 +138,7 @@ pub enum MarkEvent {
 enum Entry {
     Marked {
         start: Option<u64>,
-        marked_at: Nanos,
+        mark: Mark,
         ends: Nanos,
     },
     /// Its lease is over (or marking failed) while its need lasts: not
@@ -152,27 +156,46 @@ const DEFAULT: u32 = 0;
 pub struct Marker<O: IoprioOps> {
     ops: O,
     value: u32,
-    lease_ns: Nanos,
+    rule: MarkRule,
     procs: HashMap<u32, Entry>,
 }
 
 impl<O: IoprioOps> Marker<O> {
-    /// `lease_ns`: how long one need's mark lasts at most.
-    pub fn new(ops: O, class: MarkClass, lease_ns: Nanos) -> Self {
+    /// `rule`: how long one need's mark lasts at most, and how much its
+    /// process may read under it (the policy crate's, shared with the
+    /// simulator).
+    pub fn new(ops: O, class: MarkClass, rule: MarkRule) -> Self {
         Marker {
             ops,
             value: class.value(),
-            lease_ns: lease_ns.max(1),
+            rule: MarkRule {
+                lease_ns: rule.lease_ns.max(1),
+                ..rule
+            },
             procs: HashMap::new(),
         }
     }
 
+    /// [`Marker::update_with`] without counts of what the processes do:
+    /// only wall time bounds the marks.
+    pub fn update(&mut self, now: Nanos, needs: &[(u32, Nanos)]) -> Vec<MarkEvent> {
+        self.update_with(now, needs, |_| Usage::default())
+    }
+
     /// Brings the marks in line with the urgent processes at `now`: each
     /// `(pid, until)` a process whose need (of a reason that [`marks`])
-    /// lasts until `until`. A new one is marked until its need ends or its
-    /// lease does, whichever is first; a mark whose need ended or whose
-    /// lease ran out is restored.
-    pub fn update(&mut self, now: Nanos, needs: &[(u32, Nanos)]) -> Vec<MarkEvent> {
+    /// lasts until `until`; `used(pid)`, what the process has done so far
+    /// (bytes read, I/O time). A new one is marked, and keeps its mark
+    /// while the policy crate's [`MarkRule`] says (until its need ends, its
+    /// lease of I/O time runs out or it has read the rule's greedy amount
+    /// since the mark); a mark that ended is restored and not set again
+    /// while the same need lasts.
+    pub fn update_with(
+        &mut self,
+        now: Nanos,
+        needs: &[(u32, Nanos)],
+        used: impl Fn(u32) -> Usage,
+    ) -> Vec<MarkEvent> {
         let live: HashMap<u32, Nanos> = needs.iter().copied().collect();
         let mut out = Vec::new();
         let mut pids: Vec<u32> = self.procs.keys().copied().collect();
@@ -180,29 +203,19 @@ impl<O: IoprioOps> Marker<O> {
         for pid in pids {
             let need = live.get(&pid).copied();
             match (self.procs[&pid], need) {
-                (Entry::Marked { start, .. }, None) => {
-                    out.extend(self.restore(pid, start));
-                    self.procs.remove(&pid);
-                }
-                (
-                    Entry::Marked {
-                        start, marked_at, ..
-                    },
-                    Some(until),
-                ) => {
-                    let ends = until.min(marked_at.saturating_add(self.lease_ns));
-                    if now >= ends {
-                        out.extend(self.restore(pid, start));
-                        self.procs.insert(pid, Entry::Spent);
-                    } else {
-                        self.procs.insert(
-                            pid,
-                            Entry::Marked {
-                                start,
-                                marked_at,
-                                ends,
-                            },
-                        );
+                (Entry::Marked { start, mark, .. }, need) => {
+                    match self.rule.check(&mark, now, need, used(pid)) {
+                        Ok(ends) => {
+                            self.procs.insert(pid, Entry::Marked { start, mark, ends });
+                        }
+                        Err(why) => {
+                            out.extend(self.restore(pid, start, Some(why)));
+                            if need.is_some() {
+                                self.procs.insert(pid, Entry::Spent);
+                            } else {
+                                self.procs.remove(&pid);
+                            }
+                        }
                     }
                 }
                 (Entry::Spent | Entry::UserSet, None) => {
@@ -220,7 +233,8 @@ impl<O: IoprioOps> Marker<O> {
         // as guestd's only if its parent is marked.
         fresh.sort_unstable();
         for (pid, until) in fresh {
-            out.extend(self.mark(pid, now, until));
+            let mark = self.rule.start(now, used(pid));
+            out.extend(self.mark(pid, mark, until));
         }
         out
     }
@@ -230,7 +244,7 @@ impl<O: IoprioOps> Marker<O> {
     /// not be read for a moment), its mark is restored all the same.
     pub fn exited(&mut self, pid: u32) -> Option<MarkEvent> {
         match self.procs.remove(&pid)? {
-            Entry::Marked { start, .. } => self.restore(pid, start),
+            Entry::Marked { start, .. } => self.restore(pid, start, None),
             _ => None,
         }
     }
@@ -264,7 +278,7 @@ impl<O: IoprioOps> Marker<O> {
         self.procs.clear();
         marked
             .into_iter()
-            .filter_map(|(pid, start)| self.restore(pid, start))
+            .filter_map(|(pid, start)| self.restore(pid, start, None))
             .collect()
     }
 
@@ -284,7 +298,7 @@ impl<O: IoprioOps> Marker<O> {
 
     /// Marks `pid`; nothing to say if it has exited already (a short-lived
     /// program's exec is often seen after its exit).
-    fn mark(&mut self, pid: u32, now: Nanos, until: Nanos) -> Option<MarkEvent> {
+    fn mark(&mut self, pid: u32, mark: Mark, until: Nanos) -> Option<MarkEvent> {
         let start = self.ops.start_time(pid);
         let tids = match self.ops.threads(pid) {
             Ok(t) if !t.is_empty() && start.is_some() => t,
@@ -312,7 +326,7 @@ impl<O: IoprioOps> Marker<O> {
                 Err(e) => {
                     // Not permitted (RT needs CAP_SYS_ADMIN in the guest):
                     // put back what was set, and say so.
-                    self.restore(pid, start);
+                    self.restore(pid, start, None);
                     return Some(self.failed(pid, format!("ioprio_set({tid}): {e}")));
                 }
             }
@@ -321,14 +335,11 @@ impl<O: IoprioOps> Marker<O> {
             self.procs.insert(pid, Entry::Spent); // its threads ended
             return None;
         }
-        self.procs.insert(
-            pid,
-            Entry::Marked {
-                start,
-                marked_at: now,
-                ends: until.min(now.saturating_add(self.lease_ns)),
-            },
-        );
+        let ends = self
+            .rule
+            .check(&mark, mark.at, Some(until), mark.used_at)
+            .unwrap_or(mark.at);
+        self.procs.insert(pid, Entry::Marked { start, mark, ends });
         Some(MarkEvent::Marked { pid, threads: set })
     }
 
@@ -339,7 +350,7 @@ impl<O: IoprioOps> Marker<O> {
 
     /// Puts back the default on every thread of `pid` that still carries
     /// the mark, if `pid` is still the process marked (its start time).
-    fn restore(&self, pid: u32, start: Option<u64>) -> Option<MarkEvent> {
+    fn restore(&self, pid: u32, start: Option<u64>, why: Option<MarkEnd>) -> Option<MarkEvent> {
         if start.is_none() || self.ops.start_time(pid) != start {
             return None; // exited: a reused pid is someone else's
         }
@@ -349,7 +360,7 @@ impl<O: IoprioOps> Marker<O> {
             .filter(|&tid| self.ops.get(tid).ok() == Some(self.value))
             .filter(|&tid| self.ops.set(tid, DEFAULT).is_ok())
             .count();
-        Some(MarkEvent::Restored { pid, threads })
+        Some(MarkEvent::Restored { pid, threads, why })
     }
 }
 

@@ -408,9 +408,7 @@ fn start_coordination(
     let boost = match (mode, IoprioBoost::for_mode(mode)) {
         (CoordMode::Off, _) => return Ok(None),
         (CoordMode::StaticCpu, _) => return static_cpu(guest, cleanup).map(|()| None),
-        (CoordMode::VhostIoprio, _) => {
-            return crate::vm_vhost::start_marking(guest, c.timeout_s).map(|()| None)
-        }
+        (CoordMode::VhostIoprio, _) => return crate::vm_vhost::start_marking(guest).map(|()| None),
         (CoordMode::HelpRt, Some(ioprio)) => vm::HostdBoost::Io(ioprio),
         (CoordMode::HelpCpu, _) => vm::HostdBoost::Cpu(agent::cpuboost::CpuBoostKind::Rr),
         // hostd alone: it classifies QEMU's threads itself, no guestd.

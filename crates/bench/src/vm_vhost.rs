@@ -94,16 +94,23 @@ pub(crate) fn host_idling(x: &CellCtx) -> Result<()> {
 }
 
 /// `vhost-ioprio` in the guest: guestd marks each starting process's I/O
-/// priority with [`MARK_CLASS`] while its rules judge it urgent, up to the
-/// cell's start timeout: a start slowed by the host's load outlasts
-/// guestd's default lease (5 s), and a mark that ends mid-start leaves the
-/// rest of the start unfavoured (first run here, 2026-11-26: about 180 of
-/// xterm's requests per start arrived as RT). It talks to no host daemon.
-pub(crate) fn start_marking(guest: &mut vm::Guest, timeout_s: f64) -> Result<()> {
-    let lease_ms = (timeout_s * 1000.0).ceil() as u64;
+/// priority with [`MARK_CLASS`] while its rules judge it urgent, for at most
+/// its default lease, the policy crate's mark rule
+/// ([`policy::mark::MarkRule`], which the simulator's `vhost-ioprio`
+/// applies too). It talks to no host daemon.
+///
+/// The lease used to be the cell's start timeout (60 s), because guestd's
+/// earlier default (5 s) ended marks mid-start (first run here, 2026-11-26:
+/// about 180 of xterm's requests per start arrived as RT). But the guest's
+/// own readers, new programs started before the app, were then marked for
+/// as long as their need lasted (their exec's need is extended while they
+/// wait on I/O, up to 25 s), and spent the VM's RT budget before the app's
+/// starts (`cloud2014-real`, guest and host 5r-seq: 21 RT requests demoted
+/// for the budget, a start timed out).
+pub(crate) fn start_marking(guest: &mut vm::Guest) -> Result<()> {
     guest
         .call(
-            json!({"op": "guestd", "lease_ms": 1000, "mark": MARK_CLASS, "mark_lease_ms": lease_ms}),
+            json!({"op": "guestd", "lease_ms": 1000, "mark": MARK_CLASS}),
             None,
         )
         .map(drop)

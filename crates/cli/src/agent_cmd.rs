@@ -350,8 +350,14 @@ pub struct GuestdArgs {
     /// (`tandem vhost-blk`). `rt` only if the host allows this VM RT I/O.
     #[arg(long, value_enum, value_name = "CLASS")]
     mark_ioprio: Option<MarkIoprio>,
-    /// How long one urgent need's mark lasts at most (ms).
-    #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u64).range(1..=600_000))]
+    /// How much I/O time (time the process read or waited on I/O) one
+    /// urgent need's mark covers at most (ms), however long the need: what
+    /// one start needs (default: the policy crate's
+    /// `mark::DEFAULT_MARK_LEASE_NS`); never longer than BFQ's longest
+    /// interactive weight raising (25 s of wall time). A marked process that
+    /// reads BFQ's `max_service_from_wr` (58.6 MiB) under its mark loses it
+    /// sooner.
+    #[arg(long, default_value_t = policy::mark::DEFAULT_MARK_LEASE_NS / policy::MS, value_parser = clap::value_parser!(u64).range(1..=600_000))]
     mark_lease_ms: u64,
     /// Mark only the processes of this user (real uid), e.g. a desktop
     /// guest's user, never the system's services.

@@ -446,7 +446,7 @@ fn without_allow_rt_the_guest_rt_reads_are_issued_best_effort_and_a_read_only_di
 /// guestd in the guest marks a starting reader RT (`--mark-ioprio rt`):
 /// a plain `dd`, started with no `ionice`, reaches the backend as RT
 /// requests; with guestd stopped, the same `dd` reaches it as best-effort.
-/// A process guestd marked is put back to the default after the lease.
+/// A process guestd marked is put back to the default when its need ends.
 #[test]
 #[ignore = "needs root and qemu-system-x86_64: boots a TCG guest on the backend (RT I/O needs root)"]
 fn guestd_in_the_guest_marks_a_starting_reader_and_its_requests_arrive_as_rt() {
@@ -495,7 +495,9 @@ fn guestd_in_the_guest_marks_a_starting_reader_and_its_requests_arrive_as_rt() {
     );
     eprintln!("guestd-marked reader: {rt} RT requests of {done} at the backend");
 
-    // A marked process is put back to the default after the 2.5 s lease.
+    // A marked process is put back to the default when its exec's need
+    // ends (3 s): `sleep` does no I/O, so it spends none of its lease,
+    // which counts I/O time (`policy::mark`).
     let marked = con.run(
         "sleep 30 & p=$!; sleep 1; ionice -p $p; sleep 3; ionice -p $p; kill $p",
         Duration::from_secs(60),

@@ -14,6 +14,8 @@
 //!   shares a limited number of boost slots fairly among the VMs that ask;
 //!   [`ratelimit`] bounds what one guest's channel may cost the host.
 //!
+//! - [`mark`]: how long a guest's own mark of an urgent process's I/O
+//!   priority lasts (`vhost-ioprio`), for guestd and the simulator alike;
 //! - [`mode`]: the coordination modes ([`CoordMode`]) and what each asks of
 //!   the host, read by every runner's actuation.
 //!
@@ -49,6 +51,7 @@ pub mod detect;
 pub mod fairshare;
 pub mod help_client;
 pub mod lease;
+pub mod mark;
 pub mod mode;
 pub mod protocol;
 pub mod ratelimit;

@@ -134,7 +134,11 @@ pub const DEFAULT_NO_HELP_DELAY_NS: Nanos = 100_000_000;
 /// the disk busy (BFQ raises every new queue, a streaming reader's too, until
 /// it has had 120000 sectors of service): helping it would spend the VM's
 /// budget on background I/O just before an application needs it.
-pub const DEFAULT_HELP_PER_RAISING_NS: Nanos = 8_000_000_000;
+///
+/// The same allowance as a `vhost-ioprio` guest's mark (the policy crate's
+/// [`policy::mark::DEFAULT_MARK_LEASE_NS`]): one constant for "what a start
+/// needs".
+pub const DEFAULT_HELP_PER_RAISING_NS: Nanos = policy::mark::DEFAULT_MARK_LEASE_NS;
 
 /// Coordination knobs of a simulated machine.
 #[derive(Clone, Debug)]
@@ -154,6 +158,9 @@ pub struct CoordConfig {
     /// issue RT as RT (`tandem vhost-blk --allow-rt`); the others' RT
     /// requests become best-effort level 0.
     pub vhost_allow_rt: Vec<usize>,
+    /// `vhost-ioprio`: how long a guest's mark lasts (the rule guestd
+    /// applies, `tandem guestd --mark-ioprio`).
+    pub mark: policy::mark::MarkRule,
 }
 
 impl Default for CoordConfig {
@@ -168,6 +175,7 @@ impl Default for CoordConfig {
             // The scenario's VM 1, whose start-ups are measured; VMs 2..N
             // are the neighbours.
             vhost_allow_rt: vec![0],
+            mark: policy::mark::MarkRule::default(),
         }
     }
 }

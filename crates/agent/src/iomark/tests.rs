@@ -3,9 +3,17 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 
-use policy::MS;
+use policy::{MS, SEC};
 
 use super::*;
+
+/// The policy crate's rule with lease `ns` (and BFQ's service bound).
+fn lease(ns: Nanos) -> MarkRule {
+    MarkRule {
+        lease_ns: ns,
+        ..MarkRule::default()
+    }
+}
 
 /// A fake process: its threads, start time and parent.
 type FakeProc = (Vec<u32>, u64, u32);
@@ -72,7 +80,7 @@ const RT0: u32 = 1 << 13;
 fn lease_ends_and_a_new_need_marks_again() {
     let k = Fake::default();
     k.spawn(10, &[10, 11, 12], 1);
-    let mut m = Marker::new(&k, MarkClass::Be0, 500 * MS);
+    let mut m = Marker::new(&k, MarkClass::Be0, lease(500 * MS));
     let ev = m.update(0, &[(10, 3000 * MS)]);
     assert_eq!(
         ev,
@@ -89,7 +97,8 @@ fn lease_ends_and_a_new_need_marks_again() {
         ev,
         vec![MarkEvent::Restored {
             pid: 10,
-            threads: 3
+            threads: 3,
+            why: Some(MarkEnd::LeaseOver)
         }]
     );
     assert!([10, 11, 12].iter().all(|&t| k.prio(t) == DEFAULT));
@@ -113,7 +122,7 @@ fn lease_ends_and_a_new_need_marks_again() {
 fn need_end_restores_before_the_lease() {
     let k = Fake::default();
     k.spawn(10, &[10], 1);
-    let mut m = Marker::new(&k, MarkClass::Rt, 5000 * MS);
+    let mut m = Marker::new(&k, MarkClass::Rt, lease(5000 * MS));
     m.update(0, &[(10, 300 * MS)]);
     assert_eq!(k.prio(10), RT0);
     assert_eq!(m.next_deadline(), Some(300 * MS));
@@ -122,7 +131,8 @@ fn need_end_restores_before_the_lease() {
         ev,
         vec![MarkEvent::Restored {
             pid: 10,
-            threads: 1
+            threads: 1,
+            why: Some(MarkEnd::NeedOver)
         }]
     );
     assert_eq!(k.prio(10), DEFAULT);
@@ -137,7 +147,7 @@ fn user_set_process_left_alone() {
     k.spawn(20, &[20, 21], 1);
     let idle = 3 << 13;
     k.prio.borrow_mut().insert(21, idle);
-    let mut m = Marker::new(&k, MarkClass::Be0, 500 * MS);
+    let mut m = Marker::new(&k, MarkClass::Be0, lease(500 * MS));
     let ev = m.update(0, &[(20, 3000 * MS)]);
     assert_eq!(
         ev,
@@ -160,7 +170,7 @@ fn user_set_process_left_alone() {
 fn restore_touches_only_the_mark() {
     let k = Fake::default();
     k.spawn(30, &[30, 31], 1);
-    let mut m = Marker::new(&k, MarkClass::Be0, 500 * MS);
+    let mut m = Marker::new(&k, MarkClass::Be0, lease(500 * MS));
     m.update(0, &[(30, 3000 * MS)]);
     let be3 = (2 << 13) | 3;
     k.prio.borrow_mut().insert(31, be3);
@@ -171,7 +181,8 @@ fn restore_touches_only_the_mark() {
         ev,
         vec![MarkEvent::Restored {
             pid: 30,
-            threads: 2
+            threads: 2,
+            why: Some(MarkEnd::LeaseOver)
         }]
     );
     assert_eq!(
@@ -186,7 +197,7 @@ fn restore_touches_only_the_mark() {
 fn exit_and_reused_pid() {
     let k = Fake::default();
     k.spawn(40, &[40], 1);
-    let mut m = Marker::new(&k, MarkClass::Be0, 500 * MS);
+    let mut m = Marker::new(&k, MarkClass::Be0, lease(500 * MS));
     m.update(0, &[(40, 3000 * MS)]);
     // Gone, and pid 40 reused by a process that someone set to BE/0 itself.
     k.procs.borrow_mut().insert(40, (vec![40], 999, 1));
@@ -201,7 +212,8 @@ fn exit_and_reused_pid() {
         m.exited(41),
         Some(MarkEvent::Restored {
             pid: 41,
-            threads: 1
+            threads: 1,
+            why: None
         })
     );
     assert_eq!(k.prio(41), DEFAULT);
@@ -223,7 +235,7 @@ fn exit_and_reused_pid() {
 fn inherited_mark_adopted_only_from_a_marked_parent() {
     let k = Fake::default();
     k.spawn(50, &[50], 1);
-    let mut m = Marker::new(&k, MarkClass::Be0, 500 * MS);
+    let mut m = Marker::new(&k, MarkClass::Be0, lease(500 * MS));
     m.update(0, &[(50, 3000 * MS)]);
     k.spawn(51, &[51], 50);
     k.prio.borrow_mut().insert(51, BE0);
@@ -253,7 +265,7 @@ fn refused_mark_rolls_back() {
         ..Fake::default()
     };
     k.spawn(70, &[70, 71], 1);
-    let mut m = Marker::new(&k, MarkClass::Rt, 500 * MS);
+    let mut m = Marker::new(&k, MarkClass::Rt, lease(500 * MS));
     let ev = m.update(0, &[(70, 3000 * MS)]);
     assert!(
         matches!(ev[..], [MarkEvent::Failed { pid: 70, .. }]),
@@ -269,11 +281,131 @@ fn restore_all_on_leave() {
     let k = Fake::default();
     k.spawn(80, &[80], 1);
     k.spawn(81, &[81, 82], 1);
-    let mut m = Marker::new(&k, MarkClass::Be0, 5000 * MS);
+    let mut m = Marker::new(&k, MarkClass::Be0, lease(5000 * MS));
     m.update(0, &[(80, 3000 * MS), (81, 3000 * MS)]);
     let mut ev = m.restore_all();
     ev.sort_by_key(|e| format!("{e:?}"));
     assert_eq!(ev.len(), 2);
     assert!([80, 81, 82].iter().all(|&t| k.prio(t) == DEFAULT));
     assert_eq!(m.next_deadline(), None);
+}
+
+/// A marked process that reads the rule's greedy amount under its mark is
+/// restored at once (a greedy reader), and stays unmarked while the same
+/// need lasts; the bytes it read before the mark do not count.
+#[test]
+fn a_greedy_reader_is_restored_and_not_marked_again_for_the_same_need() {
+    let k = Fake::default();
+    k.spawn(90, &[90], 1);
+    let mut m = Marker::new(&k, MarkClass::Rt, MarkRule::default());
+    let before = 1 << 30;
+    let read = std::cell::Cell::new(before);
+    let need = [(90, 20_000 * MS)];
+    let ev = m.update_with(0, &need, |_| Usage {
+        read: Some(read.get()),
+        io_ns: None,
+    });
+    assert!(matches!(ev[..], [MarkEvent::Marked { pid: 90, .. }]));
+    read.set(before + policy::mark::MAX_SERVICE_FROM_WR_BYTES - 1);
+    assert!(m
+        .update_with(SEC, &need, |_| Usage {
+            read: Some(read.get()),
+            io_ns: None
+        })
+        .is_empty());
+    assert_eq!(k.prio(90), RT0);
+    read.set(before + policy::mark::MAX_SERVICE_FROM_WR_BYTES);
+    let ev = m.update_with(2 * SEC, &need, |_| Usage {
+        read: Some(read.get()),
+        io_ns: None,
+    });
+    assert_eq!(
+        ev,
+        vec![MarkEvent::Restored {
+            pid: 90,
+            threads: 1,
+            why: Some(MarkEnd::Greedy)
+        }]
+    );
+    assert_eq!(k.prio(90), DEFAULT);
+    assert!(m
+        .update_with(3 * SEC, &need, |_| Usage {
+            read: Some(read.get()),
+            io_ns: None
+        })
+        .is_empty());
+    assert!(!m.is_marked(90));
+}
+
+/// The case that spent the VM's RT budget in the real cell: five readers
+/// start (new programs: each an exec's need, extended while they wait on
+/// I/O up to 25 s), then the app starts 17 s later (the 13 s settle and
+/// the 4 s pause). Under the default rule the readers carry the mark for
+/// the lease (8 s) only, not for their needs' 25 s, and the app, whose
+/// need is shorter than the lease, carries it for its whole start.
+#[test]
+fn background_readers_lose_the_mark_after_the_lease_and_the_app_keeps_it() {
+    let k = Fake::default();
+    let readers = [100, 101, 102, 103, 104];
+    for r in readers {
+        k.spawn(r, &[r], 1);
+    }
+    k.spawn(110, &[110], 1);
+    let mut m = Marker::new(&k, MarkClass::Rt, MarkRule::default());
+    let reader_needs: Vec<(u32, Nanos)> = readers.iter().map(|&r| (r, 25 * SEC)).collect();
+    // Every 250 ms (guestd's look) for 25 s; the app from 17 s to 23 s.
+    let mut marked_ns = HashMap::<u32, Nanos>::new();
+    for step in 0..100u64 {
+        let now = step * 250 * MS;
+        let mut needs = reader_needs.clone();
+        if (17 * SEC..23 * SEC).contains(&now) {
+            needs.push((110, 23 * SEC));
+        }
+        m.update(now, &needs);
+        for pid in readers.iter().chain(&[110]) {
+            if m.is_marked(*pid) {
+                *marked_ns.entry(*pid).or_default() += 250 * MS;
+            }
+        }
+    }
+    for r in readers {
+        assert_eq!(marked_ns[&r], 8 * SEC, "reader {r}");
+        assert_eq!(k.prio(r), DEFAULT);
+    }
+    assert_eq!(marked_ns[&110], 6 * SEC, "the app, its whole start");
+}
+
+/// Counted in I/O time (what guestd's detector reports): a start that
+/// computes half of the time keeps its mark past the lease's wall time,
+/// while a reader doing I/O all the time loses it at the lease's end.
+#[test]
+fn the_lease_counts_io_time() {
+    let k = Fake::default();
+    k.spawn(120, &[120], 1);
+    k.spawn(121, &[121], 1);
+    let mut m = Marker::new(&k, MarkClass::Rt, MarkRule::default());
+    let needs = [(120, 30 * SEC), (121, 30 * SEC)];
+    // 120 reads all the time, 121 half of the time.
+    let used = |now: Nanos| {
+        move |pid: u32| Usage {
+            read: None,
+            io_ns: Some(if pid == 120 { now } else { now / 2 }),
+        }
+    };
+    m.update_with(0, &needs, used(0));
+    assert!(m
+        .update_with(8 * SEC - MS, &needs, used(8 * SEC - MS))
+        .is_empty());
+    let ev = m.update_with(8 * SEC, &needs, used(8 * SEC));
+    assert_eq!(
+        ev,
+        vec![MarkEvent::Restored {
+            pid: 120,
+            threads: 1,
+            why: Some(MarkEnd::LeaseOver)
+        }]
+    );
+    assert!(m.is_marked(121));
+    let ev = m.update_with(16 * SEC, &needs, used(16 * SEC));
+    assert!(matches!(ev[..], [MarkEvent::Restored { pid: 121, .. }]));
 }

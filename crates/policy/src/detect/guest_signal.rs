@@ -138,7 +138,32 @@ struct ProcessIo {
     exec_io_ns: Nanos,
     /// Since that exec, the bytes it read.
     exec_bytes: u64,
+    /// The bytes it read since guestd first saw it (a mark's service,
+    /// [`crate::mark::MarkRule::greedy_bytes`], counts from these).
+    read_bytes: u64,
+    /// The time in which it read or waited on I/O since guestd first saw
+    /// it (a mark's lease, [`crate::mark::MarkRule::lease_ns`], counts
+    /// from these): the time between two sightings of I/O no further apart
+    /// than the soft real-time rules' burst gap (1.5 looks for guestd), so
+    /// a program that computes between its reads is not charged for it.
+    io_ns: Nanos,
+    /// The last sighting of its I/O (bytes or a wait).
+    last_io: Option<Nanos>,
     softrt: SoftRtClassifier,
+}
+
+impl ProcessIo {
+    /// Its I/O was seen at `now`: the time since the last sighting counts
+    /// as I/O time if no longer than `gap`.
+    fn io_seen(&mut self, now: Nanos, gap: Nanos) {
+        if let Some(prev) = self.last_io {
+            let since = now.saturating_sub(prev);
+            if since <= gap {
+                self.io_ns = self.io_ns.saturating_add(since);
+            }
+        }
+        self.last_io = Some(self.last_io.map_or(now, |p| p.max(now)));
+    }
 }
 
 /// A live need: help for `reason` on behalf of a process (or the guest)
@@ -211,6 +236,7 @@ impl GuestSignalDetector {
                 if let Some(p) = self.processes.get_mut(&pid) {
                     p.last_seen = p.last_seen.max(now);
                     p.softrt = SoftRtClassifier::default();
+                    p.io_seen(now, self.cfg.softrt.burst_gap_ns);
                 }
                 self.extend_exec(now, pid);
             }
@@ -266,6 +292,18 @@ impl GuestSignalDetector {
             .collect()
     }
 
+    /// The bytes process `pid` has read since it was first seen (its I/O
+    /// history, `None` once forgotten or never seen).
+    pub fn read_bytes(&self, pid: u32) -> Option<u64> {
+        self.processes.get(&pid).map(|p| p.read_bytes)
+    }
+
+    /// The time process `pid` has read or waited on I/O since it was first
+    /// seen (`None` once forgotten or never seen).
+    pub fn io_ns(&self, pid: u32) -> Option<Nanos> {
+        self.processes.get(&pid).map(|p| p.io_ns)
+    }
+
     /// How many processes' I/O history is kept.
     pub fn tracked_processes(&self) -> usize {
         self.processes.len()
@@ -291,6 +329,10 @@ impl GuestSignalDetector {
                         .saturating_add(since.min(cfg.exec_active_grace_ns));
                     p.exec_bytes = p.exec_bytes.saturating_add(bytes);
                 }
+                p.read_bytes = p.read_bytes.saturating_add(bytes);
+                if bytes > 0 {
+                    p.io_seen(now, cfg.softrt.burst_gap_ns);
+                }
                 p.last_seen = p.last_seen.max(now);
                 if let Some(period) = p.softrt.io(&cfg.softrt, now, bytes) {
                     let until = now
@@ -302,6 +344,8 @@ impl GuestSignalDetector {
             None => {
                 let mut p = ProcessIo {
                     last_seen: now,
+                    read_bytes: bytes,
+                    last_io: (bytes > 0).then_some(now),
                     ..ProcessIo::default()
                 };
                 p.softrt.io(&cfg.softrt, now, bytes);
@@ -411,6 +455,46 @@ mod tests {
         assert_eq!(n[0].2, 10 * SEC);
         assert_eq!((n[1].0, n[1].2), (8, SEC));
         assert_eq!(d.process_needs(2 * SEC).len(), 1);
+    }
+
+    /// The bytes a process read are counted from its first sighting
+    /// (a mark's service counts from them), restart at its exec (a new
+    /// program), and are forgotten at its exit.
+    #[test]
+    fn read_bytes_count_a_process_reads() {
+        let mut d = det();
+        assert_eq!(d.read_bytes(7), None);
+        d.observe(0, GuestEvent::IoActivity { pid: 7, bytes: 100 });
+        d.observe(MS, GuestEvent::IoActivity { pid: 7, bytes: 50 });
+        d.observe(2 * MS, GuestEvent::IoWait { pid: 7 });
+        assert_eq!(d.read_bytes(7), Some(150));
+        d.observe(3 * MS, GuestEvent::Exec { pid: 7 });
+        assert_eq!(d.read_bytes(7), Some(0));
+        d.observe(4 * MS, GuestEvent::IoActivity { pid: 7, bytes: 8 });
+        assert_eq!(d.read_bytes(7), Some(8));
+        d.observe(5 * MS, GuestEvent::ProcessExit { pid: 7 });
+        assert_eq!(d.read_bytes(7), None);
+    }
+
+    /// I/O time: the time between sightings of a process's I/O (bytes or a
+    /// wait) at guestd's looks; a gap longer than the burst gap (the
+    /// program computed) does not count, nor does a look without I/O.
+    #[test]
+    fn io_time_counts_the_looks_with_io() {
+        let mut d = GuestSignalDetector::new(GuestSignalConfig::for_sampling(250 * MS));
+        let look = |k: u64| k * 250 * MS;
+        d.observe(look(0), GuestEvent::IoActivity { pid: 7, bytes: 1 });
+        d.observe(look(1), GuestEvent::IoActivity { pid: 7, bytes: 1 });
+        d.observe(look(2), GuestEvent::IoWait { pid: 7 });
+        assert_eq!(d.io_ns(7), Some(500 * MS));
+        // Looks 3 to 6 without I/O (computing), then reads again.
+        d.observe(look(7), GuestEvent::IoActivity { pid: 7, bytes: 1 });
+        d.observe(look(8), GuestEvent::IoActivity { pid: 7, bytes: 0 });
+        assert_eq!(d.io_ns(7), Some(500 * MS));
+        d.observe(look(9), GuestEvent::IoActivity { pid: 7, bytes: 1 });
+        assert_eq!(d.io_ns(7), Some(500 * MS), "look 8 had no I/O");
+        d.observe(look(10), GuestEvent::IoWait { pid: 7 });
+        assert_eq!(d.io_ns(7), Some(750 * MS));
     }
 
     fn det() -> GuestSignalDetector {

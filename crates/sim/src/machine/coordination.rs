@@ -16,6 +16,7 @@ use super::{Ev, Machine};
 use crate::coord::{CoordConfig, CoordStats, Coordination, BOOST_IOPRIO};
 use crate::request::{IoPrio, IoPrioClass, Pid};
 use devmodel::Nanos;
+use policy::mark::{Mark, MarkEnd, MarkRule, Usage};
 use policy::mode::Knob;
 use vhostblk::classmap::ClassPolicy;
 use vhostblk::ioprio::{Class, Ioprio};
@@ -52,40 +53,104 @@ enum GuestAction {
 
 /// guestd's marks in a `vhost-ioprio` guest: the tasks whose ioprio it
 /// raised (`ioprio_set(2)` to [`BOOST_IOPRIO`], what `ionice -c1` sets),
-/// each with the end of its lease and the ioprio to give back.
-#[derive(Default)]
+/// each with its mark, the end of its renewal, the ioprio to give back and
+/// its I/O time under the mark. How long a mark lasts is the policy crate's
+/// [`MarkRule`], the rule guestd applies (`agent::iomark`): the rule's
+/// lease of I/O time (here the time the task is urgent, which needs a busy
+/// queue: requests queued or in flight), at most its wall-time bound,
+/// however long the task stays urgent; a task whose lease ran out while
+/// still urgent is spent, and not marked again until it is no longer
+/// urgent (a new raising, after it went idle). The rule's service bound is
+/// the guest BFQ's own here: it ends a raising after the same
+/// `max_service_from_wr`, so the task leaves the urgent list.
 struct Marks {
-    leases: Vec<(Pid, Nanos, IoPrio)>,
+    rule: MarkRule,
+    leases: Vec<Lease>,
+    spent: Vec<Pid>,
+    /// The previous update.
+    last: Nanos,
+}
+
+/// One task's mark.
+struct Lease {
+    pid: Pid,
+    mark: Mark,
+    /// Until when the need renews it.
+    until: Nanos,
+    old: IoPrio,
+    /// The time it was urgent (its queue busy) since the mark.
+    io_ns: Nanos,
 }
 
 impl Marks {
+    fn new(rule: MarkRule) -> Marks {
+        Marks {
+            rule,
+            leases: Vec::new(),
+            spent: Vec::new(),
+            last: 0,
+        }
+    }
+
     /// Applies the need as of `now`: while it lasts, each task of `urgent`
-    /// is marked (or its lease renewed) until `now + lease`; leases that
-    /// ran out, and all of them once the need is gone, end. Returns the
-    /// ioprio changes to make, and the number of new marks.
+    /// is marked (or its renewal extended to `now + renew`) while the rule
+    /// allows; marks whose renewal ran out, whose lease ran out, and all of
+    /// them once the need is gone, end. Returns the ioprio changes to make,
+    /// and the number of new marks.
     fn update(
         &mut self,
         now: Nanos,
         need: bool,
         urgent: &[Pid],
-        lease: Nanos,
+        renew: Nanos,
         prio_of: impl Fn(Pid) -> IoPrio,
     ) -> (Vec<(Pid, IoPrio)>, u64) {
+        let since = now.saturating_sub(self.last);
+        self.last = now;
         let mut changes = Vec::new();
-        self.leases.retain(|&(pid, until, old)| {
-            let live = need && until > now;
-            if !live {
-                changes.push((pid, old));
+        let mut spent = Vec::new();
+        let rule = self.rule;
+        self.leases.retain_mut(|l| {
+            if urgent.contains(&l.pid) {
+                l.io_ns += since;
             }
-            live
+            let used = Usage {
+                read: None,
+                io_ns: Some(l.io_ns),
+            };
+            match rule.check(&l.mark, now, need.then_some(l.until), used) {
+                Ok(_) => true,
+                Err(why) => {
+                    changes.push((l.pid, l.old));
+                    if why != MarkEnd::NeedOver {
+                        spent.push(l.pid);
+                    }
+                    false
+                }
+            }
         });
+        self.spent.extend(spent);
+        self.spent.retain(|p| need && urgent.contains(p));
         let mut new = 0;
         if need {
             for &pid in urgent {
-                match self.leases.iter_mut().find(|l| l.0 == pid) {
-                    Some(l) => l.1 = now + lease,
+                if self.spent.contains(&pid) {
+                    continue;
+                }
+                match self.leases.iter_mut().find(|l| l.pid == pid) {
+                    Some(l) => l.until = now + renew,
                     None => {
-                        self.leases.push((pid, now + lease, prio_of(pid)));
+                        let used = Usage {
+                            read: None,
+                            io_ns: Some(0),
+                        };
+                        self.leases.push(Lease {
+                            pid,
+                            mark: rule.start(now, used),
+                            until: now + renew,
+                            old: prio_of(pid),
+                            io_ns: 0,
+                        });
                         changes.push((pid, BOOST_IOPRIO));
                         new += 1;
                     }
@@ -95,8 +160,21 @@ impl Marks {
         (changes, new)
     }
 
+    /// When the next mark may end: its renewal's end, or when its lease
+    /// runs out if its task stays urgent.
     fn next_deadline(&self) -> Option<Nanos> {
-        self.leases.iter().map(|l| l.1).min()
+        self.leases
+            .iter()
+            .map(|l| {
+                let used = Usage {
+                    read: None,
+                    io_ns: Some(l.io_ns),
+                };
+                self.rule
+                    .check(&l.mark, self.last, Some(l.until), used)
+                    .unwrap_or(self.last)
+            })
+            .min()
     }
 }
 
@@ -200,7 +278,7 @@ impl Coordinator {
             v.backend = Some(VhostBackend {
                 policy: ClassPolicy::new(allow_rt, &self.cfg.policy),
             });
-            Some(GuestAction::Mark(Marks::default()))
+            Some(GuestAction::Mark(Marks::new(self.cfg.mark)))
         } else {
             None
         };
@@ -564,5 +642,57 @@ impl Machine {
         self.procs.set_prio(pid, prio);
         let now = self.now();
         self.kernels[super::HOST].block.set_boost(now, pid, boost);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SEC: Nanos = 1_000_000_000;
+    const LOOK: Nanos = 100_000_000;
+
+    /// guestd's rule in the simulated guest: five readers that the guest's
+    /// BFQ keeps raised (urgent) for 25 s lose their marks after the
+    /// lease (8 s) and are not marked again while they stay urgent; the app
+    /// urgent from 17 s to 23 s is marked for all of it (and the renewal
+    /// after); a reader marked
+    /// again once it left the urgent list (a new raising) is a new mark.
+    #[test]
+    fn marks_last_the_rules_lease_and_spent_tasks_wait_for_a_new_raising() {
+        let mut m = Marks::new(MarkRule::default());
+        let readers: Vec<Pid> = (10..15).collect();
+        let app: Pid = 20;
+        let mut marked = std::collections::HashMap::<Pid, Nanos>::new();
+        let mut prio = std::collections::HashMap::<Pid, IoPrio>::new();
+        for step in 0..250 {
+            let now = step * LOOK;
+            let mut urgent = readers.clone();
+            if (17 * SEC..23 * SEC).contains(&now) {
+                urgent.push(app);
+            }
+            let (changes, _) = m.update(now, true, &urgent, SEC, |_| IoPrio::DEFAULT);
+            prio.extend(changes);
+            for (&pid, &p) in &prio {
+                if p == BOOST_IOPRIO {
+                    *marked.entry(pid).or_default() += LOOK;
+                }
+            }
+        }
+        for r in &readers {
+            assert_eq!(marked[r], 8 * SEC, "reader {r}");
+        }
+        // The app: its whole start, and the renewal's tail after its last
+        // urgent look (the lease renewed to one look + `renew`).
+        assert_eq!(
+            marked[&app],
+            6 * SEC + SEC - LOOK,
+            "the app, its whole start"
+        );
+        // A reader leaves the urgent list (idle), then is raised again.
+        let now = 25 * SEC;
+        m.update(now, true, &[], SEC, |_| IoPrio::DEFAULT);
+        let (changes, new) = m.update(now + LOOK, true, &readers[..1], SEC, |_| IoPrio::DEFAULT);
+        assert_eq!((changes, new), (vec![(readers[0], BOOST_IOPRIO)], 1));
     }
 }
