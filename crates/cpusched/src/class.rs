@@ -144,4 +144,17 @@ pub trait SchedClass {
     fn balance(&mut self, _ctx: &Ctx, _cpu: usize, _why: Balance) -> Option<(TaskId, usize)> {
         None
     }
+
+    /// When the class's own timer for `cpu`'s running task fires (Xen
+    /// credit's per-pCPU schedule timer: the end of a time slice or of the
+    /// rate limit), if it has one; the core then calls `update_curr`,
+    /// whose answer decides the reschedule. Linux's classes need none
+    /// beyond the tick.
+    fn resched_at(&self, _cpu: usize) -> Option<Nanos> {
+        None
+    }
+
+    /// A cap on a group, in percent of one CPU (Xen credit's per-domain
+    /// `cap`; 0: none). Linux's classes ignore it.
+    fn group_cap(&mut self, _g: GroupId, _cap_pct: u32) {}
 }

@@ -142,6 +142,12 @@ impl Kernel {
         self.classes[FAIR].group_new(g, shares);
     }
 
+    /// Caps group `g` at `cap_pct` percent of one CPU (classes that have
+    /// caps: Xen credit's domains).
+    pub fn set_group_cap(&mut self, g: GroupId, cap_pct: u32) {
+        self.classes[FAIR].group_cap(g, cap_pct);
+    }
+
     /// Creates a task; unless `blocked`, it is woken as a new task.
     pub fn spawn(&mut self, spec: &TaskSpec, blocked: bool, now: Nanos) -> TaskId {
         let t = TaskId(self.tasks.len() as u32);
@@ -198,6 +204,10 @@ impl Kernel {
                 && self.classes[ct].wakeup_preempt(&ctx!(self, now), cpu, t)
             {
                 self.schedule(cpu, now);
+            } else if self.class_timer(cpu).is_some() {
+                // The class may have moved its timer instead (credit's
+                // rate limit): the driver re-arms the CPU's step.
+                self.dirty.push(cpu);
             }
         }
     }
@@ -298,15 +308,38 @@ impl Kernel {
         }
     }
 
-    /// The driver's step on `cpu`: settling reports a finished burst.
+    /// The driver's step on `cpu`: settling reports a finished burst; a
+    /// class timer that is due charges the running task, which may
+    /// reschedule.
     pub fn step(&mut self, cpu: usize, now: Nanos) {
         self.settle(cpu, now);
+        if self.class_timer(cpu).is_some_and(|at| at <= now) {
+            self.update_curr(cpu, now);
+        }
         self.dirty.push(cpu);
     }
 
+    /// The running task's class timer on `cpu` ([`SchedClass::resched_at`]).
+    fn class_timer(&self, cpu: usize) -> Option<Nanos> {
+        let t = self.curr[cpu]?;
+        self.classes[self.class_of(t)].resched_at(cpu)
+    }
+
     /// When `cpu` next needs a step: the end of the switch overhead if a
-    /// start must be reported, else the end of the burst.
+    /// start must be reported, else the end of the burst or the class's
+    /// timer, whichever comes first.
     pub fn next_step(&self, cpu: usize) -> Option<Nanos> {
+        if !self.cpus[cpu].powered {
+            return None;
+        }
+        let burst = self.burst_step(cpu);
+        match (burst, self.class_timer(cpu)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn burst_step(&self, cpu: usize) -> Option<Nanos> {
         let st = &self.cpus[cpu];
         let t = self.curr[cpu]?;
         if !st.powered {

@@ -21,6 +21,7 @@ pub mod cfsv;
 pub mod cfsv_study;
 pub mod class;
 pub mod coord;
+pub mod credit;
 pub mod cyclictest;
 pub mod cyclictest_output;
 pub mod eevdf;
@@ -57,11 +58,17 @@ pub enum FairKind {
     /// CFS-v (Samsung, 2014): CFS 3.x whose woken I/O-related threads
     /// preempt computing ones ([`cfsv`]); a host scheduler.
     CfsV(cfsv::CfsvOptions),
+    /// Xen's credit scheduler ([`credit`]): a hypervisor's vCPU
+    /// scheduler, so a host scheduler only.
+    Credit(credit::CreditOptions),
 }
 
 impl FairKind {
     /// Every name [`FairKind::parse`] accepts (the CLI lists them).
     pub const NAMES: &[&'static str] = &["cfs", "eevdf", "bfs", "cfs-v"];
+    /// The hypervisor's vCPU schedulers [`FairKind::parse`] also accepts
+    /// (host only: Xen's credit, with and without BOOST).
+    pub const HYPERVISOR_NAMES: &[&'static str] = &["credit", "credit-noboost"];
 
     /// The name used in scenarios and tables.
     pub fn name(self) -> &'static str {
@@ -70,6 +77,8 @@ impl FairKind {
             FairKind::Eevdf => "eevdf",
             FairKind::Bfs => "bfs",
             FairKind::CfsV(_) => "cfs-v",
+            FairKind::Credit(o) if o.boost => "credit",
+            FairKind::Credit(_) => "credit-noboost",
         }
     }
 
@@ -80,9 +89,15 @@ impl FairKind {
             "eevdf" => Ok(FairKind::Eevdf),
             "bfs" => Ok(FairKind::Bfs),
             "cfs-v" => Ok(FairKind::CfsV(cfsv::CfsvOptions::default())),
+            "credit" => Ok(FairKind::Credit(credit::CreditOptions::default())),
+            "credit-noboost" => Ok(FairKind::Credit(credit::CreditOptions {
+                boost: false,
+                ..Default::default()
+            })),
             _ => Err(format!(
-                "unknown CPU scheduler '{s}' (accepted: {})",
-                Self::NAMES.join(", ")
+                "unknown CPU scheduler '{s}' (accepted: {}, {})",
+                Self::NAMES.join(", "),
+                Self::HYPERVISOR_NAMES.join(", ")
             )),
         }
     }

@@ -12,7 +12,7 @@ use crate::kernel::{Event, Kernel, KernelCfg};
 use crate::platform::Platform;
 use crate::rt::Rt;
 use crate::task::{GroupId, Policy, TaskId, TaskSpec, TaskState};
-use crate::{bfs, cfs, cfsv, eevdf, FairKind, Nanos};
+use crate::{bfs, cfs, cfsv, credit, eevdf, FairKind, Nanos};
 
 /// A kernel of the model: 0 is the host, then one per VM.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -90,7 +90,7 @@ pub struct CpuModel {
 }
 
 /// A kernel's classes: RT over the chosen fair class.
-fn make_kernel(cfg: KernelCfg, fair: FairKind) -> Kernel {
+fn make_kernel(mut cfg: KernelCfg, fair: FairKind) -> Kernel {
     let n = cfg.cpus;
     let detail = |core: &mut crate::fair::FairCore| {
         core.load_tracking = cfg.load_tracking;
@@ -112,6 +112,11 @@ fn make_kernel(cfg: KernelCfg, fair: FairKind) -> Kernel {
             let mut c = cfsv::new(n, o);
             detail(&mut c.fair.core);
             Box::new(c)
+        }
+        FairKind::Credit(o) => {
+            // Xen's per-pCPU ticker, whatever the platform's HZ.
+            cfg.hz = credit::TICK_HZ;
+            Box::new(credit::Credit::new(n, o))
         }
     };
     let share = cfg.rt_runtime_share;
@@ -205,6 +210,12 @@ impl CpuModel {
     }
 
     /// The host thread of a VM's vCPU.
+    /// Caps a host group at `cap_pct` percent of one core (a Xen domain's
+    /// `cap` under credit; other schedulers ignore it).
+    pub fn set_group_cap(&mut self, g: GroupId, cap_pct: u32) {
+        self.kernels[0].set_group_cap(g, cap_pct);
+    }
+
     pub fn vcpu_task(&self, vm: VmId, i: usize) -> TaskId {
         self.vms[vm.0].vcpus[i]
     }

@@ -23,10 +23,18 @@ pub enum CpuSched {
     /// always preempt (`cpusched::cfsv`).
     #[serde(rename = "cfs-v")]
     CfsV,
+    /// Xen's credit scheduler (`cpusched::credit`): the vCPU scheduler of
+    /// `hypervisor = "xen-pv"` (host only).
+    Credit,
+    /// Credit without BOOST for woken vCPUs: the comparison that shows what
+    /// BOOST does.
+    #[serde(rename = "credit-noboost")]
+    CreditNoBoost,
 }
 
 /// The names [`CpuSched::parse`] accepts.
-pub const ACCEPTED_CPU_SCHEDS: &str = "cfs, eevdf, bfs, cfs-v";
+pub const ACCEPTED_CPU_SCHEDS: &str =
+    "cfs, eevdf, bfs, cfs-v, credit and credit-noboost (host_cpu_sched with hypervisor = \"xen-pv\")";
 
 impl CpuSched {
     pub fn as_str(self) -> &'static str {
@@ -35,7 +43,14 @@ impl CpuSched {
             CpuSched::Eevdf => "eevdf",
             CpuSched::Bfs => "bfs",
             CpuSched::CfsV => "cfs-v",
+            CpuSched::Credit => "credit",
+            CpuSched::CreditNoBoost => "credit-noboost",
         }
+    }
+
+    /// A hypervisor's vCPU scheduler (Xen's credit), not a Linux one.
+    pub fn is_xen(self) -> bool {
+        matches!(self, CpuSched::Credit | CpuSched::CreditNoBoost)
     }
 
     pub fn parse(s: &str) -> Option<CpuSched> {
@@ -44,6 +59,8 @@ impl CpuSched {
             "eevdf" => Some(CpuSched::Eevdf),
             "bfs" => Some(CpuSched::Bfs),
             "cfs-v" => Some(CpuSched::CfsV),
+            "credit" => Some(CpuSched::Credit),
+            "credit-noboost" => Some(CpuSched::CreditNoBoost),
             _ => None,
         }
     }
@@ -186,9 +203,13 @@ impl CpuCell {
         self.host_cpu_sched.unwrap_or(CpuSched::Cfs)
     }
 
-    /// The guest's CPU scheduler (the host's when not given).
+    /// The guest's CPU scheduler (the host's when not given; CFS under
+    /// Xen's credit).
     pub fn guest_sched(&self) -> CpuSched {
-        self.guest_cpu_sched.unwrap_or(self.host_sched())
+        // A Xen DomU runs Linux (CFS), whatever schedules the vCPUs.
+        let host = self.host_sched();
+        self.guest_cpu_sched
+            .unwrap_or(if host.is_xen() { CpuSched::Cfs } else { host })
     }
 
     /// The part of a stat file name that tells CPU cells apart:

@@ -207,6 +207,11 @@ pub fn test_dir(result: &CellResult) -> String {
     if !c.hypervisor.is_default() {
         d.push_str(&format!("-{}", c.hypervisor.name()));
     }
+    // A profile on the CPU model (Xen's credit, CPU-bound DomUs): its CPU
+    // settings tell the cells apart (empty without a platform).
+    if c.benchmark == Benchmark::Profile {
+        d.push_str(&c.cpu.file_part(!c.is_native()));
+    }
     if !c.is_native() {
         d.push_str(&format!(
             "-host-{}-{}",

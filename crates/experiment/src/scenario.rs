@@ -751,8 +751,13 @@ fn parse_scenario(
     let seed = parse_seed(&table)?;
     let mut matrix = parse_matrix(matrix_table(&table)?, accepted)?;
     let cpu = parse_cpu_settings(&table, benchmark)?;
-    check_cpu_matrix(&matrix, benchmark, cpu.caches)?;
     let (hypervisor, block_kib, read_share) = parse_profile_settings(&table, benchmark)?;
+    check_xen_cpu_matrix(&matrix, benchmark, hypervisor)?;
+    if benchmark == Benchmark::Profile && hypervisor == Hypervisor::XenPv {
+        check_layout(&matrix, benchmark)?;
+    } else {
+        check_cpu_matrix(&matrix, benchmark, cpu.caches)?;
+    }
     check_profile_matrix(&mut matrix, benchmark)?;
     check_size(&matrix, t.repetitions)?;
 
@@ -984,6 +989,57 @@ fn parse_load(s: &str) -> Option<u8> {
     // leading zeros.
     let n: u8 = s.parse().ok()?;
     (n <= MAX_CPU_LOAD && n.to_string() == s).then_some(n)
+}
+
+/// Xen's vCPU scheduler: `credit` and `credit-noboost` are host schedulers
+/// of `hypervisor = "xen-pv"` only. A Xen PV profile scenario takes
+/// `host_cpu_sched` (the vCPU scheduler) and `host_cpu_load` (that many
+/// CPU-bound DomUs beside the measured one: Xen has no host processes, so
+/// other domains are what competes for the pCPUs), and no Linux scheduler
+/// there.
+fn check_xen_cpu_matrix(
+    m: &Matrix,
+    benchmark: Benchmark,
+    hypervisor: Hypervisor,
+) -> Result<(), ScenarioError> {
+    if let Some(s) = m.guest_cpu_sched.iter().find(|s| s.is_xen()) {
+        return Err(ScenarioError::key(
+            "matrix.guest_cpu_sched",
+            format!("\"{s}\" is Xen's vCPU scheduler, a host_cpu_sched"),
+        ));
+    }
+    let xen_profile = benchmark == Benchmark::Profile && hypervisor == Hypervisor::XenPv;
+    for s in &m.host_cpu_sched {
+        if s.is_xen() != xen_profile {
+            let why = if xen_profile {
+                "a Xen PV profile scenario schedules vCPUs with credit or credit-noboost"
+            } else {
+                "it is Xen's vCPU scheduler, for benchmark = \"profile\" with hypervisor = \"xen-pv\""
+            };
+            return Err(ScenarioError::key(
+                "matrix.host_cpu_sched",
+                format!("\"{s}\": {why}"),
+            ));
+        }
+    }
+    if xen_profile {
+        for (k, set) in [
+            ("matrix.guest_cpu_sched", !m.guest_cpu_sched.is_empty()),
+            ("matrix.guest_cpu_load", !m.guest_cpu_load.is_empty()),
+            (
+                "matrix.coordination",
+                m.coordination.iter().any(|c| *c != CoordMode::Off),
+            ),
+        ] {
+            if set {
+                return Err(ScenarioError::key(
+                    k,
+                    "set, but a Xen PV profile scenario takes only host_cpu_sched and host_cpu_load of the CPU keys",
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The CPU matrix keys, and which cells may use the CPU model's keys and

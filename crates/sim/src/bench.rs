@@ -270,7 +270,7 @@ pub fn cpu_config(cell: &Cell, opts: &SimOptions) -> Result<Option<CpuConfig>, S
     let fair = crate::cpu_bench::fair;
     Ok(Some(CpuConfig {
         platform,
-        host: fair(cell.cpu.host_sched()),
+        host: crate::xen_cpu::host_sched(cell)?,
         guest: fair(cell.cpu.guest_sched()),
         vcpus: cell.cpu.vcpus as usize,
         no_io_costs: !opts.cpu_io_costs,

@@ -42,6 +42,11 @@ pub(crate) fn fair(s: CpuSched) -> FairKind {
         CpuSched::Eevdf => FairKind::Eevdf,
         CpuSched::Bfs => FairKind::Bfs,
         CpuSched::CfsV => FairKind::CfsV(cpusched::cfsv::CfsvOptions::default()),
+        CpuSched::Credit => FairKind::Credit(cpusched::credit::CreditOptions::default()),
+        CpuSched::CreditNoBoost => FairKind::Credit(cpusched::credit::CreditOptions {
+            boost: false,
+            ..Default::default()
+        }),
     }
 }
 

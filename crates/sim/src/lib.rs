@@ -22,3 +22,4 @@ pub mod virtio;
 pub mod vm;
 pub mod workload;
 pub mod xen;
+pub mod xen_cpu;

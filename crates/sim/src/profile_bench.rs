@@ -24,6 +24,7 @@ use crate::kernel::KernelName;
 use crate::request::{BioOwner, IoContext, IoPrio};
 use crate::virtio::Virtqueue;
 use crate::xen::{self, Blkback, BLKBACK_PID};
+use crate::xen_cpu::{Then, Who, XenCpu, ON_CPU};
 
 /// Files of the fileset: 8, each thread of a sequential profile on its own
 /// (thread `i` on file `i % 8`), the random profiles over all of them.
@@ -141,11 +142,15 @@ struct ProfileSim {
     end: Nanos,
     counts: Counts,
     woken: Vec<BioOwner>,
+    /// The CPU model of a Xen PV cell on a named platform
+    /// ([`crate::xen_cpu`]); `None`: the path's CPU work is delays.
+    xcpu: Option<XenCpu>,
 }
 
 impl ProfileSim {
     fn new(cell: &Cell, p: ProfileCell, rep: u32) -> Result<ProfileSim, String> {
         let stack = build_stack(cell)?;
+        let xcpu = XenCpu::new(cell, p.threads as usize)?;
         let threads = (0..u64::from(p.threads))
             .map(|i| Thread {
                 file: i % FILES,
@@ -170,6 +175,7 @@ impl ProfileSim {
                 latencies_ms: Vec::new(),
             },
             woken: Vec::new(),
+            xcpu,
         })
     }
 
@@ -183,9 +189,11 @@ impl ProfileSim {
         let guest = self.stack.guest.as_ref().map_or([None; 3], |(g, b)| {
             [g.next_completion(), g.timer_at(), b.next_at]
         });
+        let cpu = self.xcpu.as_ref().and_then(XenCpu::next_event_time);
         threads
             .chain(host.into_iter().flatten())
             .chain(guest.into_iter().flatten())
+            .chain(cpu)
             .min()
     }
 
@@ -202,6 +210,7 @@ impl ProfileSim {
     }
 
     fn step(&mut self, now: Nanos) {
+        self.cpu_continuations(now);
         for i in 0..self.threads.len() {
             if self.threads[i].issue_at.is_some_and(|t| t <= now) {
                 self.issue(i, now);
@@ -232,6 +241,7 @@ impl ProfileSim {
                 }
             }
         }
+        self.blkback_on_cpu(now);
         if self.stack.host.timer_at().is_some_and(|t| t <= now) {
             self.stack.host.fire_timer(now);
         }
@@ -240,7 +250,9 @@ impl ProfileSim {
         self.stack.host.complete_due(now, &mut woken);
         for o in woken.drain(..) {
             if o.pid == BLKBACK_PID {
-                if let Some((g, _)) = self.stack.guest.as_mut() {
+                if let Some(xc) = self.xcpu.as_mut() {
+                    xc.run(Who::Blkback, xen::GRANT_UNMAP_NS, Then::Respond(o.token));
+                } else if let Some((g, _)) = self.stack.guest.as_mut() {
                     if let Backend::Virtio(ring) = g.backend_mut() {
                         ring.complete(o.token, now + xen::RESPONSE_NS);
                     }
@@ -260,6 +272,53 @@ impl ProfileSim {
             if let Backend::Virtio(ring) = g.backend_mut() {
                 bb.notify(now, ring);
             }
+        }
+        self.blkback_on_cpu(now);
+        if let Some(xc) = self.xcpu.as_mut() {
+            xc.block_idle();
+        }
+    }
+
+    /// Runs the continuations of the CPU work that ended by `now`.
+    fn cpu_continuations(&mut self, now: Nanos) {
+        let Some(xc) = self.xcpu.as_mut() else {
+            return;
+        };
+        let done = xc.advance_to(now).to_vec();
+        for (_, then) in done {
+            match then {
+                Then::BlkbackStep => {
+                    if let Some((_, bb)) = self.stack.guest.as_mut() {
+                        bb.next_at = Some(now);
+                    }
+                }
+                Then::Respond(token) => {
+                    if let Some((g, _)) = self.stack.guest.as_mut() {
+                        if let Backend::Virtio(ring) = g.backend_mut() {
+                            ring.complete(token, now + xen::EVTCHN_NOTIFY_NS);
+                        }
+                    }
+                }
+                Then::Complete(i) => {
+                    self.op_done(i, now);
+                    if let Some(xc) = self.xcpu.as_mut() {
+                        xc.run(Who::Thread(i), THREAD_OVERHEAD_NS, Then::Issue(i));
+                    }
+                }
+                Then::Issue(i) => self.issue(i, now),
+            }
+        }
+    }
+
+    /// On the CPU model, blkback's planned delay (its wake-up and the
+    /// grant mapping of the head request) is CPU work of Dom0's blkback.
+    fn blkback_on_cpu(&mut self, now: Nanos) {
+        let (Some(xc), Some((_, bb))) = (self.xcpu.as_mut(), self.stack.guest.as_mut()) else {
+            return;
+        };
+        if let Some(at) = bb.next_at.filter(|&at| at != ON_CPU && at > now) {
+            bb.next_at = Some(ON_CPU);
+            xc.run(Who::Blkback, at - now, Then::BlkbackStep);
         }
     }
 
@@ -326,12 +385,24 @@ impl ProfileSim {
     }
 
     fn bio_done(&mut self, o: BioOwner, now: Nanos) {
-        let t = &mut self.threads[o.token as usize];
+        let i = o.token as usize;
+        let t = &mut self.threads[i];
         t.pending = t.pending.saturating_sub(1);
         if t.pending > 0 {
             return;
         }
+        if let Some(xc) = self.xcpu.as_mut() {
+            // blkfront's interrupt handler on the DomU's vCPU takes it.
+            xc.run(Who::Thread(i), xen::BLKFRONT_IRQ_NS, Then::Complete(i));
+            return;
+        }
         t.issue_at = Some(now + THREAD_OVERHEAD_NS);
+        self.op_done(i, now);
+    }
+
+    /// Thread `i`'s operation is done at `now`: it counts.
+    fn op_done(&mut self, i: usize, now: Nanos) {
+        let t = &self.threads[i];
         if now < WARMUP_NS || now >= self.end {
             return;
         }
@@ -346,7 +417,7 @@ impl ProfileSim {
             .push((now - t.started) as f64 / 1e6);
     }
 
-    fn result(&self, cell: &Cell, p: &ProfileCell) -> RunResult {
+    fn result(&mut self, cell: &Cell, p: &ProfileCell) -> RunResult {
         let secs = cell.sample_s;
         let values = if p.profile.is_sequential() {
             self.counts
@@ -358,12 +429,17 @@ impl ProfileSim {
             self.counts.ops.iter().map(|o| *o as f64 / secs).collect()
         };
         let pct = experiment::percentiles(&self.counts.latencies_ms);
+        let spin = self.xcpu.as_mut().and_then(XenCpu::spinner_share);
         let mut r = RunResult {
             values,
             ..RunResult::default()
         };
         r.counters.insert(IO_LATENCY_P50_MS.into(), pct.median);
         r.counters.insert(IO_LATENCY_P99_MS.into(), pct.p99);
+        if let Some(share) = spin {
+            r.counters
+                .insert(crate::xen_cpu::SPIN_DOMU_CPU_SHARE.into(), share);
+        }
         r
     }
 }
