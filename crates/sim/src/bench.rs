@@ -653,6 +653,7 @@ impl procedure::Host for SimHost<'_> {
 
     fn finish(&mut self, out: &mut RunResult) -> Result<(), String> {
         let throughput = self.cell.benchmark == Benchmark::Throughput;
+        let host_loops = self.cell.cpu.host_cpu_load > 0;
         let mark = self
             .mark
             .take()
@@ -680,7 +681,7 @@ impl procedure::Host for SimHost<'_> {
         }
         // What the host's loops got of the cores over the run: what a
         // mode's vCPU boosts cost them (the CPU model's cells report it too).
-        if m.has_cpu_model() && self.cell.cpu.host_cpu_load > 0 {
+        if m.has_cpu_model() && host_loops {
             out.counters
                 .insert("host_loops_share".into(), m.host_loops_share());
         }

@@ -191,9 +191,7 @@ impl CoordConfig {
             | Knob::SchedRr
             | Knob::IoprioRtAndSchedRr
             | Knob::RequestIoprio
-            | Knob::CpuPrecedence => {
-                (HostBoost::None, IoPrio::DEFAULT)
-            }
+            | Knob::CpuPrecedence => (HostBoost::None, IoPrio::DEFAULT),
             Knob::IoprioRt => (HostBoost::None, BOOST_IOPRIO),
             Knob::BfqWeight => (HostBoost::Weight(self.weight_factor), IoPrio::DEFAULT),
             Knob::BfqRaise => (HostBoost::Raise, IoPrio::DEFAULT),
