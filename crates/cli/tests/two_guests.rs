@@ -3,9 +3,10 @@
 //! asks for CPU help all the time (a 1 s `hint-cpu` every 500 ms, the guest
 //! agent's `greedy_cpu`) while it computes (one busy loop); guest B runs
 //! cyclictest with guestd's CPU detection. A gets no more boost than its
-//! budget, and B's average latency stays within 1.5x of its value without
-//! the greedy one (A idle). The numbers, with the machine's load, go to
-//! stderr (docs/cpu-model.md records them).
+//! budget, and B's average latency beside the greedy A stays within 1.5x of
+//! its value beside the same A computing without asking (what the budget
+//! governs); B alone (A idle) is measured and reported too. The numbers,
+//! with the machine's load, go to stderr (docs/cpu-model.md records them).
 //!
 //! The image: `TANDEM_TEST_VM_IMAGE` (a directory made by `tandem vm image`
 //! with this tandem, whose agent knows `greedy_cpu`), else built here from
@@ -176,8 +177,17 @@ fn a_greedy_guest_gets_its_budget_and_its_neighbours_latency_stays_within_1_5x()
         alone.1,
         load()
     );
-    // A computes and asks all the time.
+    // A computes, and asks nothing: what B pays for A's load alone.
     a.call(json!({"op": "cpu_load", "n": 1}), None).unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    let (loaded, _, _) = measure(&mut b, a_vcpu);
+    eprintln!(
+        "B beside A computing: avg {:.1} us, max {:.0} us; load {}",
+        loaded.0,
+        loaded.1,
+        load()
+    );
+    // A computes and asks all the time.
     a.call(json!({"op": "greedy_cpu", "on": true}), None)
         .unwrap();
     std::thread::sleep(Duration::from_secs(1));
@@ -208,10 +218,14 @@ fn a_greedy_guest_gets_its_budget_and_its_neighbours_latency_stays_within_1_5x()
         a_boosted_s <= cap,
         "A boosted {a_boosted_s:.1} s > {cap:.1} s"
     );
+    // What the budget governs is A's asking: B beside a greedy A against
+    // B beside the same A computing without asking. (Against A idle, B
+    // also pays for A's busy vCPU on the shared cores: reported above.)
     assert!(
-        greedy.0 <= 1.5 * alone.0,
-        "B: {:.1} us beside greedy A, {:.1} us alone",
+        greedy.0 <= 1.5 * loaded.0,
+        "B: {:.1} us beside greedy A, {:.1} us beside A computing, {:.1} us alone",
         greedy.0,
+        loaded.0,
         alone.0
     );
 }

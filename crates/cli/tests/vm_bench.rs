@@ -385,7 +385,10 @@ coordination = ["help-all"]
         "{hostd_log}"
     );
     let n = |pat: &str| hostd_log.matches(pat).count();
-    assert!(n(": CPU boost (") >= 1 && n(": boost (") >= 1, "{hostd_log}");
+    assert!(
+        n(": CPU boost (") >= 1 && n(": boost (") >= 1,
+        "{hostd_log}"
+    );
     assert_eq!(n(": CPU boost ("), n(": CPU unboost ("), "{hostd_log}");
     assert_eq!(n(": boost ("), n(": unboost"), "{hostd_log}");
     nothing_left(pid);
