@@ -581,19 +581,71 @@ impl IoprioActuator {
     }
 }
 
+impl IoprioActuator {
+    /// The original ioprio the journal holds for the VM's main thread (the
+    /// QEMU process), while it is boosted.
+    fn main_orig(vm: &VmTarget, j: &Journal) -> Option<u32> {
+        j.entries().iter().find_map(|e| match e {
+            Entry::Ioprio {
+                vm: v, tid, orig, ..
+            } if *v == vm.name && *tid == vm.pid => Some(*orig),
+            _ => None,
+        })
+    }
+}
+
 impl Actuator for IoprioActuator {
     fn name(&self) -> &'static str {
         "ioprio"
     }
 
+    /// Restores the journalled threads, then the threads QEMU made from a
+    /// boosted thread since the last [`Actuator::boost`] call (born with
+    /// the boost, in no entry): they get the main thread's original, so
+    /// that no pool worker is left in the boost's class (found by
+    /// `help_all_on_a_real_qemu_...` in `crates/cli/tests/cfsv_qemu.rs`).
+    fn unboost(&mut self, vm: &VmTarget, j: &mut Journal) -> Result<()> {
+        let main = Self::main_orig(vm, j);
+        let known: Vec<u32> = j
+            .entries()
+            .iter()
+            .filter_map(|e| match e {
+                Entry::Ioprio { vm: v, tid, .. } if *v == vm.name => Some(*tid),
+                _ => None,
+            })
+            .collect();
+        j.revert_vm_resource(&vm.name, self.resource())?;
+        let Some(orig) = main else {
+            return Ok(());
+        };
+        for (tid, _) in vm.io_threads().unwrap_or_default() {
+            if !known.contains(&tid) && sys::ioprio_get(tid).is_ok_and(|p| p == self.value) {
+                match sys::ioprio_set(tid, orig) {
+                    Ok(()) => {}
+                    Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
+                    Err(e) => return Err(err(format!("ioprio_set({tid}): {e}"))),
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn boost(&mut self, vm: &VmTarget, j: &mut Journal) -> Result<usize> {
         let mut changed = 0;
+        let main = Self::main_orig(vm, j);
         for (tid, start) in vm.io_threads()? {
             if j.has_ioprio(tid, start) {
                 continue;
             }
             let Ok(orig) = sys::ioprio_get(tid) else {
                 continue;
+            };
+            // A thread QEMU made since the last call (a pool worker) from a
+            // boosted thread was born with the boost (`clone(2)` copies the
+            // ioprio): what it had before is what the main thread had.
+            let orig = match main {
+                Some(m) if tid != vm.pid && orig == self.value => m,
+                _ => orig,
             };
             j.add(Entry::Ioprio {
                 vm: vm.name.clone(),

@@ -29,19 +29,21 @@ const CFSV_GAUGES: [(&str, &str); 3] = [
 /// The size of a random reader's request, bytes (`workers::RAND_BYTES`).
 const RAND_READ_BYTES: f64 = 4096.0;
 
-/// The host's busy loops of a VM throughput cell, started with the
-/// workloads (so that hostd's classifier sees them through the settle
-/// time) and sampled around the measured window.
+/// The host's busy loops of a VM throughput or cold start-up cell, started
+/// with the workloads (so that hostd's classifier sees them through the
+/// settle time, and a start-up waits for a core as the simulator's
+/// `help-all` cells do) and sampled around the measured window.
 pub(crate) struct HostHogs {
     load: CpuLoad,
     begun: Option<Sample>,
 }
 
 impl HostHogs {
-    /// The cell's loops, if it is a throughput cell with `host_cpu_load`.
+    /// The cell's loops, if it is a throughput or start-up cell with
+    /// `host_cpu_load`.
     pub fn start(c: &Cell) -> Result<Option<HostHogs>> {
         let n = c.cpu.host_cpu_load as usize;
-        if c.benchmark != Benchmark::Throughput || n == 0 {
+        if !matches!(c.benchmark, Benchmark::Throughput | Benchmark::Startup) || n == 0 {
             return Ok(None);
         }
         Ok(Some(HostHogs {

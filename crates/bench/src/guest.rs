@@ -17,6 +17,9 @@
 //!   `tandem.help`, or with `mark` (a class) marking urgent processes' I/O
 //!   priority in the guest instead (`--mark-ioprio`, no host channel; its
 //!   lease `mark_lease_ms`);
+//! - `greedy_cpu {on}`: a greedy guest (issue 26): while on, ask guestd
+//!   for CPU help all the time (a 1 s `hint-cpu` on its hint socket every
+//!   [`GREEDY_PERIOD`]), whatever the guest needs;
 //! - `quit`: stop everything and leave (init powers the guest off).
 //!
 //! Every answer has `ok`; a failed request has `ok: false` and `error`, and
@@ -41,6 +44,54 @@ struct Agent {
     /// ([`crate::latency::GuestLatency`]: `cpu_load`, `cpu_load_sample`,
     /// `cyclictest`).
     latency: crate::latency::GuestLatency,
+    /// The greedy asker (`greedy_cpu`), while on.
+    greedy: Option<Greedy>,
+}
+
+/// How often a greedy guest renews its CPU hint: half the hint's 1 s, so
+/// that its need never lapses between two hints (guestd's lease is renewed
+/// before it ends).
+pub const GREEDY_PERIOD: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// A thread that asks guestd for CPU help all the time (`greedy_cpu`);
+/// dropping it stops the asking.
+struct Greedy {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Greedy {
+    fn start() -> Greedy {
+        use std::sync::atomic::Ordering;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let socket = Path::new(agent::guestd::DEFAULT_HINT_SOCKET);
+            let hint = agent::guestd::Hint {
+                ms: 1000,
+                pid: None,
+                cpu: true,
+            };
+            while !flag.load(Ordering::Relaxed) {
+                // guestd may not be up yet: the next round asks again.
+                let _ = agent::guestd::send_hint(socket, hint);
+                std::thread::sleep(GREEDY_PERIOD);
+            }
+        });
+        Greedy {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Greedy {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 impl Agent {
@@ -52,6 +103,7 @@ impl Agent {
 
     fn stop_all(&mut self) {
         self.stop_workers();
+        self.greedy = None;
         self.latency.stop();
         if let Some(mut g) = self.guestd.take() {
             // SIGTERM: guestd says NO-HELP before it leaves.
@@ -156,13 +208,21 @@ impl Agent {
                 Ok(json!({"ok": true}))
             }
             "profile" => crate::profile::agent_op(&self.data, req),
+            "greedy_cpu" => {
+                let on = req.get("on").and_then(Value::as_bool).unwrap_or(false);
+                self.greedy = None;
+                if on {
+                    self.greedy = Some(Greedy::start());
+                }
+                Ok(json!({"ok": true}))
+            }
             "quit" => Ok(json!({"ok": true})),
             other if crate::latency::GuestLatency::OPS.contains(&other) => self
                 .latency
                 .handle(other, req)
                 .unwrap_or_else(|| Err(run_err(format!("{other}: not a latency op")))),
             other => Err(Error::Usage(format!(
-                "unknown op {other:?}; accepted: hello, sched, workload, stop, drop_caches, start, sectors, profile, guestd, quit, {}",
+                "unknown op {other:?}; accepted: hello, sched, workload, stop, drop_caches, start, sectors, profile, guestd, greedy_cpu, quit, {}",
                 crate::latency::GuestLatency::OPS.join(", ")
             ))),
         }
@@ -219,6 +279,7 @@ pub fn agent_main(port: &str, data: &Path) -> Result<()> {
         workers: Vec::new(),
         guestd: None,
         latency: Default::default(),
+        greedy: None,
     };
     let send = |out: &mut fs::File, v: &Value| -> Result<()> {
         let mut line = v.to_string();

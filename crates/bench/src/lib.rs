@@ -110,7 +110,9 @@ pub fn accepted() -> experiment::Accepted {
 /// `cfsv`, `tandem hostd --cfsv` alone (no guestd: the host classifies the
 /// QEMU threads itself), with `--cfsv-boost` from `--vm-cfsv-boost`;
 /// `vhost-ioprio`, the guest's disk on `tandem vhost-blk` and guestd marking
-/// the starting app's I/O priority in the guest (`vhost`).
+/// the starting app's I/O priority in the guest (`vhost`); `help-all`,
+/// hostd `--help-all` with both boosts (any HELP boosts the I/O threads and
+/// the vCPUs) and guestd with both detections.
 /// `help-weight` needs the VM in a cgroup of its own and `help-wr` a kernel
 /// patch; the simulator runs those.
 pub const COORDINATION: &[CoordMode] = &[
@@ -120,6 +122,7 @@ pub const COORDINATION: &[CoordMode] = &[
     CoordMode::HelpCpu,
     CoordMode::Cfsv,
     CoordMode::VhostIoprio,
+    CoordMode::HelpAll,
 ];
 
 /// Progress lines on stderr, when it is a terminal and not `--quiet`.

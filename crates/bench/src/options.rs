@@ -101,15 +101,17 @@ pub(crate) fn check_options(o: &Options) -> Result<Vec<String>> {
                 c.other_vms
             )));
         }
-        // The host's busy loops of a throughput cell run beside a guest
-        // (CFS-v's case, `crate::cfsv_cell`); a native one would ignore them.
-        if c.is_native()
-            && c.benchmark == experiment::Benchmark::Throughput
-            && c.cpu.host_cpu_load > 0
-        {
+        // The host's busy loops of a throughput or start-up cell run
+        // beside a guest (CFS-v's case and `help-all`'s, `crate::cfsv_cell`);
+        // a native one would ignore them.
+        let beside_guest = matches!(
+            c.benchmark,
+            experiment::Benchmark::Throughput | experiment::Benchmark::Startup
+        );
+        if c.is_native() && beside_guest && c.cpu.host_cpu_load > 0 {
             return Err(Error::Usage(format!(
-                "matrix.host_cpu_load {} in a native throughput cell: the real runner runs the host's busy loops beside VM throughput cells only",
-                c.cpu.host_cpu_load
+                "matrix.host_cpu_load {} in a native {} cell: the real runner runs the host's busy loops beside VM throughput and start-up cells only",
+                c.cpu.host_cpu_load, c.benchmark
             )));
         }
         // A CPU mode in a native cell has no vCPU to boost: the cell is the

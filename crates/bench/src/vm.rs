@@ -681,11 +681,15 @@ pub struct Hostd {
 }
 
 /// What hostd boosts for a cell: the VM's I/O threads (`--ioprio`, with
-/// BFQ idling: `help-rt`) or its vCPU threads (`--cpu-boost`: `help-cpu`).
+/// BFQ idling: `help-rt`), its vCPU threads (`--cpu-boost`: `help-cpu`), or
+/// both on every HELP (`--help-all`: `help-all`).
 #[derive(Clone, Copy, Debug)]
 pub enum HostdBoost {
     Io(policy::IoprioBoost),
     Cpu(agent::cpuboost::CpuBoostKind),
+    /// `--ioprio I --bfq-idling --cpu-boost C --help-all`: one HELP, for
+    /// either resource, boosts both, each under hostd's own arbiter.
+    All(policy::IoprioBoost, agent::cpuboost::CpuBoostKind),
     /// `--cfsv --cfsv-boost KIND` (`cfsv`): hostd classifies QEMU's
     /// threads itself; no guestd.
     Cfsv(agent::cfsv::CfsvBoost),
@@ -721,16 +725,23 @@ impl Hostd {
             // hostd.log, kept in OUT/vm-logs, then tells when each boost
             // began and ended and what the budget allowed.
             .arg("--log-boosts");
+        let cpu_boost = |kind: agent::cpuboost::CpuBoostKind| {
+            serde_json::to_value(kind)
+                .ok()
+                .and_then(|v| v.as_str().map(String::from))
+                .unwrap_or_default()
+        };
         match boost {
             HostdBoost::Io(ioprio) => {
                 cmd.args(["--ioprio", ioprio.name()]).arg("--bfq-idling");
             }
             HostdBoost::Cpu(kind) => {
-                let name = serde_json::to_value(kind)
-                    .ok()
-                    .and_then(|v| v.as_str().map(String::from))
-                    .unwrap_or_default();
-                cmd.args(["--cpu-boost", &name]);
+                cmd.args(["--cpu-boost", &cpu_boost(kind)]);
+            }
+            HostdBoost::All(ioprio, kind) => {
+                cmd.args(["--ioprio", ioprio.name()]).arg("--bfq-idling");
+                cmd.args(["--cpu-boost", &cpu_boost(kind)])
+                    .arg("--help-all");
             }
             HostdBoost::Cfsv(kind) => {
                 cmd.args(["--cfsv", "--cfsv-boost", kind.name()]);

@@ -394,7 +394,8 @@ fn guest_latency(
 /// The cell's coordination: none for `off`; for `help-rt` and `help-cpu`,
 /// hostd on the host (ioprio RT on the I/O threads, `SCHED_RR` on the vCPU
 /// threads) and guestd in the guest (with its CPU detection for
-/// `help-cpu`); for `static-cpu`, the vCPU threads at `SCHED_RR`
+/// `help-cpu`); for `help-all`, hostd with both and `--help-all` (any HELP
+/// boosts both) and guestd with both detections; for `static-cpu`, the vCPU threads at `SCHED_RR`
 /// [`STATIC_CPU_RR_PRIO`] for the cell ([`static_cpu`]); for `cfsv`,
 /// hostd `--cfsv` alone.
 fn start_coordination(
@@ -411,6 +412,9 @@ fn start_coordination(
         (CoordMode::VhostIoprio, _) => return crate::vm_vhost::start_marking(guest).map(|()| None),
         (CoordMode::HelpRt, Some(ioprio)) => vm::HostdBoost::Io(ioprio),
         (CoordMode::HelpCpu, _) => vm::HostdBoost::Cpu(agent::cpuboost::CpuBoostKind::Rr),
+        (CoordMode::HelpAll, Some(ioprio)) => {
+            vm::HostdBoost::All(ioprio, agent::cpuboost::CpuBoostKind::Rr)
+        }
         // hostd alone: it classifies QEMU's threads itself, no guestd.
         (CoordMode::Cfsv, _) => {
             let b = vm::HostdBoost::Cfsv(o.vm.cfsv_boost);
@@ -435,7 +439,9 @@ fn start_coordination(
         group.map(|g| g.root.as_path()),
         o.vm.hostd_budget_fraction,
     )?;
-    let cpu = mode == CoordMode::HelpCpu;
+    // guestd's CPU detection for the modes that boost vCPUs: in
+    // `help-all` its HELPs, for the CPU or the I/O, each boost both.
+    let cpu = mode.boosts_vcpus();
     guest.call(
         serde_json::json!({"op": "guestd", "lease_ms": 1000, "cpu": cpu}),
         None,

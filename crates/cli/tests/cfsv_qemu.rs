@@ -5,6 +5,10 @@
 //! cgroup are back after hostd stops, and after hostd is killed with
 //! SIGKILL and started again; a thread QEMU creates from a boosted one
 //! (born with the boost) is not left boosted either.
+//!
+//! The same QEMU serves `help-all` (hostd `--help-all`): one guest hint
+//! boosts its I/O threads' ioprio and its vCPU's policy, and every thread
+//! is back after the hint, SIGTERM, and SIGKILL with a restart.
 
 mod common;
 
@@ -166,4 +170,126 @@ fn cfsv_on_a_real_qemu_restores_every_thread_after_stop_and_after_sigkill() {
         assert!(!dir.p("hostd.state").exists());
         assert!(h2.stop());
     }
+}
+
+/// A thread's CPU state ([`state`]) and its raw ioprio.
+type FullState = (Option<ThreadState>, u32);
+
+/// Every thread of QEMU with its [`FullState`].
+fn all_state(pid: u32) -> Vec<(u32, FullState)> {
+    sys::threads(pid)
+        .unwrap()
+        .into_iter()
+        .map(|t| (t, (state(t), sys::ioprio_get(t).unwrap_or(0))))
+        .collect()
+}
+
+/// Whether every thread of QEMU is as before hostd (threads born since,
+/// the pool's workers, as the main thread was: none left boosted).
+fn restored(pid: u32, before: &[(u32, FullState)]) -> bool {
+    let main = &before.iter().find(|(t, _)| *t == pid).unwrap().1;
+    all_state(pid).iter().all(|(t, now)| {
+        let want = before.iter().find(|(b, _)| b == t).map_or(main, |(_, s)| s);
+        now.0.is_none() || now == want
+    })
+}
+
+/// `help-all` (hostd `--ioprio ioprio-rt --cpu-boost rr --help-all`, as
+/// the real runner starts it) on a real QEMU: one CPU hint in the guest
+/// (guestd on a unix channel, `tandem hint --cpu`) puts the vCPU thread at
+/// `SCHED_RR` 8 and QEMU's other threads in the RT I/O class; the hint's
+/// end, SIGTERM of hostd, and SIGKILL of hostd with its restart each put
+/// every thread's policy, priority, nice and ioprio back.
+#[test]
+#[ignore = "needs root and qemu-system-x86_64: runs hostd --help-all on a real QEMU's threads"]
+fn help_all_on_a_real_qemu_boosts_io_threads_and_vcpus_and_restores_them() {
+    require(&[
+        Need::Root,
+        Need::Tool("qemu-system-x86_64", "qemu-system-x86"),
+    ]);
+    let dir = Scratch::new("help-all-qemu");
+    let vm = qemu(&dir);
+    let pid = vm.pid();
+    let vcpus: Vec<u32> = agent::qmp::query_threads(&dir.p("qmp.sock"))
+        .unwrap()
+        .vcpus
+        .iter()
+        .map(|v| v.1)
+        .collect();
+    assert!(!vcpus.is_empty(), "QMP names the vCPU");
+    let before = all_state(pid);
+    let flags = [
+        "--ioprio",
+        "ioprio-rt",
+        "--cpu-boost",
+        "rr",
+        "--help-all",
+        "--log-boosts",
+    ];
+    let both = || {
+        let rt_io = |t: u32| sys::ioprio_get(t).is_ok_and(|p| p >> 13 == 1);
+        let rr = |t: u32| state(t).is_some_and(|s| s.0 == libc::SCHED_RR && s.1 == 8);
+        vcpus.iter().all(|&t| rr(t))
+            && sys::threads(pid)
+                .unwrap()
+                .into_iter()
+                .any(|t| !vcpus.contains(&t) && rt_io(t))
+    };
+    let mut h = hostd(&dir, pid, &flags);
+    // guestd reconnects to each hostd started below.
+    let _gd = Proc::spawn(
+        Command::new(EXE)
+            .args(["guestd", "--name", "a", "--no-netlink", "--connect"])
+            .arg(format!("unix:{}", dir.p("a.sock").display()))
+            .arg("--hint-socket")
+            .arg(dir.p("hint.sock"))
+            // guestd runs on the host here: its I/O-resume rule would see
+            // the host's processes; an hour between samples keeps the hint
+            // the only signal.
+            .args(["--sample-ms", "3600000"]),
+    );
+    let hint = |ms: u32| {
+        let o = Command::new(EXE)
+            .args(["hint", "--cpu", "--for", &format!("{ms}ms"), "--socket"])
+            .arg(dir.p("hint.sock"))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    };
+    wait_until("guestd's hint socket", 10.0, || dir.p("hint.sock").exists());
+    // One hint, both boosts; its end, both back.
+    hint(600);
+    wait_until("the I/O and vCPU boosts", 10.0, both);
+    let t = std::time::Instant::now();
+    while !restored(pid, &before) && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        restored(pid, &before),
+        "after the hint: {:?}\nbefore: {before:?}\nvcpus {vcpus:?}",
+        all_state(pid)
+    );
+    // SIGTERM while boosted.
+    hint(5000);
+    wait_until("both boosts again", 10.0, both);
+    assert!(h.stop(), "hostd failed");
+    assert!(
+        restored(pid, &before),
+        "after SIGTERM: {:?}",
+        all_state(pid)
+    );
+    // SIGKILL while boosted: the next start takes the boosts back.
+    let h = hostd(&dir, pid, &flags);
+    hint(5000);
+    wait_until("both boosts a third time", 10.0, both);
+    h.signal(libc::SIGKILL);
+    drop(h);
+    assert!(both(), "the boosts outlive a killed hostd");
+    let mut h2 = hostd(&dir, pid, &[]);
+    assert!(
+        restored(pid, &before),
+        "after SIGKILL and restart: {:?}",
+        all_state(pid)
+    );
+    assert!(h2.stop());
 }

@@ -233,6 +233,15 @@ fn bad_cpu_keys_are_named_and_refused() {
     );
     let cold = "benchmark = \"startup\"\n[matrix]\ndevice = [\"emmc\"]\nhost_sched = [\"cfq\"]\nhost_workload = [\"none\"]\nhost_cpu_load = [\"1\"]\n";
     refused(cold, &["matrix.host_cpu_load", "CPU model"]);
+    // A vCPU boost in a cold start-up cell needs the CPU model: a platform.
+    let cold_help_all = cold.replace(
+        "host_cpu_load = [\"1\"]",
+        "guest_sched = [\"bfq\"]\nguest_workload = [\"none\"]\ncoordination = [\"help-all\"]",
+    );
+    refused(
+        &cold_help_all,
+        &["matrix.coordination", "\"help-all\"", "give platform"],
+    );
 }
 
 /// Samples in a cyclictest `-h` file: its rows' `Total` (which, as in

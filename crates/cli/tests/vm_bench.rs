@@ -321,3 +321,75 @@ fn a_vhost_backend_killed_mid_cell_fails_that_cell_with_the_reason_and_the_run_g
     assert_eq!(off.as_array().unwrap().len(), 2, "{off}");
     nothing_left(pid);
 }
+
+/// A `help-all` VM cell (a short cyclictest beside one host loop and one
+/// guest loop): hostd runs with both boosts and `--help-all`, guestd with
+/// its CPU detection; the guest's HELPs start both boosts, every boost hostd
+/// began it also ended (its log, kept in OUT/vm-logs), and nothing of the run
+/// is left. `TANDEM_TEST_VM_IMAGE` names a `tandem vm image` directory to
+/// boot instead of building one. (`cfsv_qemu.rs` checks each thread's
+/// policy and ioprio on a real QEMU around hostd `--help-all`.)
+#[test]
+#[ignore = "needs root, qemu-system-x86_64 and Debian's packages: a help-all cell in a real guest"]
+fn a_help_all_cell_boosts_io_and_vcpus_and_ends_every_boost() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    assert!(devemu::is_root(), "VM mode needs root");
+    let dir = Scratch::new("vm-bench-help-all");
+    let scenario = dir.0.join("help-all.toml");
+    std::fs::write(
+        &scenario,
+        r#"
+name = "ci-help-all"
+benchmark = "latency"
+loops = 300
+repetitions = 1
+seed = 1
+
+[matrix]
+device = ["hdd-1.8in"]
+guest_sched = ["mq-deadline"]
+guest_workload = ["none"]
+host_sched = ["mq-deadline"]
+host_workload = ["none"]
+host_cpu_load = ["1"]
+guest_cpu_load = ["1"]
+coordination = ["help-all"]
+"#,
+    )
+    .unwrap();
+    let out = dir.0.join("out");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tandem"));
+    cmd.args(["bench", "run"])
+        .arg(&scenario)
+        .arg("--out")
+        .arg(&out)
+        .args(["--file-mib", "32", "--settle-s", "1", "--quiet"]);
+    if let Ok(img) = std::env::var("TANDEM_TEST_VM_IMAGE") {
+        cmd.arg("--vm-image").arg(img);
+    }
+    let child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let run = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "tandem bench run failed: {stderr}");
+    let hostd_log = std::fs::read_dir(out.join("vm-logs"))
+        .unwrap()
+        .filter_map(|e| std::fs::read_to_string(e.unwrap().path().join("hostd.log")).ok())
+        .collect::<String>();
+    assert!(
+        hostd_log.contains("help_all: every HELP boosts I/O and vCPUs"),
+        "{hostd_log}"
+    );
+    let n = |pat: &str| hostd_log.matches(pat).count();
+    assert!(
+        n(": CPU boost (") >= 1 && n(": boost (") >= 1,
+        "{hostd_log}"
+    );
+    assert_eq!(n(": CPU boost ("), n(": CPU unboost ("), "{hostd_log}");
+    assert_eq!(n(": boost ("), n(": unboost"), "{hostd_log}");
+    nothing_left(pid);
+}

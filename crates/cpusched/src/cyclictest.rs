@@ -150,6 +150,12 @@ pub enum CpuCoordination {
     /// budget ([`crate::coord::HelpCpu`]). Each HELP costs a hypercall on
     /// the vCPU.
     HelpCpu,
+    /// `help-all`: the same HELP boosts the VM's I/O threads too. The
+    /// CPU model's cells (cyclictest, the hot start-up) do no disk I/O, so
+    /// the I/O half has nothing to act on and the vCPUs are boosted as in
+    /// `help-cpu`; both halves act in the simulator's I/O machine on a
+    /// platform (`sim::machine`).
+    HelpAll,
 }
 
 impl CpuCoordination {
@@ -159,6 +165,7 @@ impl CpuCoordination {
             CpuCoordination::Off => CoordMode::Off,
             CpuCoordination::StaticCpu => CoordMode::StaticCpu,
             CpuCoordination::HelpCpu => CoordMode::HelpCpu,
+            CpuCoordination::HelpAll => CoordMode::HelpAll,
         }
     }
 
@@ -168,12 +175,19 @@ impl CpuCoordination {
             CoordMode::Off => Some(CpuCoordination::Off),
             CoordMode::StaticCpu => Some(CpuCoordination::StaticCpu),
             CoordMode::HelpCpu => Some(CpuCoordination::HelpCpu),
+            CoordMode::HelpAll => Some(CpuCoordination::HelpAll),
             _ => None,
         }
     }
 
     pub fn name(self) -> &'static str {
         self.mode().name()
+    }
+
+    /// Whether the guest asks for help and the host boosts its vCPUs while
+    /// helped (`help-cpu`, `help-all`).
+    pub fn asks_for_help(self) -> bool {
+        self.mode().asks_for_help() && self.mode().boosts_vcpus()
     }
 
     pub fn parse(s: &str) -> Result<Self, String> {
@@ -349,7 +363,7 @@ pub fn run_latency(s: &LatencySetup) -> Result<LatencyResult, String> {
         host_loops,
         vcpus,
     } = build(s)?;
-    let help = s.coordination == CpuCoordination::HelpCpu && !vcpus.is_empty();
+    let help = s.coordination.asks_for_help() && !vcpus.is_empty();
     let mut coord = HelpCpu::new(PolicyConfig::default());
     let boost = Policy::Rr {
         prio: PVSCHED_RR_PRIO,

@@ -172,3 +172,25 @@ fn a_cell_is_deterministic() {
     assert_eq!(a.buckets, b.buckets);
     assert_eq!(a.sum_ns, b.sum_ns);
 }
+
+/// `help-all` on the CPU model: a cyclictest cell does no disk I/O, so the
+/// I/O half of the boost has nothing to act on and the vCPUs get exactly
+/// `help-cpu`'s boost (the same samples, the same boosted time).
+#[test]
+fn help_all_on_the_cpu_model_boosts_the_vcpus_as_help_cpu() {
+    let run = |c| {
+        let mut s = LatencySetup::new(Platform::chromebook_2014(), FairKind::Cfs, 3, Some(1));
+        s.loops = SAMPLES;
+        s.coordination = c;
+        run_latency(&s).unwrap()
+    };
+    let (all, cpu, off) = (
+        run(CpuCoordination::HelpAll),
+        run(CpuCoordination::HelpCpu),
+        run(CpuCoordination::Off),
+    );
+    assert!(all.boosted_ns > 0);
+    assert_eq!(all.boosted_ns, cpu.boosted_ns);
+    assert_eq!(all.hist.buckets, cpu.hist.buckets);
+    assert!(all.hist.avg_us() < off.hist.avg_us() / 3.0);
+}

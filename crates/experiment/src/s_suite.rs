@@ -188,8 +188,8 @@ conf95%: half width of the 95% Student's t interval of the mean\n";
 /// benchmark (app) and host setup, named so that S's `calc_overall_stats.sh` knows its
 /// kind (`startup` or `throughput` in the name) and writes distinct tables for each:
 /// `<device>-<app>_startup` or `<device>-throughput`, then for VM cells
-/// `-host-<host sched>-<host workload>` (S's workload names), then `-vms-<other VMs>`
-/// and `-coord-<mode>` when set. Inside it, files carry S's own names, from the app's
+/// `-host-<host sched>-<host workload>` (S's workload names), then `-vms-<other VMs>`,
+/// `-hostloops<N>` (`host_cpu_load`) and `-coord-<mode>` when set. Inside it, files carry S's own names, from the app's
 /// side: the guest's scheduler and workload in a VM (as S run in the guest names them).
 pub fn test_dir(result: &CellResult) -> String {
     let c = &result.cell;
@@ -224,6 +224,11 @@ pub fn test_dir(result: &CellResult) -> String {
             "-vms-{}",
             sanitize_component(&c.other_vms.name().replace(',', "+"))
         ));
+    }
+    // The host's busy loops beside a guest's I/O (CFS-v's throughput cells,
+    // `help-all`'s start-ups): cells that differ only by them.
+    if c.cpu.host_cpu_load > 0 {
+        d.push_str(&format!("-hostloops{}", c.cpu.host_cpu_load));
     }
     if !c.coordination.is_off() {
         d.push_str(&format!(

@@ -756,7 +756,7 @@ fn parse_scenario(
     if benchmark == Benchmark::Profile && hypervisor == Hypervisor::XenPv {
         check_layout(&matrix, benchmark)?;
     } else {
-        check_cpu_matrix(&matrix, benchmark, cpu.caches)?;
+        check_cpu_matrix(&matrix, benchmark, &cpu)?;
     }
     check_profile_matrix(&mut matrix, benchmark)?;
     check_size(&matrix, t.repetitions)?;
@@ -1043,10 +1043,15 @@ fn check_xen_cpu_matrix(
 }
 
 /// The CPU matrix keys, and which cells may use the CPU model's keys and
-/// coordination modes: only latency and hot start-up cells run on it.
-fn check_cpu_matrix(m: &Matrix, benchmark: Benchmark, caches: Caches) -> Result<(), ScenarioError> {
+/// coordination modes: latency and hot start-up cells run on it; cold
+/// start-up cells on a named platform run their processes on it too, so
+/// they take host loops and the modes that boost vCPUs (`help-cpu`,
+/// `help-all`: the I/O and the CPU both contended).
+fn check_cpu_matrix(m: &Matrix, benchmark: Benchmark, cpu: &CpuCell) -> Result<(), ScenarioError> {
     check_layout(m, benchmark)?;
-    let on_cpu = benchmark.on_cpu_model() || caches == Caches::Hot;
+    let on_cpu = benchmark.on_cpu_model() || cpu.caches == Caches::Hot;
+    let cold_on_platform =
+        benchmark == Benchmark::Startup && cpu.platform != crate::cpu::DEFAULT_PLATFORM;
     // The profile benchmark compares the VM with the real machine, as the
     // study did: native cells beside VM cells are its reference too.
     let native_ok = on_cpu || benchmark == Benchmark::Profile;
@@ -1061,7 +1066,9 @@ fn check_cpu_matrix(m: &Matrix, benchmark: Benchmark, caches: Caches) -> Result<
             // absent (its CFS-v is the CPU model's `tandem sim cfsv-study`).
             (
                 "matrix.host_cpu_load",
-                !m.host_cpu_load.is_empty() && benchmark != Benchmark::Throughput,
+                !m.host_cpu_load.is_empty()
+                    && benchmark != Benchmark::Throughput
+                    && !cold_on_platform,
             ),
             ("matrix.guest_cpu_load", !m.guest_cpu_load.is_empty()),
         ];
@@ -1077,10 +1084,15 @@ fn check_cpu_matrix(m: &Matrix, benchmark: Benchmark, caches: Caches) -> Result<
             ));
         }
         if let Some(c) = m.coordination.iter().find(|c| c.is_cpu()) {
-            return Err(ScenarioError::key(
-                "matrix.coordination",
-                format!("\"{c}\" boosts vCPUs, but {why}"),
-            ));
+            if !cold_on_platform {
+                return Err(ScenarioError::key(
+                    "matrix.coordination",
+                    format!(
+                        "\"{c}\" boosts vCPUs, but {why}, or cold start-up cells on a platform \
+                         (give platform)"
+                    ),
+                ));
+            }
         }
         if !native_ok && m.guest_sched.iter().any(Option::is_none) {
             return Err(ScenarioError::key(
@@ -1090,10 +1102,10 @@ fn check_cpu_matrix(m: &Matrix, benchmark: Benchmark, caches: Caches) -> Result<
         }
         return Ok(());
     }
-    if let Some(c) = m.coordination.iter().find(|c| c.is_io()) {
+    if let Some(c) = m.coordination.iter().find(|c| c.is_io_only()) {
         let cpu_modes: Vec<&str> = CoordMode::ALL
             .into_iter()
-            .filter(|m| !m.is_io())
+            .filter(|m| !m.is_io_only())
             .map(CoordMode::name)
             .collect();
         return Err(ScenarioError::key(

@@ -90,13 +90,22 @@ fn table_head(key: &TableKey, members: &[&CellResult], layout: &str) -> String {
     )
 }
 
+/// The host's load as a table row names it: its workload, and its busy
+/// loops when it has some (`host_cpu_load` beside a guest's I/O).
+fn host_load(c: &crate::Cell) -> String {
+    match c.cpu.host_cpu_load {
+        0 => c.host_workload.name(),
+        n => format!("{} + {n} loops", c.host_workload.name()),
+    }
+}
+
 /// A VM table in the layout of Figure 1 of the CLOUD 2014 paper: rows are the host
 /// workloads, each with one line per guest scheduler (the paper's series); columns
 /// are the guest workloads (the paper's x axis).
 fn vm_table(members: &[&CellResult]) -> Vec<Vec<String>> {
     let (mut host_wls, mut guest_scheds, mut guest_wls) = (Vec::new(), Vec::new(), Vec::new());
     for r in members {
-        push_unique(&mut host_wls, &r.cell.host_workload.name());
+        push_unique(&mut host_wls, &host_load(&r.cell));
         push_unique(
             &mut guest_scheds,
             &r.cell.get("guest_sched").unwrap_or_default(),
@@ -116,7 +125,7 @@ fn vm_table(members: &[&CellResult]) -> Vec<Vec<String>> {
                 let text = members
                     .iter()
                     .find(|r| {
-                        r.cell.host_workload.name() == *hw
+                        host_load(&r.cell) == *hw
                             && r.cell.guest_sched.map(|g| g.name()) == Some(gs.as_str())
                             && r.cell.guest_workload.map(|w| w.name()).as_ref() == Some(gw)
                     })
@@ -313,7 +322,7 @@ pub fn render_coordination_tables(results: &[CellResult]) -> String {
     let row_of = |r: &CellResult| {
         let c = &r.cell;
         let mut row = match (&c.guest_sched, &c.guest_workload) {
-            (Some(gs), Some(gw)) => format!("{gs} / {gw} / {} {}", c.host_sched, c.host_workload),
+            (Some(gs), Some(gw)) => format!("{gs} / {gw} / {} {}", c.host_sched, host_load(c)),
             _ => format!("native / {} {}", c.host_sched, c.host_workload),
         };
         if c.has_other_vms() {

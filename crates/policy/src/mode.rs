@@ -7,8 +7,9 @@
 //! here too, so that each runner's actuation reads it instead of matching
 //! names:
 //!
-//! - [`CoordMode::resource`]: the resource the host privileges (storage I/O
-//!   or CPU time), the same [`Resource`] the guest names in its HELP;
+//! - [`CoordMode::resources`]: the resources the host privileges (storage
+//!   I/O, CPU time, or both for `help-all`), the same [`Resource`] the
+//!   guest names in its HELP;
 //! - [`CoordMode::threads`]: which of the VM's host threads are acted on;
 //! - [`CoordMode::knob`]: what the host changes on them;
 //! - [`CoordMode::when`]: always (a static baseline) or only while the
@@ -60,6 +61,12 @@ pub enum CoordMode {
     /// CFS-v's 2-bit counter) and gives them CPU precedence over computing
     /// tasks. The guest asks nothing.
     Cfsv,
+    /// One urgency signal, both boosts: while the guest asks for help (for
+    /// either resource), the VM's QEMU I/O threads in the RT ioprio class
+    /// (as `help-rt`) and its vCPU threads `SCHED_RR` (as `help-cpu`), each
+    /// under its own lease and budget (hostd's `--help-all`). No published
+    /// system does both (issue 25).
+    HelpAll,
 }
 
 /// Which of a VM's host threads a mode acts on.
@@ -79,6 +86,9 @@ pub enum Threads {
     /// (`policy::detect::io_class`): the I/O threads always, a vCPU while
     /// its runs after wake-ups are short.
     IoRelated,
+    /// Both [`Threads::QemuIo`] (their ioprio) and [`Threads::Vcpu`] (their
+    /// CPU policy): every thread of the VM's QEMU process.
+    QemuIoAndVcpu,
 }
 
 /// What the host changes on the threads a mode acts on.
@@ -104,6 +114,9 @@ pub enum Knob {
     /// `--cfsv-boost`: nice, a `cpu.shares` group, `SCHED_RR` or
     /// `SCHED_DEADLINE`).
     CpuPrecedence,
+    /// [`Knob::IoprioRt`] on the I/O threads and [`Knob::SchedRr`] on the
+    /// vCPU threads, at once ([`Threads::QemuIoAndVcpu`]).
+    IoprioRtAndSchedRr,
 }
 
 /// When a mode's knob is applied.
@@ -145,7 +158,7 @@ impl std::error::Error for UnknownMode {}
 
 impl CoordMode {
     /// Every mode, I/O modes then CPU modes: the order of listings.
-    pub const ALL: [CoordMode; 9] = [
+    pub const ALL: [CoordMode; 10] = [
         CoordMode::Off,
         CoordMode::StaticRt,
         CoordMode::HelpRt,
@@ -155,6 +168,7 @@ impl CoordMode {
         CoordMode::Cfsv,
         CoordMode::StaticCpu,
         CoordMode::HelpCpu,
+        CoordMode::HelpAll,
     ];
 
     /// The canonical name (scenario value, results, file names).
@@ -169,6 +183,7 @@ impl CoordMode {
             CoordMode::StaticCpu => "static-cpu",
             CoordMode::HelpCpu => "help-cpu",
             CoordMode::Cfsv => "cfsv",
+            CoordMode::HelpAll => "help-all",
         }
     }
 
@@ -190,13 +205,15 @@ impl CoordMode {
         self == CoordMode::Off
     }
 
-    /// The resource the host privileges; `None` for `off`.
-    pub fn resource(self) -> Option<Resource> {
+    /// The resources the host privileges: none for `off`, both for
+    /// `help-all`.
+    pub fn resources(self) -> &'static [Resource] {
         match self.threads() {
-            Threads::None => None,
+            Threads::None => &[],
             // CFS-v's precedence is CPU time, given to serve the VM's I/O.
-            Threads::QemuIo | Threads::Backend | Threads::IoRelated => Some(Resource::Io),
-            Threads::Vcpu => Some(Resource::Cpu),
+            Threads::QemuIo | Threads::Backend | Threads::IoRelated => &[Resource::Io],
+            Threads::Vcpu => &[Resource::Cpu],
+            Threads::QemuIoAndVcpu => &[Resource::Io, Resource::Cpu],
         }
     }
 
@@ -210,6 +227,7 @@ impl CoordMode {
             CoordMode::VhostIoprio => Threads::Backend,
             CoordMode::Cfsv => Threads::IoRelated,
             CoordMode::StaticCpu | CoordMode::HelpCpu => Threads::Vcpu,
+            CoordMode::HelpAll => Threads::QemuIoAndVcpu,
         }
     }
 
@@ -223,7 +241,24 @@ impl CoordMode {
             CoordMode::VhostIoprio => Knob::RequestIoprio,
             CoordMode::Cfsv => Knob::CpuPrecedence,
             CoordMode::StaticCpu | CoordMode::HelpCpu => Knob::SchedRr,
+            CoordMode::HelpAll => Knob::IoprioRtAndSchedRr,
         }
+    }
+
+    /// The knob set on the VM's I/O threads ([`Knob::None`] when the mode
+    /// leaves them alone): `help-all`'s I/O half is `help-rt`'s.
+    pub fn io_knob(self) -> Knob {
+        match self.knob() {
+            Knob::IoprioRtAndSchedRr => Knob::IoprioRt,
+            Knob::SchedRr => Knob::None,
+            k => k,
+        }
+    }
+
+    /// Whether the mode sets the vCPU threads' policy ([`Knob::SchedRr`]):
+    /// the CPU modes, and `help-all`'s CPU half.
+    pub fn boosts_vcpus(self) -> bool {
+        matches!(self.knob(), Knob::SchedRr | Knob::IoprioRtAndSchedRr)
     }
 
     /// Whether the knob is set for the whole run or only while helped.
@@ -231,9 +266,11 @@ impl CoordMode {
         match self {
             CoordMode::Off => When::Never,
             CoordMode::StaticRt | CoordMode::StaticCpu => When::Always,
-            CoordMode::HelpRt | CoordMode::HelpWeight | CoordMode::HelpWr | CoordMode::HelpCpu => {
-                When::WhileHelped
-            }
+            CoordMode::HelpRt
+            | CoordMode::HelpWeight
+            | CoordMode::HelpWr
+            | CoordMode::HelpCpu
+            | CoordMode::HelpAll => When::WhileHelped,
             CoordMode::VhostIoprio => When::PerRequest,
             CoordMode::Cfsv => When::WhileClassified,
         }
@@ -250,15 +287,21 @@ impl CoordMode {
         self.when() == When::WhileHelped
     }
 
-    /// Modes of the CPU model (vCPU threads); with `off`, the only ones CPU
-    /// cells accept, and accepted nowhere else.
+    /// Modes that privilege the VM's CPU time (its vCPU threads): the
+    /// CPU model's modes, `help-all` among them.
     pub fn is_cpu(self) -> bool {
-        self.resource() == Some(Resource::Cpu)
+        self.resources().contains(&Resource::Cpu)
     }
 
-    /// Modes that privilege the VM's I/O.
+    /// Modes that privilege the VM's I/O (`help-all` among them).
     pub fn is_io(self) -> bool {
-        self.resource() == Some(Resource::Io)
+        self.resources().contains(&Resource::Io)
+    }
+
+    /// Modes that privilege the VM's I/O and nothing else: those a cell
+    /// without I/O (latency, hot start-up) cannot run.
+    pub fn is_io_only(self) -> bool {
+        self.is_io() && !self.is_cpu()
     }
 }
 
@@ -327,7 +370,7 @@ impl IoprioBoost {
 
     /// The actuator that sets a mode's knob, when the knob is an ioprio.
     pub fn for_mode(mode: CoordMode) -> Option<IoprioBoost> {
-        (mode.knob() == Knob::IoprioRt).then_some(IoprioBoost::Rt)
+        (mode.io_knob() == Knob::IoprioRt).then_some(IoprioBoost::Rt)
     }
 }
 
@@ -384,7 +427,7 @@ mod tests {
         assert_eq!(
             e,
             "unknown coordination mode \"help-io\"; accepted: off, static-rt, help-rt, \
-             help-weight, help-wr, vhost-ioprio, cfsv, static-cpu, help-cpu"
+             help-weight, help-wr, vhost-ioprio, cfsv, static-cpu, help-cpu, help-all"
         );
     }
 
@@ -395,7 +438,9 @@ mod tests {
             let acts = m.threads() != Threads::None;
             assert_eq!(acts, m.knob() != Knob::None, "{m}");
             assert_eq!(acts, m.when() != When::Never, "{m}");
-            assert_eq!(m.is_cpu(), m.knob() == Knob::SchedRr, "{m}");
+            assert_eq!(m.is_cpu(), m.boosts_vcpus(), "{m}");
+            assert_eq!(m.is_io(), m.io_knob() != Knob::None, "{m}");
+            assert_eq!(m.is_cpu() && m.is_io(), m == CoordMode::HelpAll, "{m}");
             assert_eq!(m.asks_for_help(), m.name().starts_with("help-"), "{m}");
             assert_eq!(
                 m.when() == When::Always,
@@ -418,6 +463,14 @@ mod tests {
         assert_eq!(IoprioBoost::for_mode(c), None);
         assert!(c.is_io() && !c.is_cpu() && !c.asks_for_help() && !c.marks_requests());
         assert_eq!(c.knob(), Knob::CpuPrecedence);
+        // help-all: help-rt's I/O knob and help-cpu's vCPU knob, on one HELP.
+        let a = CoordMode::HelpAll;
+        assert_eq!(a.io_knob(), CoordMode::HelpRt.knob());
+        assert!(a.boosts_vcpus() && CoordMode::HelpCpu.boosts_vcpus());
+        assert_eq!(IoprioBoost::for_mode(a), Some(IoprioBoost::Rt));
+        assert!(a.asks_for_help() && !a.is_io_only());
+        assert_eq!(a.resources(), [Resource::Io, Resource::Cpu]);
+        assert!(CoordMode::HelpRt.is_io_only() && !CoordMode::HelpCpu.is_io_only());
     }
 
     #[test]

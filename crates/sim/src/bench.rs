@@ -189,6 +189,9 @@ pub fn setup(cell: &Cell, opts: &SimOptions, seed: u64) -> Result<Setup, String>
             if mode.when() == policy::mode::When::Always && mode.is_io() {
                 m.set_static_boost(vm);
             }
+            if mode.when() == policy::mode::When::Always && mode.boosts_vcpus() {
+                m.set_static_vcpu_boost(vm);
+            }
             guest
         }
     };
@@ -203,6 +206,12 @@ pub fn setup(cell: &Cell, opts: &SimOptions, seed: u64) -> Result<Setup, String>
         None => None,
     };
 
+    // The host's busy loops run on the CPU model; without one (no
+    // platform) there are no host CPUs to load, and the cell runs as if
+    // they were absent (the real runner's CFS-v throughput cells).
+    if m.has_cpu_model() && cell.cpu.host_cpu_load > 0 {
+        m.add_host_cpu_loops(cell.cpu.host_cpu_load as usize)?;
+    }
     start_workload(&mut m, HOST, &host_workload, file_bytes);
     if let Some(gw) = guest_workload {
         start_workload(&mut m, app_kernel, &gw, file_bytes);
@@ -346,6 +355,14 @@ fn coord_counters(m: &Machine, vms: usize, out: &mut RunResult) {
         let s = m.coord_stats(vm);
         out.counters
             .insert(format!("vm{}_boosted_s", vm + 1), to_secs(s.boosted_ns));
+        // The vCPU boost (only where a mode boosts vCPUs, so the other
+        // modes' results are unchanged).
+        if s.vcpu_boosted_ns > 0 {
+            out.counters.insert(
+                format!("vm{}_vcpu_boosted_s", vm + 1),
+                to_secs(s.vcpu_boosted_ns),
+            );
+        }
         out.counters
             .insert(format!("vm{}_helps", vm + 1), s.helps_sent as f64);
         // `vhost-ioprio`'s backend: requests issued, and how many the
@@ -636,6 +653,7 @@ impl procedure::Host for SimHost<'_> {
 
     fn finish(&mut self, out: &mut RunResult) -> Result<(), String> {
         let throughput = self.cell.benchmark == Benchmark::Throughput;
+        let host_loops = self.cell.cpu.host_cpu_load > 0;
         let mark = self
             .mark
             .take()
@@ -660,6 +678,12 @@ impl procedure::Host for SimHost<'_> {
             out.counters
                 .insert(APP_CPU_SHARE.into(), cpu as f64 / up as f64);
             out.counters.insert(APP_CPU_S.into(), to_secs(cpu) / starts);
+        }
+        // What the host's loops got of the cores over the run: what a
+        // mode's vCPU boosts cost them (the CPU model's cells report it too).
+        if m.has_cpu_model() && host_loops {
+            out.counters
+                .insert("host_loops_share".into(), m.host_loops_share());
         }
         layout_counters(m, s.workload_file_bytes, out);
         Ok(())

@@ -187,15 +187,19 @@ impl CoordConfig {
         if !boosted {
             return (HostBoost::None, IoPrio::DEFAULT);
         }
-        match self.mode.knob() {
+        match self.mode.io_knob() {
             // `vhost-ioprio` changes no thread: the backend issues each
             // request from the submitter of its mapped ioprio. `cfsv`'s CPU
             // precedence is no I/O knob: the I/O model has no host CPUs
             // (the simulated CFS-v is the CPU model's, `tandem sim
             // cfsv-study`), and it never asks for help anyway.
-            Knob::None | Knob::SchedRr | Knob::RequestIoprio | Knob::CpuPrecedence => {
-                (HostBoost::None, IoPrio::DEFAULT)
-            }
+            // `help-all`'s vCPU half is the CPU model's
+            // (`Machine::actuate_vcpus`); its I/O knob is `IoprioRt`.
+            Knob::None
+            | Knob::SchedRr
+            | Knob::IoprioRtAndSchedRr
+            | Knob::RequestIoprio
+            | Knob::CpuPrecedence => (HostBoost::None, IoPrio::DEFAULT),
             Knob::IoprioRt => (HostBoost::None, BOOST_IOPRIO),
             Knob::BfqWeight => (HostBoost::Weight(self.weight_factor), IoPrio::DEFAULT),
             Knob::BfqRaise => (HostBoost::Raise, IoPrio::DEFAULT),
@@ -215,6 +219,9 @@ pub struct CoordStats {
     pub no_helps_sent: u64,
     /// Time the host had the VM boosted, in total.
     pub boosted_ns: Nanos,
+    /// Time the host had the VM's vCPU threads boosted, in total
+    /// (`help-cpu`, `help-all`, `static-cpu` on a CPU model).
+    pub vcpu_boosted_ns: Nanos,
     /// `vhost-ioprio`: tasks the guest marked urgent (new leases).
     pub marks: u64,
     /// `vhost-ioprio`: requests the VM's backend issued on the host.

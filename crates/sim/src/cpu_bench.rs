@@ -182,7 +182,7 @@ pub fn run_hot_startup(cell: &Cell, rep: u32) -> Result<RunResult, String> {
     let Loaded {
         mut m, k, vcpus, ..
     } = build_loaded(&s)?;
-    let help = s.coordination == CpuCoordination::HelpCpu && !vcpus.is_empty();
+    let help = s.coordination.asks_for_help() && !vcpus.is_empty();
     let mut coord = HelpCpu::new(PolicyConfig::default());
     let boost = Policy::Rr {
         prio: PVSCHED_RR_PRIO,

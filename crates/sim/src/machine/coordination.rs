@@ -233,6 +233,11 @@ struct VmCoord {
     static_boost: bool,
     /// When the current boost began, and the boosted time before it.
     boosted_since: Nanos,
+    /// The host boosts the VM's vCPU threads now (`help-cpu`, `help-all`:
+    /// granted by the CPU arbiter; `static-cpu`: always).
+    vcpus_boosted: bool,
+    /// When the current vCPU boost began.
+    vcpus_since: Nanos,
     stats: CoordStats,
 }
 
@@ -240,14 +245,46 @@ impl VmCoord {
     fn privileged(&self) -> bool {
         self.boosted || self.static_boost
     }
+
+    /// Starts or ends the vCPU boost at `now`, counting its time.
+    fn set_vcpus_boosted(&mut self, on: bool, now: Nanos) {
+        if on {
+            self.vcpus_since = now;
+        } else {
+            self.stats.vcpu_boosted_ns += now - self.vcpus_since;
+        }
+        self.vcpus_boosted = on;
+    }
+}
+
+/// An arbiter's grants as of `now`, as (VM, boosted) pairs, and its next
+/// deadline (nothing without an arbiter).
+fn grants(arb: Option<&mut policy::Arbiter>, now: Nanos) -> (Vec<(usize, bool)>, Option<Nanos>) {
+    let Some(arb) = arb else {
+        return (Vec::new(), None);
+    };
+    let changes = arb
+        .update(now)
+        .into_iter()
+        .map(|c| match c {
+            policy::BoostChange::Boost(vm) => (vm as usize, true),
+            policy::BoostChange::Unboost(vm, _) => (vm as usize, false),
+        })
+        .collect();
+    (changes, arb.next_deadline())
 }
 
 /// Coordination between the guests and the host.
 #[derive(Default)]
 pub(super) struct Coordinator {
     cfg: CoordConfig,
-    /// The host side (modes that ask for help).
+    /// The host side of the I/O boost (help modes that boost I/O).
     arbiter: Option<policy::Arbiter>,
+    /// The host side of the vCPU boost (help modes that boost vCPUs), with
+    /// leases and budgets of its own, as hostd's CPU arbiter: in
+    /// `help-all` one HELP goes to both, and each grants or refuses it
+    /// within its own budget.
+    cpu_arbiter: Option<policy::Arbiter>,
     /// The pending [`CoordEv::Host`] event.
     host_ev: Option<Nanos>,
     vms: Vec<VmCoord>,
@@ -256,7 +293,12 @@ pub(super) struct Coordinator {
 impl Coordinator {
     /// Whether the guests ask for help (the mode has an arbiter).
     pub(super) fn asks_for_help(&self) -> bool {
-        self.arbiter.is_some()
+        self.arbiter.is_some() || self.cpu_arbiter.is_some()
+    }
+
+    /// The host's arbiters: the I/O one, the vCPU one.
+    fn arbiters(&mut self) -> impl Iterator<Item = &mut policy::Arbiter> {
+        self.arbiter.iter_mut().chain(self.cpu_arbiter.iter_mut())
     }
 
     /// Whether the guests mark their urgent requests (`vhost-ioprio`).
@@ -270,8 +312,10 @@ impl Coordinator {
     pub(super) fn add_vm(&mut self, vm: usize) {
         let mut v = VmCoord::default();
         let lease = self.cfg.policy.max_lease_ns;
-        let action = if let Some(arb) = self.arbiter.as_mut() {
-            arb.add_vm(vm as policy::VmId, 1);
+        let action = if self.asks_for_help() {
+            for arb in self.arbiters() {
+                arb.add_vm(vm as policy::VmId, 1);
+            }
             Some(GuestAction::Ask(policy::HelpClient::new(lease)))
         } else if self.cfg.mode.marks_requests() {
             let allow_rt = self.cfg.vhost_allow_rt.contains(&vm);
@@ -296,20 +340,14 @@ impl Coordinator {
         self.vms.push(v);
     }
 
-    /// Applies the arbiter's changes as of `now`; returns the VMs whose
-    /// privilege changed, and the arbiter's next deadline.
-    fn arbitrate(&mut self, now: Nanos) -> (Vec<usize>, Option<Nanos>) {
-        let Some(arb) = self.arbiter.as_mut() else {
-            return (Vec::new(), None);
-        };
-        let changes = arb.update(now);
-        let next = arb.next_deadline();
-        let mut changed = Vec::new();
-        for c in changes {
-            let (vm, on) = match c {
-                policy::BoostChange::Boost(vm) => (vm as usize, true),
-                policy::BoostChange::Unboost(vm, _) => (vm as usize, false),
-            };
+    /// Applies the arbiters' changes as of `now`; returns the VMs whose
+    /// I/O privilege changed, those whose vCPU boost changed, and the
+    /// arbiters' next deadline.
+    fn arbitrate(&mut self, now: Nanos) -> (Vec<usize>, Vec<usize>, Option<Nanos>) {
+        let (io, io_next) = grants(self.arbiter.as_mut(), now);
+        let (cpu, cpu_next) = grants(self.cpu_arbiter.as_mut(), now);
+        let mut changed = (Vec::new(), Vec::new());
+        for (vm, on) in io {
             let v = &mut self.vms[vm];
             if v.boosted == on {
                 continue;
@@ -320,9 +358,16 @@ impl Coordinator {
                 v.stats.boosted_ns += now - v.boosted_since;
             }
             v.boosted = on;
-            changed.push(vm);
+            changed.0.push(vm);
         }
-        (changed, next)
+        for (vm, on) in cpu {
+            if self.vms[vm].vcpus_boosted != on {
+                self.vms[vm].set_vcpus_boosted(on, now);
+                changed.1.push(vm);
+            }
+        }
+        let next = io_next.into_iter().chain(cpu_next).min();
+        (changed.0, changed.1, next)
     }
 
     /// The guest side of VM `vm` looks at its elevator's raised busy
@@ -449,10 +494,11 @@ impl Machine {
         if self.qemu.len() > 0 {
             return Err("coordination must be set before VMs are added".into());
         }
-        self.coord.arbiter = cfg
-            .mode
-            .asks_for_help()
-            .then(|| policy::Arbiter::new(cfg.policy.clone()));
+        let help = cfg.mode.asks_for_help();
+        self.coord.arbiter =
+            (help && cfg.mode.is_io()).then(|| policy::Arbiter::new(cfg.policy.clone()));
+        self.coord.cpu_arbiter =
+            (help && cfg.mode.boosts_vcpus()).then(|| policy::Arbiter::new(cfg.policy.clone()));
         self.coord.cfg = cfg;
         Ok(())
     }
@@ -483,12 +529,22 @@ impl Machine {
         self.actuate(vm);
     }
 
+    /// Boosts VM `vm`'s vCPU threads for good (`static-cpu`).
+    pub fn set_static_vcpu_boost(&mut self, vm: usize) {
+        let now = self.now();
+        self.coord.vms[vm].set_vcpus_boosted(true, now);
+        self.actuate_vcpus(vm);
+    }
+
     /// Coordination counters of VM `vm` so far.
     pub fn coord_stats(&self, vm: usize) -> CoordStats {
         let v = &self.coord.vms[vm];
         let mut s = v.stats;
         if v.boosted {
             s.boosted_ns += self.now() - v.boosted_since;
+        }
+        if v.vcpus_boosted {
+            s.vcpu_boosted_ns += self.now() - v.vcpus_since;
         }
         s
     }
@@ -502,7 +558,9 @@ impl Machine {
     pub(super) fn on_coord(&mut self, now: Nanos, ev: CoordEv) {
         match ev {
             CoordEv::Msg(vm, msg) => {
-                if let Some(arb) = self.coord.arbiter.as_mut() {
+                // One message, every arbiter of the mode (both in
+                // `help-all`, as hostd's `--help-all`).
+                for arb in self.coord.arbiters() {
                     match msg {
                         CoordMsg::Help {
                             duration_ns,
@@ -606,9 +664,12 @@ impl Machine {
         if !self.coord.asks_for_help() {
             return;
         }
-        let (changed, next) = self.coord.arbitrate(now);
-        for vm in changed {
+        let (io, cpu, next) = self.coord.arbitrate(now);
+        for vm in io {
             self.actuate(vm);
+        }
+        for vm in cpu {
+            self.actuate_vcpus(vm);
         }
         if let Some(t) = next {
             let t = t.max(now);
@@ -617,6 +678,21 @@ impl Machine {
                 self.q.push(t, Ev::Coord(CoordEv::Host(t)));
             }
         }
+    }
+
+    /// Applies VM `vm`'s vCPU boost to its vCPU threads on the CPU model:
+    /// `SCHED_RR` at pvsched's priority while boosted, as the CPU model's
+    /// `help-cpu` (`cpusched::cyclictest::PVSCHED_RR_PRIO`).
+    fn actuate_vcpus(&mut self, vm: usize) {
+        let p = if self.coord.vms[vm].vcpus_boosted {
+            cpusched::Policy::Rr {
+                prio: cpusched::cyclictest::PVSCHED_RR_PRIO,
+            }
+        } else {
+            cpusched::Policy::NORMAL
+        };
+        let guest = self.qemu.guest_of(vm);
+        self.cpu.set_vcpus(guest, p);
     }
 
     /// Applies VM `vm`'s current privilege to all its live QEMU threads.
@@ -634,7 +710,7 @@ impl Machine {
         // `vhost-ioprio` leaves the threads alone: each backend submitter
         // keeps the ioprio it was made with.
         if self.coord.cfg.mode == Coordination::Off
-            || self.coord.cfg.mode.knob() == Knob::RequestIoprio
+            || self.coord.cfg.mode.io_knob() == Knob::RequestIoprio
         {
             return;
         }

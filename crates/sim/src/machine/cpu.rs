@@ -37,7 +37,7 @@
 
 use super::{Ev, Machine, ProcEv, HOST};
 use crate::request::Pid;
-use cpusched::{CpuModel, FairKind, Platform, TaskId, TaskSpec};
+use cpusched::{CpuModel, FairKind, Platform, Policy, TaskId, TaskSpec};
 use devmodel::Nanos;
 
 /// A system call's entry and exit (`read`, `pread`, `write`, `io_submit`,
@@ -118,6 +118,10 @@ struct Model {
     cfg: CpuConfig,
     /// The model's kernel of each machine kernel (the host, then guests).
     kernels: Vec<cpusched::KernelId>,
+    /// The model's VM of each machine kernel (`None` for the host).
+    vms: Vec<Option<cpusched::VmId>>,
+    /// The host's busy loops ([`Machine::add_host_cpu_loops`]).
+    host_loops: Vec<TaskId>,
     /// By pid.
     procs: Vec<TaskOf>,
     /// Task of each model kernel -> pid.
@@ -142,6 +146,8 @@ impl Cpu {
                     m: CpuModel::new(c.platform.clone(), c.host),
                     cfg: c.clone(),
                     kernels: vec![cpusched::KernelId::HOST],
+                    vms: vec![None],
+                    host_loops: Vec::new(),
                     procs: Vec::new(),
                     owners: vec![Vec::new()],
                     slots: Vec::new(),
@@ -167,13 +173,39 @@ impl Cpu {
         let Some(md) = self.model.as_mut() else {
             return Ok(());
         };
-        let (_, mk) = md.m.add_vm(md.cfg.vcpus, md.cfg.guest, 1024)?;
+        let (vm, mk) = md.m.add_vm(md.cfg.vcpus, md.cfg.guest, 1024)?;
         if md.kernels.len() <= k {
             md.kernels.resize(k + 1, cpusched::KernelId::HOST);
+            md.vms.resize(k + 1, None);
         }
         md.kernels[k] = mk;
+        md.vms[k] = Some(vm);
         md.owners.push(Vec::new());
         Ok(())
+    }
+
+    /// Sets the host policy of guest kernel `k`'s vCPU threads (the vCPU
+    /// boost of `help-cpu`, `help-all` and `static-cpu`, and its end).
+    pub(super) fn set_vcpus(&mut self, k: usize, p: Policy) {
+        let Some(md) = self.model.as_mut() else {
+            return;
+        };
+        if let Some(vm) = md.vms.get(k).copied().flatten() {
+            for i in 0..md.cfg.vcpus {
+                let t = md.m.vcpu_task(vm, i);
+                md.m.set_policy(cpusched::KernelId::HOST, t, p);
+            }
+        }
+    }
+
+    /// CPU time the host's busy loops ran so far (platform's time).
+    pub(super) fn host_loops_ran(&self) -> Nanos {
+        self.model.as_ref().map_or(0, |md| {
+            md.host_loops
+                .iter()
+                .map(|&t| md.m.progress(cpusched::KernelId::HOST, t))
+                .sum()
+        })
     }
 
     /// Process `pid` owes `ns` of CPU time (recorded machine's), paid in
@@ -378,6 +410,43 @@ impl Machine {
     /// Whether the machine runs on a CPU model.
     pub fn has_cpu_model(&self) -> bool {
         self.cpu.on()
+    }
+
+    /// Starts `n` busy loops on the host ("infinite loops", as the
+    /// coordinated task scheduling study ran them: the scenario key
+    /// `host_cpu_load`), spread over the cores as the CPU model's cells
+    /// spread theirs (`cpusched::cyclictest::build_loaded`). They never
+    /// block, so the host's processes, QEMU's threads and the vCPUs
+    /// compete with them for the cores. Needs a CPU model.
+    pub fn add_host_cpu_loops(&mut self, n: usize) -> Result<(), String> {
+        let Some(md) = self.cpu.model.as_mut() else {
+            return Err(format!(
+                "{n} host CPU loops, but the machine has no CPU model (give a platform)"
+            ));
+        };
+        let cores = md.m.platform.cores;
+        for i in 0..n {
+            let spec = TaskSpec {
+                cpu: i % cores,
+                ..TaskSpec::busy_loop(&format!("host-loop{i}"))
+            };
+            let t = md.m.spawn(cpusched::KernelId::HOST, spec);
+            md.host_loops.push(t);
+        }
+        Ok(())
+    }
+
+    /// The host loops' share of the cores so far (0 without loops or a
+    /// CPU model): what they pay for a mode's boosts.
+    pub fn host_loops_share(&self) -> f64 {
+        let Some(md) = self.cpu.model.as_ref() else {
+            return 0.0;
+        };
+        let span = md.m.now() as f64 * md.m.platform.cores as f64;
+        if span <= 0.0 {
+            return 0.0;
+        }
+        self.cpu.host_loops_ran() as f64 / span
     }
 }
 
