@@ -41,8 +41,11 @@ pub struct HopCosts {
     /// QEMU main loop, once per activation however many requests it
     /// serves (`iocost::MAIN_WAKE_NS`).
     pub main_wake: Nanos,
-    /// QEMU main loop, per request each way (`iocost::MAIN_REQUEST_NS`).
-    pub main_request: Nanos,
+    /// QEMU main loop, per request submitted: the worker's wake-up
+    /// (`iocost::MAIN_SUBMIT_NS`).
+    pub main_submit: Nanos,
+    /// QEMU main loop, per request completed (`iocost::MAIN_COMPLETE_NS`).
+    pub main_complete: Nanos,
     /// Worker: its activation, and `preadv` with `O_DIRECT` through the
     /// host's block layer down to the AHCI command.
     pub worker_submit: Nanos,
@@ -65,7 +68,8 @@ impl HopCosts {
             guest_submit: p.scale_cpu(c::SYSCALL_NS + c::BLOCK_SUBMIT_NS),
             guest_complete: p.scale_cpu(c::BLOCK_COMPLETE_NS),
             main_wake: p.scale_cpu(c::MAIN_WAKE_NS),
-            main_request: p.scale_cpu(c::MAIN_REQUEST_NS),
+            main_submit: p.scale_cpu(c::MAIN_SUBMIT_NS),
+            main_complete: p.scale_cpu(c::MAIN_COMPLETE_NS),
             worker_submit: p.scale_cpu(c::WORKER_WAKE_NS + c::BLOCK_SUBMIT_NS),
             worker_complete: p.scale_cpu(c::WORKER_REQUEST_NS),
             softirq_wake: p.scale_cpu(c::BLOCK_IRQ_NS),
@@ -96,16 +100,18 @@ pub fn host_i7_2600() -> Platform {
         cores: 8,
         mhz: 3400,
         // The per-request CPU costs of `crate::iocost` were measured on an
-        // EPYC 7003 (Zen 3) core; this is the i7-2600's speed against it.
-        // An ESTIMATE, not a measurement (no i7-2600 here, and no pair of
-        // single-thread scores of both on one benchmark was found): like
-        // clocks (3.4 to 3.8 GHz turbo, Intel's specification; the EPYC
-        // 7763 boosts to 3.5 GHz) and a Zen 3 core doing about 1.5 to 1.7
-        // times a Sandy Bridge core's integer work per clock (two
-        // generations of Intel's own gains to Skylake, about 1.3x, and
-        // Zen 3 at or above Skylake's IPC: AMD's +19% over Zen 2). Geekbench
-        // 6 single-core puts the i7-2600 at 638 (cputronic.com, 2025).
-        speed: 0.6,
+        // EPYC 7003 (Zen 3) core; this is the i7-2600's speed against it,
+        // an ESTIMATE (no i7-2600 here, and no pair of single-thread
+        // scores of both on one benchmark was found): clock times work per
+        // clock. Clocks: this core runs at 3.15 GHz (3.13 to 3.19 in three
+        // runs of `tools/iocost/clock.c`, 2026-11-26, load 24); the
+        // i7-2600 at 3.5 GHz with its four cores busy (Intel's turbo bins
+        // over the 3.4 GHz base). Work per clock: a Zen 3 core does about
+        // 1.7 times a Sandy Bridge core's on integer code (an estimate
+        // from the generations' published gains, AMD's +19% for Zen 3
+        // over Zen 2 among them). 3.5 / 3.15 / 1.7 = 0.65. Geekbench 6
+        // single-core puts the i7-2600 at 638 (cputronic.com, 2025).
+        speed: 0.65,
         hz: 250,
         guest_hz: 250,
         preemption: Preemption::Voluntary,
@@ -285,6 +291,13 @@ impl Hops {
 const MAX_WORKERS: usize = 64;
 
 impl HopCosts {
+    fn main(&self, j: &Job) -> Nanos {
+        match j {
+            Job::Submit(_) => self.main_submit,
+            Job::Complete(_) => self.main_complete,
+        }
+    }
+
     fn worker(&self, j: &Job) -> Nanos {
         match j {
             Job::Submit(_) => self.worker_submit,
@@ -450,14 +463,14 @@ impl Cell {
             worker,
         };
         vm.main
-            .arrive(&mut self.m, Job::Submit(req), self.costs.main_request);
+            .arrive(&mut self.m, Job::Submit(req), self.costs.main_submit);
     }
 
     fn main_done(&mut self, v: usize) {
         let vm = &mut self.vms[v];
         let now = self.m.now();
         let c = self.costs;
-        match vm.main.done(&mut self.m, |_| c.main_request) {
+        match vm.main.done(&mut self.m, |j| c.main(j)) {
             Some(Job::Submit(req)) => {
                 self.hops.mark(v * MAX_WORKERS + req.worker, 0, now);
                 vm.workers[req.worker].arrive(&mut self.m, Job::Submit(req), c.worker_submit)
@@ -494,7 +507,7 @@ impl Cell {
             Some(Job::Complete(req)) => {
                 self.hops.mark(v * MAX_WORKERS + w, 4, self.m.now());
                 vm.main
-                    .arrive(&mut self.m, Job::Complete(req), c.main_request)
+                    .arrive(&mut self.m, Job::Complete(req), c.main_complete)
             }
             None => {}
         }

@@ -68,21 +68,31 @@ pub const BLOCK_COMPLETE_NS: Nanos = BLOCK_IRQ_NS + BLOCK_SOFTIRQ_NS;
 pub const SWITCH_NS: Nanos = 2_230;
 
 /// QEMU's main loop, once per activation however many requests it
-/// serves: the return from `ppoll()`, the dispatch, the event notifier
-/// reads. `tools/iocost/qemu.sh` (QEMU 7.2, `aio=threads`, TCG guest
-/// reading at depth 1, 4, 16 and 32): the main loop's CPU per
-/// activation is flat in the requests an activation serves (17.5, 17.6,
-/// 14.2 and 14.4 us at 0.3, 0.9, 1.8 and 3.0 requests per activation),
-/// so nearly all of it is the activation's. 14.3 us (depth 16 and 32,
-/// the batched regime) less [`SWITCH_NS`].
-pub const MAIN_WAKE_NS: Nanos = 12_000;
+/// serves: the return from `ppoll()`, the glib dispatch, the event
+/// notifier reads. `tools/iocost/qemu.sh` (QEMU 7.2, `aio=threads`, TCG
+/// guest reading at depth 1, 4, 16 and 32) gives the main loop's CPU per
+/// activation: 17.5, 17.6, 14.2 and 14.4 us at 0.3, 0.9, 1.8 and 3.0
+/// requests per activation. `perf record -g -t MAIN_TID -e cpu-clock`
+/// during the depth-16 load splits it: 47.7% waking pool workers
+/// (`pthread_cond_signal` of `qemu_sem_post`, per request: see
+/// [`MAIN_SUBMIT_NS`]), 23.5% `schedule()` (3.3 us), 11% `ppoll()` (1.6
+/// us), 18% the rest (2.5 us). The activation's part: 7.4 us less
+/// [`SWITCH_NS`], which the CPU model charges itself. At depth 1 and 4
+/// activations cost more (cold caches on a loaded machine); the batched
+/// figure is kept, so a request served alone is cheaper here than
+/// measured (below).
+pub const MAIN_WAKE_NS: Nanos = 5_200;
 
-/// QEMU's main loop, per request, each way (`virtqueue_pop()` and the
-/// AIO submission; the completion callback, `virtqueue_push()` and the
-/// `irqfd` write): below what the measurement separates from the
-/// activation (see [`MAIN_WAKE_NS`]). ASSUMPTION: 0.5 us each, within
-/// that noise.
-pub const MAIN_REQUEST_NS: Nanos = 500;
+/// QEMU's main loop, per request submitted: `virtqueue_pop()`, the AIO
+/// request and above all the wake-up of a pool worker (`qemu_sem_post()`,
+/// a futex wake: 47.7% of the main loop's 14.2 us per activation at
+/// 1.8 requests per activation, above).
+pub const MAIN_SUBMIT_NS: Nanos = 3_700;
+
+/// QEMU's main loop, per request completed: the completion callback,
+/// `virtqueue_push()` and the `irqfd` write. ASSUMPTION: 0.5 us, within
+/// what the measurement does not separate from the activation's rest.
+pub const MAIN_COMPLETE_NS: Nanos = 500;
 
 /// A pool worker's activation: its wake-up in `qemu_sem_timedwait()`,
 /// the request's `preadv` (on the tmpfs image, no block layer) and the
@@ -100,16 +110,17 @@ pub const WORKER_REQUEST_NS: Nanos = 1_400;
 /// machine's iothread or pool worker, which has no separate main loop),
 /// at submission: the main loop's activation and the worker's, with the
 /// request's part of each. Served alone, a request costs QEMU two
-/// main-loop activations and one worker activation here (32 us with the
-/// two calls); `tools/iocost/qemu.sh` at depth 1 measured 65 us, in 3.1
-/// main-loop and 1.1 worker activations per request (switches included),
-/// so this is a lower figure for requests served one at a time.
-pub const QEMU_SUBMIT_NS: Nanos = MAIN_WAKE_NS + MAIN_REQUEST_NS + WORKER_WAKE_NS;
+/// main-loop activations and one worker activation here (24 us with the
+/// two calls, and the model's switches); `tools/iocost/qemu.sh` at depth
+/// 1 measured 65 us, in 3.1 main-loop and 1.1 worker activations per
+/// request (switches included): a lower figure for requests served one
+/// at a time, the batched regime's.
+pub const QEMU_SUBMIT_NS: Nanos = MAIN_WAKE_NS + MAIN_SUBMIT_NS + WORKER_WAKE_NS;
 
 /// QEMU's share of a request at completion in the same one-thread view:
 /// the main loop's second activation, its completion, and the worker's
 /// return.
-pub const QEMU_COMPLETE_NS: Nanos = MAIN_WAKE_NS + MAIN_REQUEST_NS + WORKER_REQUEST_NS;
+pub const QEMU_COMPLETE_NS: Nanos = MAIN_WAKE_NS + MAIN_COMPLETE_NS + WORKER_REQUEST_NS;
 
 #[cfg(test)]
 mod tests {
