@@ -26,6 +26,7 @@ pub mod cyclictest;
 pub mod cyclictest_output;
 pub mod eevdf;
 pub mod fair;
+pub mod iocost;
 pub mod kernel;
 pub mod model;
 pub mod platform;

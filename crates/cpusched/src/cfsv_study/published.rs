@@ -90,10 +90,21 @@ fn mean_result(rs: &[StudyResult]) -> StudyResult {
 /// Runs the four cells, `measure_ns` each, each over [`SEEDS`] seeds
 /// (their means).
 pub fn compare(opts: CfsvOptions, measure_ns: Nanos) -> Result<Comparison, String> {
+    compare_on(&crate::cfsv_study::host_i7_2600(), opts, measure_ns)
+}
+
+/// [`compare`] on platform `p` (the slides' host with another speed
+/// factor, say: `examples/cfsv_speed.rs`).
+pub fn compare_on(
+    p: &crate::Platform,
+    opts: CfsvOptions,
+    measure_ns: Nanos,
+) -> Result<Comparison, String> {
     let cell = |case, host| -> Result<StudyResult, String> {
         let rs = (1..=SEEDS)
             .map(|seed| {
                 let mut s = StudySetup::new(case, host);
+                s.platform = p.clone();
                 s.measure_ns = measure_ns;
                 s.seed = seed;
                 run(&s)

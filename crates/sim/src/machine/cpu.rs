@@ -17,8 +17,8 @@
 //!   injection into the guest.
 //!
 //! Each bio costs its submitter the block layer's submission and the
-//! interrupt and softirq of its completion ([`BLOCK_SUBMIT_NS`],
-//! [`IRQ_COMPLETE_NS`]), paid in the submitter's next burst, and a guest's
+//! interrupt and softirq of its completion ([`iocost::BLOCK_SUBMIT_NS`],
+//! [`iocost::BLOCK_COMPLETE_NS`]), paid in the submitter's next burst, and a guest's
 //! bio also its notification of QEMU (a VM exit, `vm_exit_ns` of the
 //! platform). The completion's interrupt runs on the core of whoever it
 //! wakes, charged to that task: on a loaded core the wake-up waits for it
@@ -31,50 +31,18 @@
 //! comes first, the machine's next event or the model's, so a run stays a
 //! pure function of its inputs and seed.
 //!
-//! The constants below are CPU time on the machine the app traces were
-//! recorded on (this machine, an AMD EPYC core); [`Platform::scale_cpu`]
-//! turns them into the platform's, with its one speed factor.
+//! The per-request costs live in [`cpusched::iocost`] (shared with the
+//! CFS-v study): CPU time on the machine the app traces were recorded on
+//! (this machine, an AMD EPYC core), measured there with the commands
+//! each names; [`Platform::scale_cpu`] turns them into the platform's,
+//! with its one speed factor.
 
 use super::{Ev, Machine, ProcEv, HOST};
 use crate::request::Pid;
+#[cfg(doc)]
+use cpusched::iocost;
 use cpusched::{CpuModel, FairKind, Platform, Policy, TaskId, TaskSpec};
 use devmodel::Nanos;
-
-/// A system call's entry and exit (`read`, `pread`, `write`, `io_submit`,
-/// `io_getevents`): 0.79 us per `read`+`write` pair of `dd` with 512-byte
-/// blocks from the page cache, less the per-byte part, on this machine
-/// (2026-11-26: `head -c 64M /dev/urandom >f; cat f >/dev/null;
-/// perf stat -e task-clock dd if=f of=/dev/null bs=512` and `bs=4096`:
-/// 108.5 and 18.2 ms for 131072 and 16384 pairs; the difference is
-/// 0.787 us per pair). One call of the pair is counted: 0.4 us.
-pub const SYSCALL_NS: Nanos = 400;
-/// Copying a byte between the page cache and user space
-/// (`copy_to_user`, `copy_from_user`): the same two `dd` runs give
-/// 0.079 ns per byte (64 MiB in 5.3 ms once the calls are taken out).
-pub const COPY_PS_PER_BYTE: Nanos = 79;
-/// The block layer's submission of one bio (`submit_bio()`, the
-/// elevator's insert and dispatch, the driver's command): not measured
-/// here (no `null_blk` in this container). An assumption of the order
-/// Yang, Minturn and Hady (FAST 2012, "When poll is better than
-/// interrupt") report for the Linux block stack of a 2.9 GHz Xeon: a few
-/// microseconds per 4 KiB request, split between submission and
-/// completion.
-pub const BLOCK_SUBMIT_NS: Nanos = 2_000;
-/// The interrupt and softirq completing one request (`blk_end_request()`,
-/// the bio's end_io, the wake-up of its waiter): same source as
-/// [`BLOCK_SUBMIT_NS`].
-pub const IRQ_COMPLETE_NS: Nanos = 2_000;
-/// QEMU popping a request off the virtqueue and parsing it
-/// (`virtqueue_pop()`, `virtio_blk_handle_request()`), on top of the
-/// system call that submits it ([`SYSCALL_NS`]): an assumption of a few
-/// microseconds (QEMU's `virtio-blk` per-request path of descriptor
-/// reads and `iovec` mapping; not measured here, where QEMU runs TCG).
-pub const QEMU_VQ_NS: Nanos = 3_000;
-/// QEMU completing a request: reaping it (`io_getevents()` or the pool's
-/// completion bottom half), filling the used ring, and the `irqfd` write
-/// that injects the guest's interrupt. Same assumption as
-/// [`QEMU_VQ_NS`].
-pub const QEMU_COMPLETE_NS: Nanos = 3_000;
 
 /// The CPU model a machine runs on.
 #[derive(Clone, Debug)]

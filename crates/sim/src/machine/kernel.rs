@@ -309,8 +309,8 @@ impl Machine {
         self.kernels[k].block.submit(now, bio);
         if self.cpu.io_costs() {
             // The block layer's submission and the completion's interrupt
-            // (see `super::cpu`); a guest's bio also notifies QEMU.
-            let cost = super::cpu::BLOCK_SUBMIT_NS + super::cpu::IRQ_COMPLETE_NS;
+            // (`cpusched::iocost`); a guest's bio also notifies QEMU.
+            let cost = cpusched::iocost::BLOCK_SUBMIT_NS + cpusched::iocost::BLOCK_COMPLETE_NS;
             self.cpu.owe(by.pid, cost);
             if super::cpu::is_guest(k) {
                 self.cpu.owe_platform(by.pid, self.cpu.vm_exit_ns());

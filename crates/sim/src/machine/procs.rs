@@ -454,7 +454,7 @@ impl Machine {
         if !self.cpu.io_costs() {
             return 0;
         }
-        super::cpu::SYSCALL_NS + bytes * super::cpu::COPY_PS_PER_BYTE / 1000
+        cpusched::iocost::SYSCALL_NS + bytes * cpusched::iocost::COPY_PS_PER_BYTE / 1000
     }
 
     /// The application's next read: from the page cache if all of it is

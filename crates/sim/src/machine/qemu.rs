@@ -308,9 +308,11 @@ impl Machine {
                 host_rt: false,
             });
             // On a CPU model, the thread pops the request and submits it
-            // ([`super::cpu::QEMU_VQ_NS`], a system call); a pool worker's
-            // hand-off is its wake-up on the model.
-            let cost = super::cpu::QEMU_VQ_NS + super::cpu::SYSCALL_NS;
+            // ([`cpusched::iocost::QEMU_SUBMIT_NS`]: the main loop's and the
+            // worker's activations, which this machine runs on one
+            // thread; and a system call); a pool worker's hand-off is its
+            // wake-up on the model.
+            let cost = cpusched::iocost::QEMU_SUBMIT_NS + cpusched::iocost::SYSCALL_NS;
             match self.qemu.vms[vm].aio {
                 Aio::IoThread if self.cpu.io_costs() => {
                     self.cpu_then(thread, cost, Ev::Qemu(QemuEv::Issue(job)));
@@ -417,7 +419,7 @@ impl Machine {
         let bytes = req.sectors as u64 * 512;
         let copy = if self.cpu.io_costs() {
             // The measured copy, scaled by the platform's speed.
-            bytes * super::cpu::COPY_PS_PER_BYTE / 1000
+            bytes * cpusched::iocost::COPY_PS_PER_BYTE / 1000
         } else {
             (bytes as f64 * COPY_NS_PER_BYTE) as Nanos
         };
@@ -458,9 +460,10 @@ impl Machine {
     /// idles.
     fn finish_job(&mut self, job: usize) {
         if self.cpu.io_costs() {
-            // QEMU reaps the request first ([`super::cpu::QEMU_COMPLETE_NS`]).
+            // QEMU reaps the request first
+            // ([`cpusched::iocost::QEMU_COMPLETE_NS`]).
             let thread = self.qemu.job(job).thread;
-            let cost = super::cpu::QEMU_COMPLETE_NS + super::cpu::SYSCALL_NS;
+            let cost = cpusched::iocost::QEMU_COMPLETE_NS + cpusched::iocost::SYSCALL_NS;
             self.cpu_then(thread, cost, Ev::Qemu(QemuEv::Finish(job)));
             return;
         }
