@@ -75,7 +75,11 @@ fn cpu_ns(pid: u32) -> u64 {
 /// kernel/sched/stats.h).
 fn sched_ns(pid: u32) -> [u64; 2] {
     let mut sum = [0u64; 2];
-    for t in std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten() {
+    for t in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
         let Ok(s) = std::fs::read_to_string(t.path().join("schedstat")) else {
             continue;
         };

@@ -127,14 +127,26 @@ impl BlkBackend {
 
     /// Reaps queue `q`'s own ring (its completion source fired).
     fn reap(&self, q: usize) {
-        if let Some(ring) = self.locals.get(q).map(lock).as_mut().and_then(|g| g.as_mut()) {
+        if let Some(ring) = self
+            .locals
+            .get(q)
+            .map(lock)
+            .as_mut()
+            .and_then(|g| g.as_mut())
+        {
             ring.reap();
         }
     }
 
     /// Issues what queue `q`'s kick queued on its own ring.
     fn flush(&self, q: usize) {
-        if let Some(ring) = self.locals.get(q).map(lock).as_mut().and_then(|g| g.as_mut()) {
+        if let Some(ring) = self
+            .locals
+            .get(q)
+            .map(lock)
+            .as_mut()
+            .and_then(|g| g.as_mut())
+        {
             ring.flush();
         }
     }
@@ -258,9 +270,18 @@ impl BlkBackend {
             done: Box::new(move |outcome| done.complete(outcome)),
         };
         let host = host_prio(mapped.host);
-        let job = match self.locals.get(queue).map(lock).as_mut().and_then(|g| g.as_mut()) {
-            Some(ring) if ring.prio() == host => match ring.start(job) {
-                Ok(()) => return,
+        let job = match self
+            .locals
+            .get(queue)
+            .map(lock)
+            .as_mut()
+            .and_then(|g| g.as_mut())
+        {
+            Some(ring) if ring.takes(host) => match ring.start(job) {
+                Ok(()) => {
+                    self.stats.by_queue_thread();
+                    return;
+                }
                 Err((job, e)) => {
                     eprintln!("tandem vhost-blk: {e}; issuing through a submitter thread");
                     job

@@ -30,6 +30,16 @@
 //! itself, woken by the ring's descriptor in its epoll set: no hand-off to
 //! another thread and back, as QEMU's own virtio-blk issues and completes
 //! in one thread. Only the other classes cross to their submitter.
+//!
+//! A Linux 6.x guest's default requests carry BE/4, not none: since 5.19
+//! `__get_task_ioprio()` (include/linux/ioprio.h; block/ioprio.c before
+//! 6.8) turns a task's none into `task_nice_ioclass()`/`task_nice_ioprio()`,
+//! BE/4 at nice 0, and that is what the bio, so the request and the
+//! virtio-blk header, carry. The queue thread with priority none is that
+//! same priority to the host: BFQ's `bfq_set_next_ioprio_data()` derives a
+//! queue of class none from the issuing task's nice value the same way, and
+//! an SQE without `ioprio` takes `get_current_ioprio()`. So the ring also
+//! takes the requests of that effective priority ([`LocalRing::takes`]).
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -238,6 +248,10 @@ fn own_prio(prio: Ioprio) -> Result<(), String> {
 pub struct LocalRing {
     worker: Worker,
     prio: Ioprio,
+    /// What `prio` is to the host when issued from a queue thread: itself,
+    /// or for none the class and level the kernel derives from the thread's
+    /// nice value and policy ([`effective_none`]).
+    effective: Ioprio,
 }
 
 impl LocalRing {
@@ -246,15 +260,22 @@ impl LocalRing {
             .setup_cqsize(LOCAL_CQ_ENTRIES)
             .build(RING_ENTRIES)
             .map_err(|e| format!("io_uring_setup: {e}"))?;
+        let effective = if prio.class == Class::None {
+            effective_none()
+        } else {
+            prio
+        };
         Ok(LocalRing {
             worker: Worker::new(ring, prio, image, stats),
             prio,
+            effective,
         })
     }
 
-    /// The priority this ring issues with.
-    pub fn prio(&self) -> Ioprio {
-        self.prio
+    /// Whether a request of host priority `p` may be issued here: the
+    /// ring's own priority, or what it is to the host.
+    pub fn takes(&self, p: Ioprio) -> bool {
+        p == self.prio || p == self.effective
     }
 
     /// The ring's descriptor, readable (epoll) while completions wait to
@@ -306,6 +327,31 @@ impl LocalRing {
             self.reap();
         }
     }
+}
+
+/// The priority the kernel gives the calling thread when it has none:
+/// `IOPRIO_PRIO_VALUE(task_nice_ioclass(p), task_nice_ioprio(p))` in
+/// `__get_task_ioprio()` (include/linux/ioprio.h): class IDLE under
+/// `SCHED_IDLE`, RT under a real-time or deadline policy, else BE; level
+/// `(nice + 20) / 5`. The queue threads are started by the thread that
+/// makes the rings and inherit its nice value and policy.
+pub fn effective_none() -> Ioprio {
+    // SAFETY: neither call has preconditions; 0 is the calling thread (nice
+    // is per thread on Linux, getpriority(2) NOTES).
+    let (policy, nice) = unsafe {
+        (
+            libc::sched_getscheduler(0),
+            libc::getpriority(libc::PRIO_PROCESS, 0),
+        )
+    };
+    // The policy may carry SCHED_RESET_ON_FORK (sched_getscheduler(2)).
+    let class = match policy & !libc::SCHED_RESET_ON_FORK {
+        libc::SCHED_IDLE => Class::Idle,
+        // SCHED_DEADLINE is 6 (include/uapi/linux/sched.h).
+        libc::SCHED_FIFO | libc::SCHED_RR | 6 => Class::Rt,
+        _ => Class::Be,
+    };
+    Ioprio::new(class, ((nice.clamp(-20, 19) + 20) / 5) as u8)
 }
 
 /// Sets the calling thread's I/O priority (none for `Class::None`: the
