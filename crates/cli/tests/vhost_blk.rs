@@ -982,6 +982,12 @@ fn bench_guest(img: &vmimage::Image, disk: Disk, backend: Option<(u32, &Path)>) 
                 moved >= bytes,
                 "{bytes} bytes in the guest, {moved} at the backend"
             );
+            // Requests the queue threads issued themselves (the fast path).
+            eprintln!(
+                "bench: {} of {} requests issued by the queue threads",
+                delta("by_queue_thread"),
+                delta("completed")
+            );
             cpu as f64 / 1e3 / delta("completed") as f64
         });
         let per_op = |a: u64, b: u64| (a - b) as f64 / 1e3 / ops as f64;
