@@ -69,12 +69,14 @@ fn cpu_ns(pid: u32) -> u64 {
     sched_ns(pid)[0]
 }
 
-/// Nanoseconds on CPU and waiting runnable for a CPU (the run queue), summed
-/// over every live thread of `pid`: the first two fields of
-/// /proc/PID/task/*/schedstat (`sched_info.run_delay` is the second,
-/// kernel/sched/stats.h).
-fn sched_ns(pid: u32) -> [u64; 2] {
-    let mut sum = [0u64; 2];
+/// Nanoseconds on CPU, nanoseconds waiting runnable for a CPU (the run
+/// queue), and the number of times on a CPU (each a wake-up or a return
+/// after preemption), summed over every live thread of `pid`: the three
+/// fields of /proc/PID/task/*/schedstat (`sum_exec_runtime`,
+/// `sched_info.run_delay`, `sched_info.pcount`; fs/proc/base.c
+/// `proc_pid_schedstat()`).
+fn sched_ns(pid: u32) -> [u64; 3] {
+    let mut sum = [0u64; 3];
     for t in std::fs::read_dir(format!("/proc/{pid}/task"))
         .into_iter()
         .flatten()
@@ -947,6 +949,9 @@ struct BenchRow {
     qemu_cpu_us: f64,
     qemu_wait_us: f64,
     wait_us: Option<f64>,
+    /// Times on a CPU per request: QEMU's threads' and the backend's.
+    qemu_runs: f64,
+    runs: Option<f64>,
 }
 
 /// Runs the loads in a guest on `disk`; `backend` is the backend process
@@ -990,11 +995,13 @@ fn bench_guest(img: &vmimage::Image, disk: Disk, backend: Option<(u32, &Path)>) 
             );
             cpu as f64 / 1e3 / delta("completed") as f64
         });
-        let per_op = |a: u64, b: u64| (a - b) as f64 / 1e3 / ops as f64;
+        // Saturating: a thread that exited in between (an idle io-wq
+        // worker) takes its counts with it.
+        let per_op = |a: u64, b: u64| a.saturating_sub(b) as f64 / 1e3 / ops as f64;
         let q1 = sched_ns(qemu_pid);
-        let wait_us = backend
-            .zip(sched0.1)
-            .map(|((pid, _), b0)| per_op(sched_ns(pid)[1], b0[1]));
+        let b1 = backend.map(|(pid, _)| sched_ns(pid));
+        let wait_us = b1.zip(sched0.1).map(|(b1, b0)| per_op(b1[1], b0[1]));
+        let runs = b1.zip(sched0.1).map(|(b1, b0)| per_op(b1[2], b0[2]) * 1e3);
         eprintln!("bench: measured {line}, backend CPU µs/request {cpu_us:?}");
         rows.push(BenchRow {
             iops: v["iops"].as_f64().unwrap(),
@@ -1003,6 +1010,8 @@ fn bench_guest(img: &vmimage::Image, disk: Disk, backend: Option<(u32, &Path)>) 
             qemu_cpu_us: per_op(q1[0], sched0.0[0]),
             qemu_wait_us: per_op(q1[1], sched0.0[1]),
             wait_us,
+            qemu_runs: per_op(q1[2], sched0.0[2]) * 1e3,
+            runs,
         });
     }
     writeln!(con.input, "exit").unwrap();
@@ -1064,18 +1073,20 @@ fn the_backend_against_qemus_builtin_virtio_blk() {
     // its time at the guest (depth / IOPS), then the CPU and run-queue wait
     // of QEMU (all threads, vCPUs included) and of the backend.
     eprintln!(
-        "bench: | load | device | µs/request at the guest | QEMU CPU | QEMU run-queue wait | backend CPU | backend run-queue wait |"
+        "bench: | load | device | µs/request at the guest | QEMU CPU | QEMU run-queue wait | backend CPU | backend run-queue wait | QEMU runs/request | backend runs/request |"
     );
     for (((mode, bs, depth, _), q), t) in BENCH_LOADS.iter().zip(&builtin).zip(&ours) {
         for (name, r) in [("QEMU virtio-blk", q), ("tandem vhost-blk", t)] {
             eprintln!(
-                "bench: | {mode} {} KiB depth {depth} | {name} | {:.0} | {:.1} | {:.1} | {:.1} | {:.1} |",
+                "bench: | {mode} {} KiB depth {depth} | {name} | {:.0} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} | {:.2} |",
                 bs / 1024,
                 f64::from(*depth) * 1e6 / r.iops,
                 r.qemu_cpu_us,
                 r.qemu_wait_us,
                 r.cpu_us.unwrap_or(f64::NAN),
-                r.wait_us.unwrap_or(f64::NAN)
+                r.wait_us.unwrap_or(f64::NAN),
+                r.qemu_runs,
+                r.runs.unwrap_or(f64::NAN)
             );
         }
     }
