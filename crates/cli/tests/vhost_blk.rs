@@ -66,14 +66,30 @@ fn count(v: &serde_json::Value, a: &str, b: &str) -> u64 {
 
 /// Nanoseconds on CPU of every live thread of `pid` (/proc/PID/task/*/schedstat, first field).
 fn cpu_ns(pid: u32) -> u64 {
-    std::fs::read_dir(format!("/proc/{pid}/task"))
-        .map(|d| {
-            d.flatten()
-                .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
-                .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-                .sum()
-        })
-        .unwrap_or(0)
+    sched_ns(pid)[0]
+}
+
+/// Nanoseconds on CPU, nanoseconds waiting runnable for a CPU (the run
+/// queue), and the number of times on a CPU (each a wake-up or a return
+/// after preemption), summed over every live thread of `pid`: the three
+/// fields of /proc/PID/task/*/schedstat (`sum_exec_runtime`,
+/// `sched_info.run_delay`, `sched_info.pcount`; fs/proc/base.c
+/// `proc_pid_schedstat()`).
+fn sched_ns(pid: u32) -> [u64; 3] {
+    let mut sum = [0u64; 3];
+    for t in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let Ok(s) = std::fs::read_to_string(t.path().join("schedstat")) else {
+            continue;
+        };
+        for (acc, v) in sum.iter_mut().zip(s.split_whitespace()) {
+            *acc += v.parse::<u64>().unwrap_or(0);
+        }
+    }
+    sum
 }
 
 /// The guest's console: a shell on QEMU's stdio.
@@ -929,17 +945,28 @@ struct BenchRow {
     iops: f64,
     mb_s: f64,
     cpu_us: Option<f64>,
+    /// Per request the guest completed, in µs: QEMU's CPU and run-queue
+    /// wait, and the backend's run-queue wait (where a request's time goes
+    /// besides the device).
+    qemu_cpu_us: f64,
+    qemu_wait_us: f64,
+    wait_us: Option<f64>,
+    /// Times on a CPU per request: QEMU's threads' and the backend's.
+    qemu_runs: f64,
+    runs: Option<f64>,
 }
 
 /// Runs the loads in a guest on `disk`; `backend` is the backend process
 /// and its stats file when the disk is on it.
 fn bench_guest(img: &vmimage::Image, disk: Disk, backend: Option<(u32, &Path)>) -> Vec<BenchRow> {
-    let (_qemu, mut con) = boot_on(img, disk);
+    let (qemu, mut con) = boot_on(img, disk);
+    let qemu_pid = qemu.0.id();
     con.wait_for("shell on the console", Duration::from_secs(180));
     std::thread::sleep(Duration::from_millis(500));
     let mut rows = Vec::new();
     for (mode, bs, depth, secs) in BENCH_LOADS {
         let before = backend.map(|(pid, st)| (cpu_ns(pid), stats_after_a_tick(st)));
+        let sched0 = (sched_ns(qemu_pid), backend.map(|(pid, _)| sched_ns(pid)));
         let out = con.run(
             &format!("/bin/tandem vm disk-io load --mode {mode} --bs {bs} --depth {depth} --seconds {secs}"),
             Duration::from_secs(120),
@@ -962,13 +989,31 @@ fn bench_guest(img: &vmimage::Image, disk: Disk, backend: Option<(u32, &Path)>) 
                 moved >= bytes,
                 "{bytes} bytes in the guest, {moved} at the backend"
             );
+            // Requests the queue threads issued themselves (the fast path).
+            eprintln!(
+                "bench: {} of {} requests issued by the queue threads",
+                delta("by_queue_thread"),
+                delta("completed")
+            );
             cpu as f64 / 1e3 / delta("completed") as f64
         });
+        // Saturating: a thread that exited in between (an idle io-wq
+        // worker) takes its counts with it.
+        let per_op = |a: u64, b: u64| a.saturating_sub(b) as f64 / 1e3 / ops as f64;
+        let q1 = sched_ns(qemu_pid);
+        let b1 = backend.map(|(pid, _)| sched_ns(pid));
+        let wait_us = b1.zip(sched0.1).map(|(b1, b0)| per_op(b1[1], b0[1]));
+        let runs = b1.zip(sched0.1).map(|(b1, b0)| per_op(b1[2], b0[2]) * 1e3);
         eprintln!("bench: measured {line}, backend CPU µs/request {cpu_us:?}");
         rows.push(BenchRow {
             iops: v["iops"].as_f64().unwrap(),
             mb_s: v["mb_s"].as_f64().unwrap(),
             cpu_us,
+            qemu_cpu_us: per_op(q1[0], sched0.0[0]),
+            qemu_wait_us: per_op(q1[1], sched0.0[1]),
+            wait_us,
+            qemu_runs: per_op(q1[2], sched0.0[2]) * 1e3,
+            runs,
         });
     }
     writeln!(con.input, "exit").unwrap();
@@ -1025,5 +1070,26 @@ fn the_backend_against_qemus_builtin_virtio_blk() {
             b / a,
             t.cpu_us.unwrap_or(f64::NAN)
         );
+    }
+    // Where a request's time goes, per request the guest completed, in µs:
+    // its time at the guest (depth / IOPS), then the CPU and run-queue wait
+    // of QEMU (all threads, vCPUs included) and of the backend.
+    eprintln!(
+        "bench: | load | device | µs/request at the guest | QEMU CPU | QEMU run-queue wait | backend CPU | backend run-queue wait | QEMU runs/request | backend runs/request |"
+    );
+    for (((mode, bs, depth, _), q), t) in BENCH_LOADS.iter().zip(&builtin).zip(&ours) {
+        for (name, r) in [("QEMU virtio-blk", q), ("tandem vhost-blk", t)] {
+            eprintln!(
+                "bench: | {mode} {} KiB depth {depth} | {name} | {:.0} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} | {:.2} |",
+                bs / 1024,
+                f64::from(*depth) * 1e6 / r.iops,
+                r.qemu_cpu_us,
+                r.qemu_wait_us,
+                r.cpu_us.unwrap_or(f64::NAN),
+                r.wait_us.unwrap_or(f64::NAN),
+                r.qemu_runs,
+                r.runs.unwrap_or(f64::NAN)
+            );
+        }
     }
 }

@@ -1,6 +1,9 @@
 //! The vhost-user-blk device: virtqueues in, requests parsed, priorities
-//! mapped, I/O handed to the submitters, status and used ring out.
+//! mapped, I/O issued (by the queue thread itself for the VM's default
+//! priority, by the submitter of their class for the others), status and
+//! used ring out.
 
+use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
@@ -23,7 +26,7 @@ use crate::image::Image;
 use crate::ioprio::{Class, Ioprio};
 use crate::request::{self, Desc, GuestBytes, Limits, Op, Range, Refusal, Request, Seg, SECTOR};
 use crate::stats::Stats;
-use crate::submit::{IoOp, Job, Outcome, Submitters, PUNCH_HOLE, ZERO_RANGE};
+use crate::submit::{IoOp, Job, LocalRing, Outcome, Submitters, PUNCH_HOLE, ZERO_RANGE};
 
 type Mem = GuestMemoryMmap<()>;
 type Atomic = GuestMemoryAtomic<Mem>;
@@ -46,6 +49,9 @@ pub struct BlkBackend {
     policy: Arc<Mutex<ClassPolicy>>,
     stats: Arc<Stats>,
     submitters: Submitters,
+    /// Each queue's own ring for the VM's default priority (`None` when it
+    /// could not be made: every request then goes to a submitter).
+    locals: Vec<Mutex<Option<LocalRing>>>,
     /// Requests in flight per queue.
     in_flight: Vec<Arc<AtomicUsize>>,
     clock: Instant,
@@ -58,6 +64,16 @@ impl BlkBackend {
         policy: ClassPolicy,
         stats: Arc<Stats>,
     ) -> BlkBackend {
+        let home = host_prio(policy.classless());
+        let locals = (0..cfg.num_queues)
+            .map(|_| {
+                let ring = LocalRing::new(home, image.clone(), stats.clone());
+                if let Err(e) = &ring {
+                    eprintln!("tandem vhost-blk: a queue's own ring: {e}; its requests go through a submitter thread");
+                }
+                Mutex::new(ring.ok())
+            })
+            .collect();
         BlkBackend {
             limits: Limits {
                 capacity: cfg.capacity,
@@ -69,6 +85,7 @@ impl BlkBackend {
             event_idx: AtomicBool::new(false),
             policy: Arc::new(Mutex::new(policy)),
             submitters: Submitters::new(image, stats.clone()),
+            locals,
             stats,
             in_flight: (0..cfg.num_queues)
                 .map(|_| Arc::new(AtomicUsize::new(0)))
@@ -87,9 +104,51 @@ impl BlkBackend {
         &self.stats
     }
 
-    /// Waits for the submitters' jobs and stops them.
+    /// Waits for the submitters' jobs and stops them, and for the
+    /// requests in flight on the queues' own rings.
     pub fn shutdown(&self) {
         self.submitters.shutdown();
+        for l in &self.locals {
+            if let Some(ring) = lock(l).as_mut() {
+                ring.drain(STOP_TIMEOUT);
+            }
+        }
+    }
+
+    /// The descriptor to watch for queue `q`'s completions, and the
+    /// `handle_event` number it must be registered with in the epoll set of
+    /// the thread that serves queue `q` (`VringEpollHandler::register_listener`;
+    /// above `num_queues`, which the daemon keeps for the queues and its exit
+    /// event).
+    pub fn completion_source(&self, q: usize) -> Option<(RawFd, u16)> {
+        let fd = lock(self.locals.get(q)?).as_ref()?.fd();
+        Some((fd, self.cfg.num_queues + 1 + q as u16))
+    }
+
+    /// Reaps queue `q`'s own ring (its completion source fired).
+    fn reap(&self, q: usize) {
+        if let Some(ring) = self
+            .locals
+            .get(q)
+            .map(lock)
+            .as_mut()
+            .and_then(|g| g.as_mut())
+        {
+            ring.reap();
+        }
+    }
+
+    /// Issues what queue `q`'s kick queued on its own ring.
+    fn flush(&self, q: usize) {
+        if let Some(ring) = self
+            .locals
+            .get(q)
+            .map(lock)
+            .as_mut()
+            .and_then(|g| g.as_mut())
+        {
+            ring.flush();
+        }
     }
 
     fn now(&self) -> u64 {
@@ -140,7 +199,7 @@ impl BlkBackend {
                     self.stats.refused(r);
                     self.finish(&mem, vring, head, Some((status, r.status())), 0);
                 }
-                Ok(req) => self.start(req, done),
+                Ok(req) => self.start(queue, req, done),
             }
         }
     }
@@ -154,7 +213,7 @@ impl BlkBackend {
         publish(vring, head, used);
     }
 
-    fn start(&self, req: Request, mut done: Completion) {
+    fn start(&self, queue: usize, req: Request, mut done: Completion) {
         let mapped = self
             .policy
             .lock()
@@ -210,10 +269,25 @@ impl BlkBackend {
             op,
             done: Box::new(move |outcome| done.complete(outcome)),
         };
-        let host = if mapped.host.class == Class::None {
-            Ioprio::NONE
-        } else {
-            mapped.host
+        let host = host_prio(mapped.host);
+        let job = match self
+            .locals
+            .get(queue)
+            .map(lock)
+            .as_mut()
+            .and_then(|g| g.as_mut())
+        {
+            Some(ring) if ring.takes(host) => match ring.start(job) {
+                Ok(()) => {
+                    self.stats.by_queue_thread();
+                    return;
+                }
+                Err((job, e)) => {
+                    eprintln!("tandem vhost-blk: {e}; issuing through a submitter thread");
+                    job
+                }
+            },
+            _ => job,
         };
         if let Err(e) = self.submitters.submit(host, job) {
             // The request was answered with an I/O error.
@@ -226,6 +300,20 @@ impl BlkBackend {
         self.stats.refused(Refusal::Malformed);
         done.complete_now(VIRTIO_BLK_S_IOERR as u8, 0);
     }
+}
+
+/// The priority a host priority is issued with: any priority of class
+/// none is the thread's own (the level is meaningless then).
+fn host_prio(p: Ioprio) -> Ioprio {
+    if p.class == Class::None {
+        Ioprio::NONE
+    } else {
+        p
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Puts `head` on the used ring and tells the guest if it wants to know.
@@ -428,6 +516,12 @@ impl VhostUserBackend for BlkBackend {
             )));
         }
         let q = usize::from(device_event);
+        let queues = usize::from(self.cfg.num_queues);
+        if q > queues {
+            // A queue's own ring has completions (`completion_source`).
+            self.reap(q - queues - 1);
+            return Ok(());
+        }
         let Some(vring) = vrings.get(q) else {
             return Err(std::io::Error::other(format!("no queue {q}")));
         };
@@ -436,7 +530,10 @@ impl VhostUserBackend for BlkBackend {
             if event_idx {
                 let _ = vring.disable_notification();
             }
-            self.process_queue(q, vring)?;
+            let r = self.process_queue(q, vring);
+            // One io_uring_enter for every request of the kick.
+            self.flush(q);
+            r?;
             if !event_idx || !vring.enable_notification().unwrap_or(false) {
                 return Ok(());
             }

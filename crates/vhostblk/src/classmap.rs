@@ -67,6 +67,12 @@ impl ClassPolicy {
         self
     }
 
+    /// What requests without a class are issued with: the VM's default,
+    /// which the queue threads issue themselves (`submit::LocalRing`).
+    pub fn classless(&self) -> Ioprio {
+        self.classless
+    }
+
     /// The host priority for a request the guest sent with `guest`, issued
     /// at `now`. An RT answer must be followed by [`Self::rt_done`] when the
     /// request completes.

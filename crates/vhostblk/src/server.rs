@@ -13,6 +13,7 @@ use std::time::Duration;
 use vhost::vhost_user::Listener;
 use vhost_user_backend::VhostUserDaemon;
 use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
+use vmm_sys_util::epoll::EventSet;
 
 use crate::backend::BlkBackend;
 use crate::classmap::ClassPolicy;
@@ -174,10 +175,29 @@ fn serve(
             GuestMemoryAtomic::new(GuestMemoryMmap::new()),
         )
         .map_err(|e| Error::Run(format!("vhost-user daemon: {e:?}")))?;
+        watch_completions(backend, &daemon)?;
         daemon
             .start(listener)
             .map_err(|e| Error::Run(format!("vhost-user connection: {e:?}")))?;
         serve_one(&mut daemon, stop);
+    }
+    Ok(())
+}
+
+/// Puts each queue's own ring in the epoll set of the thread that serves
+/// the queue (thread `i` serves queue `i`, `BlkBackend::queues_per_thread`),
+/// so that thread reaps its completions itself.
+fn watch_completions(
+    backend: &Arc<BlkBackend>,
+    daemon: &VhostUserDaemon<Arc<BlkBackend>>,
+) -> Result<(), Error> {
+    for (q, handler) in daemon.get_epoll_handlers().iter().enumerate() {
+        let Some((fd, event)) = backend.completion_source(q) else {
+            continue;
+        };
+        handler
+            .register_listener(fd, EventSet::IN, u64::from(event))
+            .map_err(|e| Error::Run(format!("watching queue {q}'s ring: {e}")))?;
     }
     Ok(())
 }

@@ -24,6 +24,9 @@ pub struct Stats {
     bad_memory: AtomicU64,
     completed: AtomicU64,
     io_errors: AtomicU64,
+    /// Requests the queue thread issued itself (the fast path,
+    /// `submit::LocalRing`), not through a submitter thread.
+    by_queue_thread: AtomicU64,
     /// Requests the direct file refused (EINVAL) or could not take
     /// (unaligned), issued through the page cache instead.
     buffered: AtomicU64,
@@ -63,6 +66,10 @@ impl Stats {
 
     pub fn buffered(&self) {
         self.buffered.fetch_add(1, Relaxed);
+    }
+
+    pub fn by_queue_thread(&self) {
+        self.by_queue_thread.fetch_add(1, Relaxed);
     }
 
     /// A request finished; `ok` false for an I/O error.
@@ -135,6 +142,7 @@ impl Stats {
             "completed": g(&self.completed),
             "io_errors": g(&self.io_errors),
             "buffered": g(&self.buffered),
+            "by_queue_thread": g(&self.by_queue_thread),
             "bytes_read": g(&self.bytes_read),
             "bytes_written": g(&self.bytes_written),
             "flushes": g(&self.flushes),

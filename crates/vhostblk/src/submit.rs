@@ -1,5 +1,6 @@
-//! Issuing I/O: one submitter thread, with its own io_uring, per host I/O
-//! priority in use.
+//! Issuing I/O: the queue thread's own io_uring for the VM's default
+//! priority, and one submitter thread, with its own io_uring, per other
+//! host I/O priority in use.
 //!
 //! Why a thread per priority and not only the SQE's `ioprio`: mq-deadline
 //! reads each request's priority (`dd_insert_request()` in
@@ -10,7 +11,9 @@
 //! being the task's `io_cq`), and that queue's class and level come from the
 //! context's priority: `bfq_check_ioprio_change()` reads
 //! `bic->icq.ioc->ioprio` and `bfq_set_next_ioprio_data()` sets the queue's
-//! class from it (block/bfq-iosched.c). So each submitter thread sets its
+//! class from it (block/bfq-iosched.c; still so in Linux 6.x, where
+//! `bfq_get_queue()` takes the class from `bic->ioprio` and never from the
+//! bio's `bi_ioprio`). So each submitter thread sets its
 //! own I/O priority with `ioprio_set` once, at start, and keeps it: BFQ then
 //! gives each class a queue of that class from the first request on (a
 //! class change on a live queue takes effect only when the queue is next
@@ -18,13 +21,34 @@
 //! value for mq-deadline. io-wq workers, which take requests that cannot be
 //! issued without blocking, are created with `CLONE_IO` (`create_io_thread`
 //! in kernel/fork.c) and so share the submitter's I/O context.
+//!
+//! The fast path ([`LocalRing`]): most requests carry the VM's default
+//! priority (a guest task that never set one). For those the queue thread
+//! is itself a thread of the right class (it sets the default with
+//! `ioprio_set` once, or keeps the process's when the default is none), so
+//! it issues them into a ring of its own and reaps their completions
+//! itself, woken by the ring's descriptor in its epoll set: no hand-off to
+//! another thread and back, as QEMU's own virtio-blk issues and completes
+//! in one thread. Only the other classes cross to their submitter.
+//!
+//! A Linux 6.x guest's default requests carry BE/4, not none: since 5.19
+//! `__get_task_ioprio()` (include/linux/ioprio.h; block/ioprio.c before
+//! 6.8) turns a task's none into `task_nice_ioclass()`/`task_nice_ioprio()`,
+//! BE/4 at nice 0, and that is what the bio, so the request and the
+//! virtio-blk header, carry. The queue thread with priority none is that
+//! same priority to the host: BFQ's `bfq_set_next_ioprio_data()` derives a
+//! queue of class none from the issuing task's nice value the same way, and
+//! an SQE without `ioprio` takes `get_current_ioprio()`. So the ring also
+//! takes the requests of that effective priority ([`LocalRing::takes`]).
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::fs::File;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use io_uring::{opcode, squeue, types, IoUring};
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
@@ -37,6 +61,11 @@ use crate::stats::Stats;
 /// the default virtqueue size of QEMU's vhost-user-blk, so one full queue
 /// fits.
 const RING_ENTRIES: u32 = 128;
+/// Completion ring of a [`LocalRing`]: room for every request of the
+/// largest queue the device accepts (`backend::MAX_QUEUE_SIZE`, one CQE
+/// each, a discard or write-zeroes having one range, `MAX_ZERO_SEGMENTS`),
+/// twice over, so completions never overflow into the kernel's backlog.
+const LOCAL_CQ_ENTRIES: u32 = 2 * 1024;
 /// user_data of the wake-up poll on the submitter's eventfd.
 const WAKE: u64 = u64::MAX;
 
@@ -189,6 +218,142 @@ impl Submitters {
     }
 }
 
+thread_local! {
+    /// The I/O priority this thread gave itself for a [`LocalRing`] (none
+    /// yet: the thread has the process's).
+    static OWN_PRIO: Cell<Option<Ioprio>> = const { Cell::new(None) };
+}
+
+/// Gives the calling thread the I/O priority `prio`, once per thread: BFQ
+/// takes a request's class from the issuing thread's I/O context (see the
+/// module's notes). `Class::None` keeps the thread's default, unless the
+/// thread set another before (then it goes back to none).
+fn own_prio(prio: Ioprio) -> Result<(), String> {
+    OWN_PRIO.with(|own| {
+        let now = own.get().unwrap_or(Ioprio::NONE);
+        if now != prio {
+            // tid 0: the calling thread.
+            agent::sys::ioprio_set(0, u32::from(prio.encode()))
+                .map_err(|e| format!("ioprio_set({prio}) on a queue thread: {e}"))?;
+        }
+        own.set(Some(prio));
+        Ok(())
+    })
+}
+
+/// A queue thread's own ring for the requests of one priority, the VM's
+/// default: issued and completed on the queue thread, no other thread
+/// involved (the fast path, see the module's notes). Used by one thread at
+/// a time: a queue's thread, found again after a reconnection.
+pub struct LocalRing {
+    worker: Worker,
+    prio: Ioprio,
+    /// What `prio` is to the host when issued from a queue thread: itself,
+    /// or for none the class and level the kernel derives from the thread's
+    /// nice value and policy ([`effective_none`]).
+    effective: Ioprio,
+}
+
+impl LocalRing {
+    pub fn new(prio: Ioprio, image: Arc<Image>, stats: Arc<Stats>) -> Result<LocalRing, String> {
+        let ring = IoUring::builder()
+            .setup_cqsize(LOCAL_CQ_ENTRIES)
+            .build(RING_ENTRIES)
+            .map_err(|e| format!("io_uring_setup: {e}"))?;
+        let effective = if prio.class == Class::None {
+            effective_none()
+        } else {
+            prio
+        };
+        Ok(LocalRing {
+            worker: Worker::new(ring, prio, image, stats),
+            prio,
+            effective,
+        })
+    }
+
+    /// Whether a request of host priority `p` may be issued here: the
+    /// ring's own priority, or what it is to the host.
+    pub fn takes(&self, p: Ioprio) -> bool {
+        p == self.prio || p == self.effective
+    }
+
+    /// The ring's descriptor, readable (epoll) while completions wait to
+    /// be reaped.
+    pub fn fd(&self) -> RawFd {
+        self.worker.ring.as_raw_fd()
+    }
+
+    /// Queues `job` for [`Self::flush`], on the calling thread, which takes
+    /// the ring's priority first. The job comes back when the thread
+    /// cannot take it (then a submitter thread must).
+    pub fn start(&mut self, job: Job) -> Result<(), (Job, String)> {
+        if let Err(e) = own_prio(self.prio) {
+            return Err((job, e));
+        }
+        self.worker.start(job);
+        Ok(())
+    }
+
+    /// Issues what [`Self::start`] queued: one `io_uring_enter` for all
+    /// the requests one kick brought.
+    pub fn flush(&mut self) {
+        self.worker.flush();
+    }
+
+    /// Completes the requests whose I/O is done, without waiting, and
+    /// issues what that queued (a retry through the page cache).
+    pub fn reap(&mut self) {
+        self.worker.reap();
+        self.worker.flush();
+    }
+
+    pub fn in_flight(&self) -> usize {
+        self.worker.in_flight
+    }
+
+    /// Waits for the requests in flight, at most `timeout` (the backend
+    /// stopping).
+    pub fn drain(&mut self, timeout: Duration) {
+        let t0 = Instant::now();
+        self.reap();
+        while self.worker.in_flight > 0 && t0.elapsed() < timeout {
+            if let Err(e) = self.worker.ring.submit_and_wait(1) {
+                if e.raw_os_error() != Some(libc::EINTR) {
+                    eprintln!("vhost-blk: io_uring_enter: {e}");
+                    return;
+                }
+            }
+            self.reap();
+        }
+    }
+}
+
+/// The priority the kernel gives the calling thread when it has none:
+/// `IOPRIO_PRIO_VALUE(task_nice_ioclass(p), task_nice_ioprio(p))` in
+/// `__get_task_ioprio()` (include/linux/ioprio.h): class IDLE under
+/// `SCHED_IDLE`, RT under a real-time or deadline policy, else BE; level
+/// `(nice + 20) / 5`. The queue threads are started by the thread that
+/// makes the rings and inherit its nice value and policy.
+pub fn effective_none() -> Ioprio {
+    // SAFETY: neither call has preconditions; 0 is the calling thread (nice
+    // is per thread on Linux, getpriority(2) NOTES).
+    let (policy, nice) = unsafe {
+        (
+            libc::sched_getscheduler(0),
+            libc::getpriority(libc::PRIO_PROCESS, 0),
+        )
+    };
+    // The policy may carry SCHED_RESET_ON_FORK (sched_getscheduler(2)).
+    let class = match policy & !libc::SCHED_RESET_ON_FORK {
+        libc::SCHED_IDLE => Class::Idle,
+        // SCHED_DEADLINE is 6 (include/uapi/linux/sched.h).
+        libc::SCHED_FIFO | libc::SCHED_RR | 6 => Class::Rt,
+        _ => Class::Be,
+    };
+    Ioprio::new(class, ((nice.clamp(-20, 19) + 20) / 5) as u8)
+}
+
 /// Sets the calling thread's I/O priority (none for `Class::None`: the
 /// thread then keeps the default, derived from its nice value) and makes
 /// its ring.
@@ -259,18 +424,42 @@ impl Worker {
                 }
                 continue;
             }
-            let done: Vec<(u64, i32)> = self
-                .ring
-                .completion()
-                .map(|c| (c.user_data(), c.result()))
-                .collect();
-            for (user, res) in done {
-                if user == WAKE {
-                    poll_armed = false;
-                    let _ = wake.read();
-                } else {
-                    self.complete(user as usize, res);
-                }
+            if self.reap() {
+                poll_armed = false;
+                let _ = wake.read();
+            }
+        }
+    }
+
+    /// Completes every request whose CQE is in; true if the wake-up poll
+    /// fired among them.
+    fn reap(&mut self) -> bool {
+        let done: Vec<(u64, i32)> = self
+            .ring
+            .completion()
+            .map(|c| (c.user_data(), c.result()))
+            .collect();
+        let mut woken = false;
+        for (user, res) in done {
+            if user == WAKE {
+                woken = true;
+            } else {
+                self.complete(user as usize, res);
+            }
+        }
+        woken
+    }
+
+    /// Hands the kernel what is queued, if anything is (a completion
+    /// backlog is flushed too, though the ring is sized to have none).
+    fn flush(&mut self) {
+        let pending = {
+            let sq = self.ring.submission();
+            !sq.is_empty() || sq.cq_overflow()
+        };
+        if pending {
+            if let Err(e) = self.ring.submit() {
+                eprintln!("vhost-blk: io_uring_enter: {e}");
             }
         }
     }
