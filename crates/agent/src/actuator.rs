@@ -47,6 +47,11 @@ pub struct VmTarget {
     pub cgroup: Option<PathBuf>,
     /// Its vCPU threads (from QMP), which the I/O actuators leave alone.
     pub vcpu_tids: Vec<u32>,
+    /// The threads outside the vCPUs that deliver their timer interrupts
+    /// ([`crate::qmp::QemuThreads::timer_tids`]: under TCG, QEMU's main
+    /// loop), boosted with the vCPUs by the CPU actuator; the I/O
+    /// actuators treat them as any other I/O thread.
+    pub timer_tids: Vec<u32>,
 }
 
 impl VmTarget {

@@ -1,8 +1,11 @@
 //! hostd's CPU boost: the VM's vCPU threads (QMP's `query-cpus-fast`),
 //! favoured with `SCHED_RR`, a nice value or the VM's cgroup v1
 //! `cpu.shares` ([`CpuActuator`]), for at most a capped time at once
-//! ([`BoostCap`]), as pvsched does. QEMU's other threads are left to the
-//! I/O actuators.
+//! ([`BoostCap`]), as pvsched does. Under TCG the thread that fires the
+//! vCPUs' timers, QEMU's main loop, is boosted with them
+//! ([`crate::qmp::QemuThreads::timer_tids`]): a `SCHED_RR` vCPU whose
+//! timer thread waits behind the host's loops wakes no sooner than it.
+//! QEMU's other threads are left to the I/O actuators.
 //!
 //! Safety: RT throttling (`/proc/sys/kernel/sched_rt_runtime_us`) is never
 //! changed, and no `SCHED_RR` boost is made while it is off; only threads
@@ -169,8 +172,9 @@ impl Actuator for CpuActuator {
 }
 
 impl CpuActuator {
-    /// `SCHED_RR` or nice on each vCPU thread; a thread that is not the
-    /// VM's QEMU's is refused (the others are boosted).
+    /// `SCHED_RR` or nice on each vCPU thread and each thread that
+    /// delivers their timers; a thread that is not the VM's QEMU's is
+    /// refused (the others are boosted).
     fn boost_vcpus(&self, vm: &VmTarget, j: &mut Journal) -> Result<usize> {
         if vm.vcpu_tids.is_empty() {
             return Err(err(format!(
@@ -182,7 +186,7 @@ impl CpuActuator {
             rt_throttling_on()?;
         }
         let (mut changed, mut refused) = (0, Vec::new());
-        for &tid in &vm.vcpu_tids {
+        for &tid in vm.vcpu_tids.iter().chain(&vm.timer_tids) {
             let start = match vcpu_of(vm, tid) {
                 Ok(s) => s,
                 Err(e) => {
@@ -357,6 +361,7 @@ mod tests {
             cgroup: None,
             // pid 1's thread: not this process's.
             vcpu_tids: vec![1],
+            timer_tids: Vec::new(),
         };
         let mut j = Journal::new(None);
         let mut a = CpuActuator {
@@ -368,5 +373,44 @@ mod tests {
         let e = a.boost(&vm, &mut j).unwrap_err();
         assert!(e.0.contains("not a thread of VM a's QEMU"), "{e}");
         assert!(j.entries().is_empty());
+    }
+
+    /// A timer thread (under TCG, QEMU's main loop) is checked as a vCPU
+    /// is: another process's is refused while the VM's own vCPU is boosted
+    /// and journalled, then restored.
+    #[test]
+    fn a_timer_thread_of_another_process_is_refused() {
+        let me = std::process::id();
+        let vm = VmTarget {
+            name: "a".into(),
+            pid: me,
+            cgroup: None,
+            // This process's main thread stands for the vCPU.
+            vcpu_tids: vec![me],
+            timer_tids: vec![1],
+        };
+        let orig = sys::sched_get(me).unwrap();
+        let mut j = Journal::new(None);
+        // Its own nice: the change needs no privilege, the journal still
+        // records it.
+        let mut a = CpuActuator {
+            kind: CpuBoostKind::Nice,
+            rt_priority: 8,
+            nice: orig.nice,
+            shares: 8192,
+        };
+        let e = a.boost(&vm, &mut j).unwrap_err();
+        assert!(
+            e.0.contains("thread 1 is not a thread of VM a's QEMU"),
+            "{e}"
+        );
+        assert!(
+            matches!(j.entries(), [Entry::Sched { tid, .. }] if *tid == me),
+            "{:?}",
+            j.entries()
+        );
+        a.unboost(&vm, &mut j).unwrap();
+        assert!(j.entries().is_empty());
+        assert_eq!(sys::sched_get(me).unwrap(), orig);
     }
 }

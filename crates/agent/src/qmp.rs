@@ -17,6 +17,21 @@ use serde_json::{json, Value};
 
 use crate::{err, Result};
 
+/// What runs the guest's vCPUs, as QMP's `query-kvm` says (QEMU 7.2, the
+/// version Debian 12 ships, has no `query-accelerators`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Accel {
+    /// QEMU did not say (an older or a fake QEMU): taken as KVM, whose
+    /// vCPU threads are all a CPU boost needs.
+    #[default]
+    Unknown,
+    /// KVM: the guest's LAPIC timer is KVM's, in the kernel; it fires on
+    /// the vCPU thread's own CPU.
+    Kvm,
+    /// KVM present or not but off: on Linux, TCG (QEMU's translator).
+    Tcg,
+}
+
 /// A QEMU process's threads, as QMP names them.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct QemuThreads {
@@ -24,6 +39,32 @@ pub struct QemuThreads {
     pub iothreads: Vec<(String, u32)>,
     /// (vCPU index, thread id)
     pub vcpus: Vec<(u32, u32)>,
+    pub accel: Accel,
+}
+
+impl QemuThreads {
+    /// The threads of QEMU process `pid` outside the vCPUs that deliver
+    /// the vCPUs' timer interrupts, and so belong to a CPU boost with them.
+    /// Under TCG without icount (QEMU's default, MTTCG or not) the guest's
+    /// LAPIC timer is a `QEMU_CLOCK_VIRTUAL` timer of the main loop
+    /// (hw/intc/apic.c, `apic_realize`), run by the main-loop thread
+    /// (util/main-loop.c, `main_loop_wait` -> `qemu_clock_run_all_timers`),
+    /// which kicks the vCPU thread (accel/tcg: `tcg_handle_interrupt` ->
+    /// `qemu_cpu_kick`); only with icount does the vCPU thread run them
+    /// itself (`tcg-accel-ops-rr.c`, `icount_handle_deadline`). The main
+    /// loop is QEMU's first thread (`main` -> `qemu_main_loop`): its thread
+    /// id is the process id. Under KVM (or unknown): none.
+    pub fn timer_tids(&self, pid: u32) -> Vec<u32> {
+        match self.accel {
+            Accel::Tcg => vec![pid],
+            Accel::Kvm | Accel::Unknown => Vec::new(),
+        }
+    }
+
+    /// The vCPUs' thread ids.
+    pub fn vcpu_tids(&self) -> Vec<u32> {
+        self.vcpus.iter().map(|&(_, tid)| tid).collect()
+    }
 }
 
 /// The process listening on QMP socket `path` (QEMU), from the kernel's
@@ -118,6 +159,15 @@ pub fn query_threads(socket: &Path) -> Result<QemuThreads> {
             }
         }
     }
+    // A QEMU that does not answer `query-kvm` as QEMU 7.2 does leaves the
+    // accelerator unknown rather than failing the thread map.
+    if let Ok(kvm) = q.execute("query-kvm") {
+        t.accel = match kvm.get("enabled").and_then(Value::as_bool) {
+            Some(true) => Accel::Kvm,
+            Some(false) => Accel::Tcg,
+            None => Accel::Unknown,
+        };
+    }
     if let Some(list) = q.execute("query-cpus-fast")?.as_array() {
         for c in list {
             let idx = c
@@ -166,9 +216,19 @@ mod tests {
     use std::os::unix::net::UnixListener;
 
     /// A QMP server that answers like QEMU 7.2, with an event in between.
-    fn fake_qemu(path: &Path, iothreads: &str, cpus: &str) -> std::thread::JoinHandle<()> {
+    /// `kvm`: the answer to `query-kvm`, or `None` for a QEMU without it.
+    fn fake_qemu(
+        path: &Path,
+        iothreads: &str,
+        cpus: &str,
+        kvm: Option<&str>,
+    ) -> std::thread::JoinHandle<()> {
         let l = UnixListener::bind(path).unwrap();
-        let (io, cpu) = (iothreads.to_string(), cpus.to_string());
+        let (io, cpu, kvm) = (
+            iothreads.to_string(),
+            cpus.to_string(),
+            kvm.map(str::to_string),
+        );
         std::thread::spawn(move || {
             let (s, _) = l.accept().unwrap();
             let mut w = s.try_clone().unwrap();
@@ -185,6 +245,9 @@ mod tests {
                         writeln!(w, r#"{{"return": {io}}}"#).unwrap();
                     }
                     "query-cpus-fast" => writeln!(w, r#"{{"return": {cpu}}}"#).unwrap(),
+                    "query-kvm" if kvm.is_some() => {
+                        writeln!(w, r#"{{"return": {}}}"#, kvm.as_deref().unwrap()).unwrap()
+                    }
                     _ => writeln!(
                         w,
                         r#"{{"error": {{"class": "CommandNotFound", "desc": "no"}}}}"#
@@ -204,12 +267,39 @@ mod tests {
             &sock,
             r#"[{"poll-shrink": 0, "thread-id": 4242, "poll-grow": 0, "poll-max-ns": 32768, "id": "io0"}]"#,
             r#"[{"thread-id": 4243, "props": {"core-id": 0, "thread-id": 0, "socket-id": 0}, "qom-path": "/machine/unattached/device[0]", "cpu-index": 0, "target": "x86_64"}, {"thread-id": 4244, "cpu-index": 1, "target": "x86_64"}]"#,
+            // QEMU 7.2 under TCG, as `qemu-system-x86_64 -accel tcg` answers.
+            Some(r#"{"enabled": false, "present": true}"#),
         );
         let t = query_threads(&sock).unwrap();
         h.join().unwrap();
         let _ = std::fs::remove_dir_all(&dir);
         assert_eq!(t.iothreads, vec![("io0".to_string(), 4242)]);
         assert_eq!(t.vcpus, vec![(0, 4243), (1, 4244)]);
+        assert_eq!(t.accel, Accel::Tcg);
+        // Under TCG the main loop (thread id = process id) fires the timers.
+        assert_eq!(t.timer_tids(4240), vec![4240]);
+    }
+
+    /// Under KVM, or a QEMU that does not answer `query-kvm`, the vCPU
+    /// threads alone.
+    #[test]
+    fn kvm_or_unknown_adds_no_timer_thread() {
+        for (n, kvm, accel) in [
+            (1, Some(r#"{"enabled": true, "present": true}"#), Accel::Kvm),
+            (2, None, Accel::Unknown),
+        ] {
+            let dir =
+                std::env::temp_dir().join(format!("tandem-qmp-kvm{n}-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            let sock = dir.join("qmp.sock");
+            let h = fake_qemu(&sock, "[]", r#"[{"thread-id": 7, "cpu-index": 0}]"#, kvm);
+            let t = query_threads(&sock).unwrap();
+            h.join().unwrap();
+            let _ = std::fs::remove_dir_all(&dir);
+            assert_eq!(t.accel, accel);
+            assert_eq!(t.vcpu_tids(), vec![7]);
+            assert!(t.timer_tids(5).is_empty());
+        }
     }
 
     #[test]

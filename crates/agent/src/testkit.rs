@@ -224,6 +224,10 @@ pub struct FakeQemuSpec {
     pub qmp: Option<std::path::PathBuf>,
     /// The vCPU threads spin instead of idling (a guest computing).
     pub busy_vcpus: bool,
+    /// QMP's `query-kvm` answers as QEMU 7.2 under TCG (`enabled` false),
+    /// and the vCPU threads are named `CPU N/TCG`; otherwise it answers as
+    /// a QEMU without the command.
+    pub tcg: bool,
     /// I/O-ish threads named `worker`, as QEMU's thread pool names them:
     /// each works `work_us` of CPU then sleeps `sleep_us`, over and over.
     pub workers: usize,
@@ -284,7 +288,7 @@ pub fn fake_qemu_main(spec: &FakeQemuSpec) -> Result<()> {
         let (tx, rx) = std::sync::mpsc::channel();
         let busy = spec.busy_vcpus;
         thread::Builder::new()
-            .name(format!("CPU {i}/KVM"))
+            .name(format!("CPU {i}/{}", if spec.tcg { "TCG" } else { "KVM" }))
             .spawn(move || {
                 // SAFETY: gettid has no preconditions.
                 let _ = tx.send(unsafe { libc::gettid() } as u32);
@@ -308,7 +312,7 @@ pub fn fake_qemu_main(spec: &FakeQemuSpec) -> Result<()> {
             .map(|(k, &t)| (n + k as u32, t)),
     );
     if let Some(p) = &spec.qmp {
-        serve_qmp(p, vcpus)?;
+        serve_qmp(p, vcpus, spec.tcg)?;
     }
     start_workers(spec)?;
     let (threads, read, write) = (spec.threads, &spec.read, &spec.write);
@@ -337,10 +341,10 @@ pub fn fake_qemu_main(spec: &FakeQemuSpec) -> Result<()> {
 }
 
 /// A QMP server on `path`, as QEMU's `-qmp unix:PATH,server=on,wait=off`:
-/// the greeting, then `vcpus` (index, thread id) to `query-cpus-fast` and
-/// an empty answer to every other command (no iothreads), one client at a
-/// time.
-fn serve_qmp(path: &Path, vcpus: Vec<(u32, u32)>) -> Result<()> {
+/// the greeting, then `vcpus` (index, thread id) to `query-cpus-fast`,
+/// TCG's answer to `query-kvm` if `tcg`, and an empty answer to every other
+/// command (no iothreads), one client at a time.
+fn serve_qmp(path: &Path, vcpus: Vec<(u32, u32)>, tcg: bool) -> Result<()> {
     let cpus = serde_json::Value::Array(
         vcpus
             .iter()
@@ -361,6 +365,8 @@ fn serve_qmp(path: &Path, vcpus: Vec<(u32, u32)>) -> Result<()> {
                         r#"{"return": {}}"#
                     } else if line.contains("query-cpus-fast") {
                         &cpus
+                    } else if tcg && line.contains("query-kvm") {
+                        r#"{"return": {"enabled": false, "present": true}}"#
                     } else {
                         r#"{"return": []}"#
                     };

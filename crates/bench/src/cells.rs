@@ -106,13 +106,28 @@ pub(crate) fn run_devices(
 }
 
 /// cyclictest's histograms, one per latency cell, in its `-h` format and
-/// under the simulator's names ([`experiment::latency::histogram_file_name`]).
+/// under the simulator's names ([`experiment::latency::histogram_file_name`]),
+/// and their charts as the simulator draws them
+/// ([`experiment::plot::hist::write_histogram_plots`]).
 fn write_histograms(out: &Path, hists: &[(Cell, Histogram)]) -> Result<()> {
     for (c, h) in hists {
         let path = out.join(experiment::latency::histogram_file_name(c));
         std::fs::write(&path, h.to_cyclictest_text())
             .map_err(|e| run_err(format!("writing {}: {e}", path.display())))?;
     }
+    let pairs: Vec<_> = hists
+        .iter()
+        .map(|(c, h)| {
+            let counts = experiment::plot::hist::HistogramCounts {
+                buckets: &h.buckets,
+                overflow: h.overflow,
+                count: h.count,
+            };
+            (c, counts)
+        })
+        .collect();
+    experiment::plot::hist::write_histogram_plots(out, &pairs)
+        .map_err(|e| run_err(format!("writing {}: {e}", out.display())))?;
     Ok(())
 }
 

@@ -14,6 +14,7 @@
 //! `--policy` the thread is `SCHED_OTHER`, as in the study. The same
 //! arguments serve the guest's cyclictest ([`cyclictest_args`]).
 
+use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -72,6 +73,9 @@ pub struct LatencyRun {
     /// The guest's loops' iterations per second of guest time, for a VM
     /// cell ([`guest_loops_rate`]; `None` natively or without guest loops).
     pub guest_loops_iter_s: Option<f64>,
+    /// For a VM cell, its QEMU threads' scheduling over the run, by role
+    /// ([`crate::qemu_sched::QemuSched::counters`]); empty natively.
+    pub qemu_threads: BTreeMap<String, f64>,
 }
 
 impl LatencyRun {
@@ -89,6 +93,7 @@ impl LatencyRun {
         if let Some(rate) = self.guest_loops_iter_s {
             r.counters.insert(GUEST_LOOPS_ITER_S.into(), rate);
         }
+        r.counters.extend(self.qemu_threads.clone());
         r
     }
 }
@@ -210,6 +215,7 @@ pub fn run_native(
         hist,
         host_loops_iter_s: (!load.is_empty()).then(|| after.rate_since(&before)),
         guest_loops_iter_s: None,
+        qemu_threads: BTreeMap::new(),
     })
 }
 

@@ -58,6 +58,7 @@ pub mod latency;
 mod native;
 pub mod options;
 pub mod profile;
+pub mod qemu_sched;
 pub mod record;
 pub mod sysfs;
 pub mod vhost;

@@ -356,16 +356,27 @@ fn guest_latency(
     let mut load = crate::cpuload::CpuLoad::start(c.cpu.host_cpu_load as usize)?;
     let guest_loops = c.cpu.guest_cpu_load;
     guest.call(json!({"op": "cpu_load", "n": guest_loops}), None)?;
+    let threads = crate::qemu_sched::QemuSched {
+        pid: guest.pid(),
+        vcpus: agent::qmp::query_threads(&guest.qmp_socket())
+            .map_err(|e| run_err(format!("the vCPU threads: {e}")))?
+            .vcpus
+            .iter()
+            .map(|&(_, tid)| tid)
+            .collect(),
+    };
     let r = (|| {
         sleep(latency::WARMUP.as_secs_f64())?;
         let (host_before, guest_before) = (
             load.sample(),
             guest.call(json!({"op": "cpu_load_sample"}), None)?,
         );
+        let sched_before = threads.snapshot();
         let a = guest.call(
             json!({"op": "cyclictest", "loops": loops}),
             Some(latency::run_timeout(loops)),
         )?;
+        let sched_after = threads.snapshot();
         let (host_after, guest_after) = (
             load.sample(),
             guest.call(json!({"op": "cpu_load_sample"}), None)?,
@@ -383,6 +394,7 @@ fn guest_latency(
             } else {
                 None
             },
+            qemu_threads: threads.counters(&sched_before, &sched_after),
         })
     })();
     let stopped = guest.call(json!({"op": "cpu_load", "n": 0}), None);
@@ -453,7 +465,9 @@ fn start_coordination(
 /// simulator's (`cpusched::cyclictest::PVSCHED_RR_PRIO`).
 pub const STATIC_CPU_RR_PRIO: u8 = cpusched::cyclictest::PVSCHED_RR_PRIO;
 
-/// `static-cpu`: every vCPU thread of the VM (QMP's `query-cpus-fast`) at
+/// `static-cpu`: every vCPU thread of the VM (QMP's `query-cpus-fast`),
+/// and under TCG the thread that fires their timers (QEMU's main loop,
+/// [`agent::qmp::QemuThreads::timer_tids`], as hostd's CPU boost), at
 /// `SCHED_RR` [`STATIC_CPU_RR_PRIO`] for the whole cell, each recorded in
 /// the run's journal first, so that the end of the cell, an error, Ctrl-C
 /// or `tandem bench cleanup` after a killed run puts it back. QEMU's other
@@ -464,7 +478,9 @@ fn static_cpu(guest: &vm::Guest, cleanup: &mut Cleanup) -> Result<()> {
     if threads.vcpus.is_empty() {
         return Err(run_err("static-cpu: QMP names no vCPU thread"));
     }
-    for &(_, tid) in &threads.vcpus {
+    let mut tids = threads.vcpu_tids();
+    tids.extend(threads.timer_tids(guest.pid()));
+    for tid in tids {
         let orig = agent::sys::sched_get(tid)
             .map_err(|e| run_err(format!("static-cpu: vCPU thread {tid}: {e}")))?;
         let start = agent::sys::thread_start_time(tid)

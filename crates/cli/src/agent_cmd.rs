@@ -288,6 +288,10 @@ pub struct FakeQemuArgs {
     /// The vCPU threads spin (a guest computing) instead of idling.
     #[arg(long)]
     busy_vcpus: bool,
+    /// QMP's `query-kvm` says KVM is off, as QEMU 7.2 under TCG does (and
+    /// the vCPU threads are named "CPU N/TCG").
+    #[arg(long)]
+    tcg: bool,
     /// I/O-ish threads named "worker" (QEMU's thread pool's name): each
     /// works --work-us then sleeps --sleep-us, over and over.
     #[arg(long, default_value_t = 0)]
@@ -583,6 +587,7 @@ pub fn run_hostd(cmd: HostdCommand) -> Result<(), Failure> {
                 write: a.write,
                 qmp: a.qmp,
                 busy_vcpus: a.busy_vcpus,
+                tcg: a.tcg,
                 workers: a.workers,
                 work_us: a.work_us,
                 sleep_us: a.sleep_us,

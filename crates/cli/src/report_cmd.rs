@@ -5,9 +5,11 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 use cpusched::cfsv_study::published::{Changes, Published};
+use cpusched::cyclictest::Histogram;
+use experiment::plot::hist::HistogramCounts;
 use experiment::readers_hashers;
 use experiment::side_by_side::{self, DEFAULT_TOLERANCE};
-use experiment::{CellResult, CpuSched, RunMeta, VmLayout};
+use experiment::{CellResult, CpuSched, Metric, RunMeta, VmLayout};
 
 use crate::Failure;
 
@@ -83,6 +85,37 @@ fn cfsv_vs_paper(path: &Path, results: &[CellResult]) -> Result<String, Failure>
     Ok(Changes::from_vms(separate, mixed).render(&published))
 }
 
+/// A histogram's counts as the charts take them.
+pub(crate) fn counts(h: &Histogram) -> HistogramCounts<'_> {
+    HistogramCounts {
+        buckets: &h.buckets,
+        overflow: h.overflow,
+        count: h.count,
+    }
+}
+
+/// The CPU study's plots of a run with latency or hot start-up cells, real or
+/// simulated, drawn into its directory `dir` as `tandem sim run` draws them: the
+/// average and maximum against the total loops (log y), and the histograms from
+/// the latency cells' histogram files there. A run without such cells gets none.
+fn cpu_plots(dir: &Path, results: &[CellResult]) -> Result<Vec<PathBuf>, Failure> {
+    let failed = |e: std::io::Error| Failure::Run(format!("writing {}: {e}", dir.display()));
+    let mut written = experiment::plot::study::write_cpu_plots(dir, results).map_err(failed)?;
+    let mut hists = Vec::new();
+    for r in results.iter().filter(|r| r.metric == Metric::LatencyAvgUs) {
+        let path = dir.join(experiment::latency::histogram_file_name(&r.cell));
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        let h = cpusched::cyclictest_output::parse_histogram(&text)
+            .map_err(|e| Failure::Usage(format!("{}: {e}", path.display())))?;
+        hists.push((&r.cell, h));
+    }
+    let pairs: Vec<_> = hists.iter().map(|(c, h)| (*c, counts(h))).collect();
+    written.extend(experiment::plot::hist::write_histogram_plots(dir, &pairs).map_err(failed)?);
+    Ok(written)
+}
+
 /// Unreadable or malformed inputs are usage errors (exit code 2).
 pub fn report(a: ReportArgs) -> Result<(), Failure> {
     if let Some(other) = &a.other {
@@ -116,6 +149,11 @@ pub fn report(a: ReportArgs) -> Result<(), Failure> {
     }
     if a.paper.is_empty() {
         print!("{}", experiment::render_tables(&results));
+        let file = results_path(&a.dir);
+        let dir = file.parent().unwrap_or(Path::new("."));
+        for p in cpu_plots(dir, &results)? {
+            eprintln!("tandem: wrote {}", p.display());
+        }
         return Ok(());
     }
     if results.iter().any(readers_hashers::is_readers_hashers) {

@@ -452,9 +452,12 @@ pub fn sim_run(a: RunArgs) -> Result<(), Failure> {
             .map_err(|e| Failure::Run(format!("writing {}: {e}", path.display())))?;
         written.push(path);
     }
-    let pairs: Vec<_> = hists.iter().map(|(i, h)| (&cells[*i], h)).collect();
+    let pairs: Vec<_> = hists
+        .iter()
+        .map(|(i, h)| (&cells[*i], crate::report_cmd::counts(h)))
+        .collect();
     written.extend(
-        sim::cpu_bench::write_histogram_plots(&a.runner.out, &pairs)
+        experiment::plot::hist::write_histogram_plots(&a.runner.out, &pairs)
             .map_err(|e| Failure::Run(format!("writing {}: {e}", a.runner.out.display())))?,
     );
     if let Some(e) = error {

@@ -1875,11 +1875,19 @@ fn guestd_logs_json_lines() {
 /// those and the `foreign` thread ids as vCPUs; returned with its vCPU
 /// threads' ids once they all exist.
 fn cpu_vm(dir: &Scratch, vcpus: usize, foreign: &[u32]) -> (Proc, Vec<u32>) {
+    cpu_vm_with(dir, vcpus, foreign, false)
+}
+
+/// [`cpu_vm`], whose QMP says TCG runs it (`--tcg`) if `tcg`.
+fn cpu_vm_with(dir: &Scratch, vcpus: usize, foreign: &[u32], tcg: bool) -> (Proc, Vec<u32>) {
     let mut c = fake_qemu(dir);
     c.args(["hostd", "fake-qemu", "--threads", "1", "--vcpus"])
         .arg(vcpus.to_string())
         .arg("--qmp")
         .arg(dir.p("qmp.sock"));
+    if tcg {
+        c.arg("--tcg");
+    }
     for t in foreign {
         c.arg("--foreign-vcpu").arg(t.to_string());
     }
@@ -2054,6 +2062,55 @@ fn cpu_boost_refuses_a_thread_that_is_not_a_vcpu_of_the_vm() {
     g.no_help_for(Resource::Cpu);
     wait_until("the unboost", 5.0, || !is_rr(vcpus[0], 8));
     assert!(h.stop());
+    assert_eq!(sched(other.pid()), other_before);
+}
+
+/// Under TCG (QMP's `query-kvm`: KVM off) the CPU boost takes QEMU's main
+/// loop, which fires the guest's timers, with the vCPU; the other threads
+/// keep their scheduling; a thread of another process named as a vCPU is
+/// still refused; the NO-HELP puts both back, and so does hostd's exit.
+#[test]
+#[ignore = "needs root: runs hostd and sets SCHED_RR on a stand-in QEMU's threads"]
+fn cpu_boost_under_tcg_takes_the_main_loop_with_the_vcpus() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    assert!(devemu::is_root(), "needs root");
+    let dir = Scratch::new("agent-cpu-tcg");
+    let other = sleeper(&Scratch::new("agent-cpu-tcg-other"));
+    let other_before = sched(other.pid());
+    let (vm, vcpus) = cpu_vm_with(&dir, 1, &[other.pid()], true);
+    let main = vm.pid();
+    let before = thread_sched(main);
+    let mut h = cpu_hostd(&dir, main, &["--cpu-boost", "rr"]);
+    let mut g = Guest::connect(&dir, "a");
+    g.ask(Resource::Cpu, 1000);
+    wait_until("the vCPU and main-loop boost", 5.0, || {
+        is_rr(vcpus[0], 8) && is_rr(main, 8)
+    });
+    for (tid, s, io) in thread_sched(main) {
+        if tid != main && !vcpus.contains(&tid) {
+            assert!(before.contains(&(tid, s, io)), "thread {tid} changed");
+        }
+    }
+    wait_until("the counts and the refusal in status", 5.0, || {
+        let s = status(&dir);
+        s.contains("vcpus_boosted 1")
+            && s.contains("timer_threads_boosted 1")
+            && s.contains(&format!(
+                "thread {} is not a thread of VM a's QEMU",
+                other.pid()
+            ))
+    });
+    assert_eq!(sched(other.pid()), other_before);
+    g.no_help_for(Resource::Cpu);
+    wait_until("the unboost", 5.0, || {
+        !is_rr(vcpus[0], 8) && !is_rr(main, 8)
+    });
+    assert_eq!(thread_sched(main), before);
+    // Boosted again, then hostd exits: both restored.
+    g.ask(Resource::Cpu, 1000);
+    wait_until("the boost again", 5.0, || is_rr(main, 8));
+    assert!(h.stop());
+    assert_eq!(thread_sched(main), before);
     assert_eq!(sched(other.pid()), other_before);
 }
 

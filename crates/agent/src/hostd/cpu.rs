@@ -147,20 +147,24 @@ impl Hostd {
         } else {
             "no"
         };
-        let vcpus = self
-            .journal
-            .entries()
-            .iter()
-            .filter(|e| {
-                matches!(e, crate::actuator::Entry::Sched { vm, .. } if *vm == self.targets[i].name)
-            })
-            .count();
+        let t = &self.targets[i];
+        let boosted = |tids: &[u32]| {
+            self.journal
+                .entries()
+                .iter()
+                .filter(|e| {
+                    matches!(e, crate::actuator::Entry::Sched { vm, tid, .. } if *vm == t.name && tids.contains(tid))
+                })
+                .count()
+        };
         Some(format!(
-            "  cpu: {state}  boosts {}  throttles {}  granted_s {:.2}  helps {}  vcpus_boosted {vcpus}\n",
+            "  cpu: {state}  boosts {}  throttles {}  granted_s {:.2}  helps {}  vcpus_boosted {}  timer_threads_boosted {}\n",
             r.cpu_boosts,
             r.cpu_cap.throttles,
             st.boosted_ns as f64 / 1e9,
             st.helps,
+            boosted(&t.vcpu_tids),
+            boosted(&t.timer_tids),
         ))
     }
 

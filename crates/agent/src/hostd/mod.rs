@@ -316,6 +316,7 @@ impl Hostd {
                 pid: qemu.map(|q| q.pid).unwrap_or(0),
                 cgroup: v.cgroup.clone(),
                 vcpu_tids: Vec::new(),
+                timer_tids: Vec::new(),
             });
             rt.push(VmRuntime {
                 alive: qemu.is_some(),

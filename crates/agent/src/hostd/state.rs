@@ -79,8 +79,9 @@ impl Hostd {
         }
     }
 
-    /// Asks QEMU which threads are VM `i`'s vCPUs, once per QEMU process;
-    /// on failure every thread is boosted, and the error is shown.
+    /// Asks QEMU which threads are VM `i`'s vCPUs, and under TCG which
+    /// delivers their timers, once per QEMU process; on failure every
+    /// thread is boosted by the I/O actuators, and the error is shown.
     pub(super) fn map_threads(&mut self, i: usize) {
         let Some(sock) = self.vms[i].qmp.clone() else {
             return;
@@ -92,11 +93,13 @@ impl Hostd {
         self.rt[i].qmp_asked_at = Some(asks);
         match crate::qmp::query_threads(&sock) {
             Ok(t) => {
+                let timers = t.timer_tids(self.targets[i].pid);
                 log(&format!(
-                    "VM {}: QMP: iothreads {:?}, vCPU threads {:?} (left to the CPU actuators)",
-                    self.targets[i].name, t.iothreads, t.vcpus
+                    "VM {}: QMP: iothreads {:?}, vCPU threads {:?} (left to the CPU actuators), accelerator {:?}, timer threads {timers:?} (boosted with the vCPUs)",
+                    self.targets[i].name, t.iothreads, t.vcpus, t.accel
                 ));
-                self.targets[i].vcpu_tids = t.vcpus.iter().map(|&(_, tid)| tid).collect();
+                self.targets[i].vcpu_tids = t.vcpu_tids();
+                self.targets[i].timer_tids = timers;
                 self.rt[i].qmp_done = true;
             }
             Err(e) => {
@@ -230,6 +233,7 @@ impl Hostd {
             pid: qemu.pid,
             cgroup: None,
             vcpu_tids: Vec::new(),
+            timer_tids: Vec::new(),
         };
         let rt = VmRuntime {
             alive: true,

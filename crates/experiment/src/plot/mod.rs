@@ -6,6 +6,7 @@
 
 pub mod chart;
 pub mod draw;
+pub mod hist;
 pub mod lines;
 pub mod study;
 

@@ -1,7 +1,8 @@
 //! The coordinated task scheduling study's Figure 1 from a run's CPU model cells:
 //! per (runner, benchmark, platform, CPU schedulers, coordination), the average
 //! latency (or the hot start-up time) against the total number of busy loops, one
-//! curve per guest load plus "no guest", log y.
+//! curve per guest load plus "no guest", log y; and the same for the maximum
+//! latency (`latency-max-...`), which the study reported beside the average.
 
 use std::path::{Path, PathBuf};
 
@@ -10,16 +11,12 @@ use crate::cpu_table::{column, key_of, total, Key};
 use crate::naming::sanitize_component;
 use crate::result::{CellResult, Metric};
 
-/// The Figure 1 charts of `results` (latency averages and hot start-ups), with
-/// their file stems, in order of first appearance.
+/// The Figure 1 charts of `results` (latency averages and maxima, hot
+/// start-ups), with their file stems, in order of first appearance.
 pub fn figure1_charts(results: &[CellResult]) -> Vec<(String, LineChart)> {
     let cpu: Vec<&CellResult> = results
         .iter()
-        .filter(|r| {
-            r.cell.on_cpu_model()
-                && r.metric != Metric::LatencyMaxUs
-                && !crate::readers_hashers::is_readers_hashers(r)
-        })
+        .filter(|r| r.cell.on_cpu_model() && !crate::readers_hashers::is_readers_hashers(r))
         .collect();
     let mut keys: Vec<Key> = Vec::new();
     for r in &cpu {
@@ -54,18 +51,16 @@ pub fn figure1_charts(results: &[CellResult]) -> Vec<(String, LineChart)> {
                     }
                 })
                 .collect();
-            let what = if k.benchmark == "startup" {
-                format!("hot start-up of {}", k.app)
+            let max = k.metric == Metric::LatencyMaxUs.label();
+            let (what, prefix) = if k.benchmark == "startup" {
+                (format!("hot start-up of {}", k.app), "hot-startup")
+            } else if max {
+                ("cyclictest's maximum".to_string(), "latency-max")
             } else {
-                "cyclictest".to_string()
+                ("cyclictest".to_string(), "latency")
             };
             let stem = format!(
-                "{}-{}-{}-{}",
-                if k.benchmark == "startup" {
-                    "hot-startup"
-                } else {
-                    "latency"
-                },
+                "{prefix}-{}-{}-{}",
                 sanitize_component(&k.platform),
                 sanitize_component(&k.scheds.replace(", ", "-").replace(' ', "-")),
                 sanitize_component(&k.coordination)
