@@ -125,8 +125,8 @@ impl BlkBackend {
         Some((fd, self.cfg.num_queues + 1 + q as u16))
     }
 
-    /// Reaps queue `q`'s own ring (its completion source fired).
-    fn reap(&self, q: usize) {
+    /// Runs `f` on queue `q`'s own ring, if that queue has one.
+    fn on_local(&self, q: usize, f: impl FnOnce(&mut LocalRing)) {
         if let Some(ring) = self
             .locals
             .get(q)
@@ -134,21 +134,18 @@ impl BlkBackend {
             .as_mut()
             .and_then(|g| g.as_mut())
         {
-            ring.reap();
+            f(ring);
         }
+    }
+
+    /// Reaps queue `q`'s own ring (its completion source fired).
+    fn reap(&self, q: usize) {
+        self.on_local(q, LocalRing::reap);
     }
 
     /// Issues what queue `q`'s kick queued on its own ring.
     fn flush(&self, q: usize) {
-        if let Some(ring) = self
-            .locals
-            .get(q)
-            .map(lock)
-            .as_mut()
-            .and_then(|g| g.as_mut())
-        {
-            ring.flush();
-        }
+        self.on_local(q, LocalRing::flush);
     }
 
     fn now(&self) -> u64 {
