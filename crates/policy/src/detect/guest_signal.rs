@@ -121,7 +121,18 @@ pub struct GuestSignalConfig {
     /// so that a start-up that outlasts `exec_help_ns` because the device is
     /// slow (or the host starves the VM) is not abandoned halfway; a program
     /// that goes quiet loses the help soon after.
+    ///
+    /// Counted in looks when the daemon's looks come late
+    /// ([`GuestSignalConfig::look_period_ns`]): the grace stretches by the
+    /// ratio of the last look's spacing to the period, so it still spans
+    /// four looks. A guest starved of CPU (a TCG guest on a loaded host)
+    /// looks at its processes less often than it means to, and a grace in
+    /// wall time shorter than the spacing of two looks ended the need of
+    /// a start seen at every one of them.
     pub exec_active_grace_ns: Nanos,
+    /// The period of the daemon's looks, if it says where each begins
+    /// ([`GuestEvent::Look`]); `None`: the grace is wall time only.
+    pub look_period_ns: Option<Nanos>,
     /// How much I/O time an exec's help covers: the time, from its exec on,
     /// in which guestd saw its program's I/O progress (new bytes since the
     /// previous look), not time spent blocked without progress. Default 10 s:
@@ -171,6 +182,7 @@ impl Default for GuestSignalConfig {
         GuestSignalConfig {
             exec_help_ns: 3 * SEC,
             exec_active_grace_ns: SEC,
+            look_period_ns: None,
             exec_help_max_ns: 10 * SEC,
             exec_help_deadline_ns: 25 * SEC,
             exec_help_max_bytes: 120_000 * 512,
@@ -201,6 +213,7 @@ impl GuestSignalConfig {
     pub fn for_sampling(period_ns: Nanos) -> GuestSignalConfig {
         let mut c = GuestSignalConfig::default();
         c.softrt.burst_gap_ns = c.softrt.burst_gap_ns.max(period_ns.saturating_mul(3) / 2);
+        c.look_period_ns = (period_ns > 0).then_some(period_ns);
         c
     }
 }
@@ -515,9 +528,22 @@ impl GuestSignalDetector {
             return;
         }
         let cap = exec_at.saturating_add(self.cfg.exec_help_deadline_ns);
-        let wanted = now.saturating_add(self.cfg.exec_active_grace_ns).min(cap);
+        let wanted = now.saturating_add(self.grace()).min(cap);
         if wanted > until {
             self.need(HelpReason::Exec, Some(pid), wanted);
+        }
+    }
+
+    /// The exec's grace now: [`GuestSignalConfig::exec_active_grace_ns`],
+    /// stretched by the lateness of the daemon's last look.
+    fn grace(&self) -> Nanos {
+        let grace = self.cfg.exec_active_grace_ns;
+        match (self.looks, self.cfg.look_period_ns) {
+            ((Some(before), Some(last)), Some(period)) if last - before > period => {
+                let stretched = u128::from(grace) * u128::from(last - before) / u128::from(period);
+                Nanos::try_from(stretched).unwrap_or(Nanos::MAX)
+            }
+            _ => grace,
         }
     }
 
@@ -740,6 +766,39 @@ mod tests {
         let starved = |k: u64| (5..=12).contains(&k);
         assert_eq!(need_ends(read, starved), 5 * SEC);
         assert_eq!(need_ends(read, |_| false), 3 * SEC);
+    }
+
+    /// Looks 1.5 s apart (a starved guest; guestd means 250 ms): a start
+    /// seen reading at every look keeps its need (the grace spans four
+    /// looks), and loses it four looks after it went quiet. With the grace
+    /// in wall time (1 s), the need ended before the next look.
+    #[test]
+    fn the_grace_spans_four_late_looks() {
+        let run = |looks: bool| {
+            let mut d = GuestSignalDetector::new(GuestSignalConfig::for_sampling(250 * MS));
+            if looks {
+                d.observe(0, GuestEvent::Look);
+            }
+            d.observe(0, GuestEvent::Exec { pid: 7 });
+            (1..40u64)
+                .map(|k| k * 1500 * MS)
+                .find(|&t| {
+                    if looks {
+                        d.observe(t, GuestEvent::Look);
+                    }
+                    if t <= 9 * SEC {
+                        d.observe(t, GuestEvent::IoWait { pid: 7 });
+                    }
+                    d.poll(t);
+                    !d.starting(t).contains(&7)
+                })
+                .unwrap()
+        };
+        // Seen until 9 s: the need lasts 6 s (four looks) more.
+        assert_eq!(run(true), 15 * SEC);
+        // Without looks: the exec's 3 s, extended at 1.5 s to 2.5 s, ends
+        // before the look at 3 s can extend it.
+        assert_eq!(run(false), 3 * SEC);
     }
 
     /// The caps hold: a program that reads once and then computes for ever
