@@ -26,7 +26,7 @@ use std::thread;
 use std::time::Duration;
 
 use policy::detect::cpu::{CpuDetector, CpuEvent, CpuRules, CpuTimes};
-use policy::mark::{MarkEnd, MarkRule, Usage};
+use policy::mark::{MarkEnd, MarkRule};
 use policy::{
     GuestEvent, GuestSignalConfig, GuestSignalDetector, HelpClient, Message, Nanos, Resource, MS,
     PROTOCOL_VERSION,
@@ -187,11 +187,23 @@ fn spawn_netlink(tx: Sender<Ev>) -> Result<()> {
     })
 }
 
-fn spawn_sampler(tx: Sender<Ev>, period: Duration) -> Result<()> {
+/// The processes whose use of the CPU the sampler reads at each look: the
+/// ones still starting ([`GuestSignalDetector::starting`]), set by the main
+/// loop. A few at a time, so three more `/proc` files each cost little.
+type Starting = std::sync::Arc<std::sync::Mutex<Vec<u32>>>;
+
+/// The sampler: every `period`, a look at every process. It says where each
+/// look begins ([`GuestEvent::Look`]), reports the processes whose I/O
+/// progressed (new bytes read) or that wait on I/O (state D), and reads the
+/// CPU use of the processes still starting ([`GuestEvent::Cpu`]).
+fn spawn_sampler(tx: Sender<Ev>, period: Duration, starting: Starting) -> Result<()> {
     let me = std::process::id();
     spawn("sampler", move || {
         let mut last: std::collections::HashMap<u32, u64> = Default::default();
         loop {
+            if tx.send(Ev::Guest(GuestEvent::Look)).is_err() {
+                return;
+            }
             let mut seen = std::collections::HashMap::with_capacity(last.len());
             for pid in sys::pids() {
                 if pid == me {
@@ -218,6 +230,17 @@ fn spawn_sampler(tx: Sender<Ev>, period: Duration) -> Result<()> {
                     }
                 }
                 seen.insert(pid, b);
+            }
+            let watched = starting.lock().map(|s| s.clone()).unwrap_or_default();
+            for pid in watched {
+                if let Some(reading) = sys::cpu_reading(pid, now_ns()) {
+                    if tx
+                        .send(Ev::Guest(GuestEvent::Cpu { pid, reading }))
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
             }
             for pid in last.keys() {
                 if !seen.contains_key(pid)
@@ -415,6 +438,8 @@ struct Daemon {
     logged: Option<policy::HelpReason>,
     /// The in-guest marks (`--mark-ioprio`).
     marker: Option<Marker<SysIoprio>>,
+    /// The processes still starting, for the sampler.
+    starting: Starting,
 }
 
 impl Daemon {
@@ -459,33 +484,25 @@ impl Daemon {
     /// processes (after every event and timeout).
     /// `exited`: a process that has just exited.
     fn sync_marks(&mut self, exited: Option<u32>) {
+        let now = now_ns();
+        if let Ok(mut s) = self.starting.lock() {
+            *s = self.core.detector.starting(now);
+        }
         let Some(m) = self.marker.as_mut() else {
             return;
         };
         if let Some(pid) = exited {
             if let Some(e) = m.exited(pid) {
-                log_mark(&e, self.o.verbose);
+                log_mark(&e, now, self.o.verbose);
             }
         }
-        let now = now_ns();
-        let needs: Vec<(u32, Nanos)> = self
-            .core
-            .detector
-            .process_needs(now)
-            .into_iter()
-            .filter(|(_, reasons, _)| reasons.iter().any(|&r| iomark::marks(r)))
-            .filter(|(pid, _, _)| {
-                self.o.mark_uid.is_none() || sys::real_uid(*pid) == self.o.mark_uid
-            })
-            .map(|(pid, _, until)| (pid, until))
-            .collect();
         let detector = &self.core.detector;
-        let used = |pid| Usage {
-            read: detector.read_bytes(pid),
-            io_ns: detector.io_ns(pid),
-        };
-        for e in m.update_with(now, &needs, used) {
-            log_mark(&e, self.o.verbose);
+        let needs: Vec<(u32, Nanos)> = iomark::needs_to_mark(detector, now)
+            .into_iter()
+            .filter(|(pid, _)| self.o.mark_uid.is_none() || sys::real_uid(*pid) == self.o.mark_uid)
+            .collect();
+        for e in m.update_with(now, &needs, |pid| iomark::usage(detector, pid)) {
+            log_mark(&e, now, self.o.verbose);
         }
     }
 
@@ -587,15 +604,19 @@ impl Daemon {
         }
         if let Some(m) = self.marker.as_mut() {
             for e in m.restore_all() {
-                log_mark(&e, self.o.verbose);
+                log_mark(&e, now_ns(), self.o.verbose);
             }
         }
         let _ = std::fs::remove_file(&self.o.hint_socket);
     }
 }
 
-/// Logs what the marker did: a failure always, the rest with `verbose`.
-fn log_mark(e: &MarkEvent, verbose: bool) {
+/// Logs what the marker did at `now` (guestd's clock, seconds since it
+/// started): a failure always, the rest with `verbose`. A mark names its
+/// program (the first words of its command line), so that a log tells a
+/// starting app from a background reader.
+fn log_mark(e: &MarkEvent, now: Nanos, verbose: bool) {
+    let at = now as f64 / 1e9;
     match e {
         MarkEvent::Failed { pid, error } => {
             log(&format!(
@@ -603,7 +624,10 @@ fn log_mark(e: &MarkEvent, verbose: bool) {
             ));
         }
         MarkEvent::Marked { pid, threads } if verbose => {
-            log(&format!("marked process {pid} ({threads} threads)"));
+            let what = sys::command_head(*pid, 4).unwrap_or_default();
+            log(&format!(
+                "marked process {pid} ({threads} threads; {what}) at {at:.2} s"
+            ));
         }
         MarkEvent::Restored { pid, threads, why } if verbose => {
             let why = match why {
@@ -612,7 +636,9 @@ fn log_mark(e: &MarkEvent, verbose: bool) {
                 Some(MarkEnd::Greedy) => ": a greedy reader (read the rule's limit under its mark)",
                 None => "",
             };
-            log(&format!("restored process {pid} ({threads} threads){why}"));
+            log(&format!(
+                "restored process {pid} ({threads} threads) at {at:.2} s{why}"
+            ));
         }
         MarkEvent::LeftAlone { pid, tid, value } if verbose => log(&format!(
             "left process {pid} alone: its thread {tid} has I/O priority {}",
@@ -642,7 +668,12 @@ pub fn run(o: GuestdOptions) -> Result<()> {
     if o.netlink {
         spawn_netlink(tx.clone())?;
     }
-    spawn_sampler(tx.clone(), Duration::from_millis(o.sample_ms.max(10)))?;
+    let starting = Starting::default();
+    spawn_sampler(
+        tx.clone(),
+        Duration::from_millis(o.sample_ms.max(10)),
+        starting.clone(),
+    )?;
     spawn_hint_socket(&o.hint_socket, tx.clone())?;
     let core = GuestCore::new(o.lease_ms.max(1) * MS, o.sample_ms.max(10) * MS);
     if o.cpu {
@@ -674,6 +705,7 @@ pub fn run(o: GuestdOptions) -> Result<()> {
         retry_at: 0,
         backoff: 200 * MS,
         logged: None,
+        starting,
     };
     while !sys::stop_requested() {
         let now = now_ns();

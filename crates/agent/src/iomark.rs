@@ -36,7 +36,7 @@ use std::collections::HashMap;
 use std::io;
 
 use policy::mark::{Mark, MarkEnd, MarkRule, Usage};
-use policy::{HelpReason, Nanos};
+use policy::{GuestSignalDetector, HelpReason, Nanos};
 
 use crate::sys;
 
@@ -73,6 +73,25 @@ pub fn marks(reason: HelpReason) -> bool {
         reason,
         HelpReason::Exec | HelpReason::IoResume | HelpReason::Explicit
     )
+}
+
+/// The needs guestd marks at `now`: each process with a live need of a
+/// reason that [`marks`], and when its need ends.
+pub fn needs_to_mark(d: &GuestSignalDetector, now: Nanos) -> Vec<(u32, Nanos)> {
+    d.process_needs(now)
+        .into_iter()
+        .filter(|(_, reasons, _)| reasons.iter().any(|&r| marks(r)))
+        .map(|(pid, _, until)| (pid, until))
+        .collect()
+}
+
+/// What the detector counted of process `pid` for a mark's rule: the bytes
+/// it read and its I/O time.
+pub fn usage(d: &GuestSignalDetector, pid: u32) -> Usage {
+    Usage {
+        read: d.read_bytes(pid),
+        io_ns: d.io_ns(pid),
+    }
 }
 
 /// The system calls the marker makes: a seam for the unit tests.

@@ -163,8 +163,75 @@ pub fn read_bytes(pid: u32) -> Option<u64> {
 /// The state letter of `/proc/PID/stat` (R, S, D, ...): the field after
 /// the command name, which is in parentheses and may hold spaces.
 pub fn proc_state(pid: u32) -> Option<char> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    s[s.rfind(')')? + 1..].trim_start().chars().next()
+    stat_state(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// The state letter of a `/proc/PID/stat` line.
+fn stat_state(stat: &str) -> Option<char> {
+    stat[stat.rfind(')')? + 1..].trim_start().chars().next()
+}
+
+/// The voluntary and involuntary context switches of a `/proc/PID/status`
+/// text (`voluntary_ctxt_switches`, `nonvoluntary_ctxt_switches`).
+pub fn ctxt_switches(status: &str) -> (Option<u64>, Option<u64>) {
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .and_then(|v| v.trim().parse().ok())
+    };
+    (
+        field("voluntary_ctxt_switches"),
+        field("nonvoluntary_ctxt_switches"),
+    )
+}
+
+/// What process `pid`'s leader shows of its use of the CPU now, read at
+/// `at`: its state (`/proc/PID/stat`), run and run-queue wait times
+/// (`/proc/PID/schedstat`, absent without `CONFIG_SCHED_INFO`) and context
+/// switches (`/proc/PID/status`). `None` once the process is gone. The
+/// policy crate judges it ([`policy::detect::CpuReading::on_cpu_since`]).
+pub fn cpu_reading(pid: u32, at: u64) -> Option<policy::detect::CpuReading> {
+    let read = |f: &str| std::fs::read_to_string(format!("/proc/{pid}/{f}")).ok();
+    cpu_reading_of(
+        at,
+        &read("stat")?,
+        read("schedstat").as_deref(),
+        read("status").as_deref(),
+    )
+}
+
+/// [`cpu_reading`] from the texts of the three files (the schedstat and
+/// status ones if read).
+pub fn cpu_reading_of(
+    at: u64,
+    stat: &str,
+    schedstat: Option<&str>,
+    status: Option<&str>,
+) -> Option<policy::detect::CpuReading> {
+    let state = stat_state(stat)?;
+    let sched = schedstat.and_then(crate::cfsv::parse_schedstat);
+    let (voluntary, involuntary) = status.map_or((None, None), ctxt_switches);
+    Some(policy::detect::CpuReading {
+        at,
+        runnable: state == 'R',
+        run_ns: sched.map(|s| s.run_ns),
+        wait_ns: sched.map(|s| s.wait_ns),
+        voluntary,
+        involuntary,
+    })
+}
+
+/// The first `words` words of process `pid`'s command line, for a log.
+pub fn command_head(pid: u32, words: usize) -> Option<String> {
+    let argv = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let head: Vec<String> = argv
+        .split(|&b| b == 0)
+        .filter(|w| !w.is_empty())
+        .take(words)
+        .map(|w| String::from_utf8_lossy(w).into_owned())
+        .collect();
+    (!head.is_empty()).then(|| head.join(" "))
 }
 
 /// All process ids in `/proc`.

@@ -3,7 +3,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 
-use policy::{MS, SEC};
+use policy::{GuestEvent, MS, SEC};
 
 use super::*;
 
@@ -408,4 +408,171 @@ fn the_lease_counts_io_time() {
     assert!(m.is_marked(121));
     let ev = m.update_with(16 * SEC, &needs, used(16 * SEC));
     assert!(matches!(ev[..], [MarkEvent::Restored { pid: 121, .. }]));
+}
+
+/// What guestd reads of a fake process at one look: its I/O event for the
+/// detector, and the texts of its `/proc/PID/stat`, `schedstat` and
+/// `status` (state letter, run and wait times in ns).
+struct Look {
+    io: Option<GuestEvent>,
+    state: char,
+    run_ns: Nanos,
+    wait_ns: Nanos,
+}
+
+/// The real cell of `cloud2014-real` (guest and host 5r-seq), look by
+/// look, through the detector and the marker as guestd drives them
+/// (`guestd::Daemon::sync_marks`): five readers exec'd at 0, reading at
+/// every look; the app exec'd at 17 s (the 13 s settle and the 4 s pause),
+/// which reads for two looks, then waits for a CPU for four (2.4 s, more
+/// than the exec's 1 s grace), then reads until it exits at 22.5 s. The
+/// guest is starved of CPU: guestd's looks come every 600 ms instead of
+/// 250. `guestd_sends_looks_and_cpu`: guestd as now (it says where each
+/// look begins and reads the CPU use of the processes still starting), or
+/// as before. Returns, per pid, the looks at which it was marked, and how
+/// each mark ended.
+fn starved_cell(guestd_sends_looks_and_cpu: bool) -> (HashMap<u32, Vec<u64>>, Vec<MarkEvent>) {
+    use policy::GuestSignalConfig;
+    let k = Fake::default();
+    let readers = [100, 101, 102, 103, 104];
+    let app = 110;
+    for p in readers.iter().chain(&[app]) {
+        k.spawn(*p, &[*p], 1);
+    }
+    let mut d = GuestSignalDetector::new(GuestSignalConfig::for_sampling(250 * MS));
+    let mut m = Marker::new(&k, MarkClass::Rt, MarkRule::default());
+    for r in readers {
+        d.observe(0, GuestEvent::Exec { pid: r });
+    }
+    let look_at = |n: u64| n * 600 * MS;
+    let app_look = |n: u64| -> Option<Look> {
+        let reads = |state| Look {
+            io: Some(GuestEvent::IoActivity {
+                pid: app,
+                bytes: 64 << 10,
+            }),
+            state,
+            run_ns: n * 10 * MS,
+            wait_ns: n * 10 * MS,
+        };
+        match n {
+            29 | 30 | 35..=37 => Some(reads('D')),
+            // Waiting for a CPU: runnable at two looks; at the other two
+            // asleep for a moment at the reading, but its run and wait
+            // times grew by 400 ms of the 600 since the look before.
+            31 | 33 => Some(Look {
+                io: None,
+                state: 'R',
+                run_ns: n * 10 * MS,
+                wait_ns: n * 10 * MS,
+            }),
+            32 | 34 => Some(Look {
+                io: None,
+                state: 'S',
+                run_ns: n * 10 * MS + 200 * MS,
+                wait_ns: n * 10 * MS + 200 * MS,
+            }),
+            _ => None,
+        }
+    };
+    let mut marked: HashMap<u32, Vec<u64>> = HashMap::new();
+    let mut ends = Vec::new();
+    for n in 0..45u64 {
+        let now = look_at(n);
+        if n == 29 {
+            d.observe(now - 400 * MS, GuestEvent::Exec { pid: app });
+        }
+        if guestd_sends_looks_and_cpu {
+            d.observe(now, GuestEvent::Look);
+        }
+        let mut looks: Vec<(u32, Look)> = readers
+            .iter()
+            .map(|&r| {
+                let io = if n % 2 == 0 {
+                    GuestEvent::IoActivity {
+                        pid: r,
+                        bytes: 128 << 10,
+                    }
+                } else {
+                    GuestEvent::IoWait { pid: r }
+                };
+                let l = Look {
+                    io: Some(io),
+                    state: 'D',
+                    run_ns: n * MS,
+                    wait_ns: n * MS,
+                };
+                (r, l)
+            })
+            .collect();
+        looks.extend(app_look(n).map(|l| (app, l)));
+        let starting = d.starting(now);
+        for (pid, l) in &looks {
+            if let Some(io) = l.io {
+                d.observe(now, io);
+            }
+            if guestd_sends_looks_and_cpu && starting.contains(pid) {
+                let stat = format!("{pid} (tandem) {} 1 {pid} {pid} 0 -1", l.state);
+                let sched = format!("{} {} {n}\n", l.run_ns, l.wait_ns);
+                let reading = crate::sys::cpu_reading_of(now, &stat, Some(&sched), None).unwrap();
+                d.observe(now, GuestEvent::Cpu { pid: *pid, reading });
+            }
+        }
+        if n == 38 {
+            // The app exits at 22.5 s, between looks 37 and 38.
+            d.observe(now, GuestEvent::ProcessExit { pid: app });
+            ends.extend(m.exited(app));
+        }
+        d.poll(now);
+        let needs = needs_to_mark(&d, now);
+        ends.extend(
+            m.update_with(now, &needs, |pid| usage(&d, pid))
+                .into_iter()
+                .filter(|e| matches!(e, MarkEvent::Restored { .. })),
+        );
+        for pid in readers.iter().chain(&[app]) {
+            if m.is_marked(*pid) {
+                marked.entry(*pid).or_default().push(n);
+            }
+        }
+    }
+    (marked, ends)
+}
+
+/// Both measured defects and their fix, on fake `/proc` readings. Before:
+/// the readers' I/O time was not counted across late looks, so their
+/// marks outlived the I/O-time lease and were still on when the app
+/// started (at look 29, 17.4 s); and the app lost its mark while it waited
+/// for a CPU. Now: each reader's mark ends by the lease (8 s of I/O time:
+/// 14 looks of 600 ms) long before the app starts, and the app keeps its
+/// mark at every look from its exec to its exit.
+#[test]
+fn a_starved_guest_marks_its_readers_for_the_lease_and_its_start_throughout() {
+    let (marked, ends) = starved_cell(true);
+    for r in [100, 101, 102, 103, 104] {
+        assert_eq!(marked[&r], (0..=13).collect::<Vec<_>>(), "reader {r}");
+        assert!(ends.contains(&MarkEvent::Restored {
+            pid: r,
+            threads: 1,
+            why: Some(MarkEnd::LeaseOver)
+        }));
+    }
+    assert_eq!(marked[&110], (29..=37).collect::<Vec<_>>(), "the app");
+    assert!(ends.contains(&MarkEvent::Restored {
+        pid: 110,
+        threads: 1,
+        why: None
+    }));
+
+    let (before, _) = starved_cell(false);
+    assert!(
+        before[&100].contains(&29),
+        "before: a reader still marked when the app started: {:?}",
+        before[&100]
+    );
+    assert!(
+        (29..=37).any(|n| !before[&110].contains(&n)),
+        "before: the app lost its mark mid-start: {:?}",
+        before[&110]
+    );
 }

@@ -21,7 +21,9 @@ pub mod io_class;
 mod softrt;
 
 pub use bfq_state::BfqStateDetector;
-pub use guest_signal::{GuestEvent, GuestSignalConfig, GuestSignalDetector};
+pub use guest_signal::{
+    CpuReading, GuestEvent, GuestSignalConfig, GuestSignalDetector, ON_CPU_SHARE_PERCENT,
+};
 pub use io_class::{IoClassifier, IoRole};
 pub use softrt::{Burst, SoftRtClassifier, SoftRtRules};
 
