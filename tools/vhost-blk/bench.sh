@@ -6,6 +6,7 @@
 # the Markdown table docs/measurements.md records.
 #
 #   tools/vhost-blk/bench.sh
+#   TANDEM_BENCH_BACKEND_ARGS="--poll-max-ns 0" tools/vhost-blk/bench.sh  # the backend without polling
 #
 # Needs qemu-system-x86_64 and apt access to Debian's packages (the guest
 # image); about 2 minutes. The numbers move with the machine's load: note

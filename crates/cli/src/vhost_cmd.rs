@@ -52,6 +52,11 @@ pub struct VhostBlkArgs {
     /// The RT budget's sliding window, in seconds (default: 60).
     #[arg(long, value_name = "S")]
     rt_budget_window_s: Option<f64>,
+    /// How long a queue thread may poll for its next event before it sleeps,
+    /// adaptively, as QEMU's iothread `poll-max-ns` (default: QEMU's, 32768);
+    /// 0 never polls.
+    #[arg(long, value_name = "NS", default_value_t = vhostblk::poll::POLL_MAX_NS)]
+    poll_max_ns: u64,
 }
 
 pub fn run(a: VhostBlkArgs) -> Result<(), Failure> {
@@ -68,6 +73,7 @@ pub fn run(a: VhostBlkArgs) -> Result<(), Failure> {
         allow_rt: a.allow_rt,
         blk_size: a.blk_size,
         stats: a.stats,
+        poll_max_ns: a.poll_max_ns,
         vm: vhostblk::vmpolicy::VmPolicy {
             cgroup: a.cgroup,
             weight: a.weight,

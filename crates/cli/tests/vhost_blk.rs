@@ -995,6 +995,20 @@ fn bench_guest(img: &vmimage::Image, disk: Disk, backend: Option<(u32, &Path)>) 
                 delta("by_queue_thread"),
                 delta("completed")
             );
+            // QEMU and the guest's driver took EVENT_IDX: the backend
+            // suppresses kicks and interrupts with it.
+            assert_eq!(s1["event_idx"], true, "{s1}");
+            // Events the queue threads caught by polling, and polls in vain.
+            let polled = |k: &str| {
+                s1["polled"][k].as_u64().unwrap_or(0) - s0["polled"][k].as_u64().unwrap_or(0)
+            };
+            eprintln!(
+                "bench: polled: {} completions, {} requests, {} misses, {:.1} µs per request",
+                polled("completions"),
+                polled("requests"),
+                polled("misses"),
+                polled("ns") as f64 / 1e3 / delta("completed") as f64
+            );
             cpu as f64 / 1e3 / delta("completed") as f64
         });
         // Saturating: a thread that exited in between (an idle io-wq
@@ -1043,7 +1057,10 @@ fn the_backend_against_qemus_builtin_virtio_blk() {
         f.sync_all().unwrap();
     }
     let builtin = bench_guest(&img, Disk::Builtin(&disk), None);
-    let (backend, sock, st) = start_backend(&s, &disk, &[]);
+    // Extra options for the backend (say `--poll-max-ns 0`, to compare).
+    let extra = std::env::var("TANDEM_BENCH_BACKEND_ARGS").unwrap_or_default();
+    let extra: Vec<&str> = extra.split_whitespace().collect();
+    let (backend, sock, st) = start_backend(&s, &disk, &extra);
     let ours = bench_guest(
         &img,
         Disk::Vhost {

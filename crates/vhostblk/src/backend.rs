@@ -4,7 +4,7 @@
 //! used ring out.
 
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -24,6 +24,7 @@ use crate::classmap::ClassPolicy;
 use crate::config::{DeviceConfig, MAX_ZERO_SEGMENTS};
 use crate::image::Image;
 use crate::ioprio::{Class, Ioprio};
+use crate::poll::AdaptivePoll;
 use crate::request::{self, Desc, GuestBytes, Limits, Op, Range, Refusal, Request, Seg, SECTOR};
 use crate::stats::Stats;
 use crate::submit::{IoOp, Job, LocalRing, Outcome, Submitters, PUNCH_HOLE, ZERO_RANGE};
@@ -45,7 +46,6 @@ pub struct BlkBackend {
     cfg: DeviceConfig,
     limits: Limits,
     mem: RwLock<Option<Atomic>>,
-    event_idx: AtomicBool,
     policy: Arc<Mutex<ClassPolicy>>,
     stats: Arc<Stats>,
     submitters: Submitters,
@@ -54,6 +54,8 @@ pub struct BlkBackend {
     locals: Vec<Mutex<Option<LocalRing>>>,
     /// Requests in flight per queue.
     in_flight: Vec<Arc<AtomicUsize>>,
+    /// Each queue thread's polling windows (`crate::poll`).
+    polls: Vec<Mutex<QueuePoll>>,
     clock: Instant,
 }
 
@@ -82,7 +84,6 @@ impl BlkBackend {
             },
             cfg,
             mem: RwLock::new(None),
-            event_idx: AtomicBool::new(false),
             policy: Arc::new(Mutex::new(policy)),
             submitters: Submitters::new(image, stats.clone()),
             locals,
@@ -90,8 +91,21 @@ impl BlkBackend {
             in_flight: (0..cfg.num_queues)
                 .map(|_| Arc::new(AtomicUsize::new(0)))
                 .collect(),
+            polls: (0..cfg.num_queues)
+                .map(|_| Mutex::new(QueuePoll::default()))
+                .collect(),
             clock: Instant::now(),
         }
+    }
+
+    /// Polls at most `max` before a queue thread sleeps (`crate::poll`;
+    /// zero: never).
+    pub fn with_poll_max(mut self, max: Duration) -> BlkBackend {
+        let ns = max.as_nanos() as u64;
+        for p in &mut self.polls {
+            *lock(p) = QueuePoll::new(ns);
+        }
+        self
     }
 
     /// Runs `f` first in each submitter thread (see [`Submitters`]).
@@ -146,6 +160,127 @@ impl BlkBackend {
     /// Issues what queue `q`'s kick queued on its own ring.
     fn flush(&self, q: usize) {
         self.on_local(q, LocalRing::flush);
+    }
+
+    /// Serves a kick of queue `q`: every available chain, with the
+    /// guest's notifications off (without EVENT_IDX the used ring's
+    /// NO_NOTIFY flag; with it the avail event is simply not moved, so the
+    /// guest kicks no more after the one that woke us), one
+    /// `io_uring_enter` for them all. [`Self::poll`] turns notifications
+    /// back on before the thread sleeps.
+    fn serve_kick(&self, q: usize, vring: &Vring) -> std::io::Result<()> {
+        let _ = vring.disable_notification();
+        let r = self.process_queue(q, vring);
+        self.flush(q);
+        r
+    }
+
+    /// Before queue `q`'s thread sleeps: polls for its next event, its own
+    /// ring's completion while requests are in flight there, else the
+    /// guest's next request, for as long as that source's window says
+    /// (`crate::poll`), serving what comes, the guest's notifications
+    /// still off (a request caught here costs the guest no kick, as QEMU
+    /// turns a virtqueue's notifications off while it polls). When a window
+    /// passes with nothing, it turns them on, serves what came meanwhile
+    /// (the check that no request is missed, `enable_notification`), and
+    /// returns: the thread sleeps in epoll, the wait timed from the
+    /// window's start. The avail index is read from guest memory and the
+    /// completion queue from the ring's shared memory: no system call
+    /// while polling.
+    fn poll(&self, q: usize, vring: &Vring) -> std::io::Result<()> {
+        let atomic = self.mem.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let (Some(state), Some(atomic)) = (self.polls.get(q), atomic) else {
+            let _ = vring.enable_notification();
+            return Ok(());
+        };
+        loop {
+            let mut io_waiting = false;
+            self.on_local(q, |r| io_waiting = r.in_flight() > 0);
+            let waiting_for = if io_waiting {
+                Source::Completion
+            } else {
+                Source::Request
+            };
+            let t0 = Instant::now();
+            let window = {
+                let mut p = lock(state);
+                p.waiting = Some(t0);
+                p.of(waiting_for).window()
+            };
+            let found = if window.is_zero() {
+                None
+            } else {
+                self.poll_for(q, vring, &atomic.memory(), io_waiting, t0, window)
+            };
+            match found {
+                Some(source) => {
+                    {
+                        let mut p = lock(state);
+                        p.waiting = None;
+                        p.of(source).adjust(t0.elapsed().as_nanos() as u64);
+                    }
+                    self.stats.polled(
+                        Some(source == Source::Request),
+                        t0.elapsed().as_nanos() as u64,
+                    );
+                    match source {
+                        Source::Completion => self.reap(q),
+                        Source::Request => self.serve_kick(q, vring)?,
+                    }
+                }
+                None => {
+                    if !window.is_zero() {
+                        self.stats.polled(None, t0.elapsed().as_nanos() as u64);
+                    }
+                    if !vring.enable_notification().unwrap_or(false) {
+                        return Ok(());
+                    }
+                    // A request came as notifications went back on.
+                    self.serve_kick(q, vring)?;
+                }
+            }
+        }
+    }
+
+    /// Spins until queue `q` has an event or `window` has passed since
+    /// `t0`: a completion on its own ring (when `io_waiting`), or an
+    /// available chain.
+    fn poll_for(
+        &self,
+        q: usize,
+        vring: &Vring,
+        mem: &Mem,
+        io_waiting: bool,
+        t0: Instant,
+        window: Duration,
+    ) -> Option<Source> {
+        loop {
+            let mut done = false;
+            if io_waiting {
+                self.on_local(q, |r| done = r.completed());
+            }
+            if done {
+                return Some(Source::Completion);
+            }
+            // Only a queue the daemon would serve a kick of: started and
+            // enabled (`read_kick` in the daemon's event loop).
+            let more = {
+                let v = vring.get_ref();
+                let queue = v.get_queue();
+                v.is_enabled()
+                    && queue.ready()
+                    && queue
+                        .avail_idx(mem, Ordering::Acquire)
+                        .is_ok_and(|a| a.0 != queue.next_avail())
+            };
+            if more {
+                return Some(Source::Request);
+            }
+            if t0.elapsed() >= window {
+                return None;
+            }
+            std::hint::spin_loop();
+        }
     }
 
     fn now(&self) -> u64 {
@@ -466,8 +601,11 @@ impl VhostUserBackend for BlkBackend {
         VhostUserProtocolFeatures::CONFIG | VhostUserProtocolFeatures::MQ
     }
 
+    /// The daemon also sets it on each vring (`set_queue_event_idx`),
+    /// which is what `enable_notification`, `disable_notification` and
+    /// `needs_notification` go by; the counters record it.
     fn set_event_idx(&self, enabled: bool) {
-        self.event_idx.store(enabled, Ordering::Release);
+        self.stats.set_event_idx(enabled);
     }
 
     fn get_config(&self, offset: u32, size: u32) -> Vec<u8> {
@@ -500,40 +638,78 @@ impl VhostUserBackend for BlkBackend {
         Ok(())
     }
 
+    /// Kicks come as event 0 on every thread (the daemon numbers a
+    /// thread's vrings from 0), so the queue is the thread's: thread `i`
+    /// serves queue `i` (`queues_per_thread`). Completions of a queue's own
+    /// ring come as `num_queues + 1 + q` (`completion_source`).
     fn handle_event(
         &self,
         device_event: u16,
         evset: EventSet,
         vrings: &[Vring],
-        _thread_id: usize,
+        thread_id: usize,
     ) -> std::io::Result<()> {
         if evset != EventSet::IN {
             return Err(std::io::Error::other(format!(
                 "unexpected event set {evset:?}"
             )));
         }
-        let q = usize::from(device_event);
         let queues = usize::from(self.cfg.num_queues);
-        if q > queues {
-            // A queue's own ring has completions (`completion_source`).
-            self.reap(q - queues - 1);
-            return Ok(());
-        }
-        let Some(vring) = vrings.get(q) else {
+        let event = usize::from(device_event);
+        let (q, source) = if event > queues {
+            (event - queues - 1, Source::Completion)
+        } else {
+            (thread_id, Source::Request)
+        };
+        let Some(vring) = vrings.first() else {
             return Err(std::io::Error::other(format!("no queue {q}")));
         };
-        let event_idx = self.event_idx.load(Ordering::Acquire);
-        loop {
-            if event_idx {
-                let _ = vring.disable_notification();
+        // The wait that just ended, for the polling window of what ended it.
+        if let Some(p) = self.polls.get(q) {
+            let mut p = lock(p);
+            if let Some(since) = p.waiting.take() {
+                p.of(source).adjust(since.elapsed().as_nanos() as u64);
             }
-            let r = self.process_queue(q, vring);
-            // One io_uring_enter for every request of the kick.
-            self.flush(q);
-            r?;
-            if !event_idx || !vring.enable_notification().unwrap_or(false) {
-                return Ok(());
-            }
+        }
+        match source {
+            Source::Completion => self.reap(q),
+            Source::Request => self.serve_kick(q, vring)?,
+        }
+        self.poll(q, vring)
+    }
+}
+
+/// What a queue thread waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Source {
+    /// Its own ring's I/O completions.
+    Completion,
+    /// The guest's next request (a kick).
+    Request,
+}
+
+/// A queue thread's polling windows, one per source (`crate::poll`), and
+/// when its current wait began.
+#[derive(Default)]
+struct QueuePoll {
+    completion: AdaptivePoll,
+    request: AdaptivePoll,
+    waiting: Option<Instant>,
+}
+
+impl QueuePoll {
+    fn new(max_ns: u64) -> QueuePoll {
+        QueuePoll {
+            completion: AdaptivePoll::new(max_ns),
+            request: AdaptivePoll::new(max_ns),
+            waiting: None,
+        }
+    }
+
+    fn of(&mut self, s: Source) -> &mut AdaptivePoll {
+        match s {
+            Source::Completion => &mut self.completion,
+            Source::Request => &mut self.request,
         }
     }
 }

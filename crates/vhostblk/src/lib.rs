@@ -9,6 +9,7 @@ pub mod config;
 pub mod diskio;
 pub mod image;
 pub mod ioprio;
+pub mod poll;
 pub mod request;
 pub mod server;
 pub mod stats;

@@ -37,6 +37,8 @@ pub struct Options {
     pub blk_size: u32,
     /// Where to keep the counters (JSON), if anywhere.
     pub stats: Option<PathBuf>,
+    /// The longest a queue thread polls before it sleeps (`crate::poll`).
+    pub poll_max_ns: u64,
     /// The VM's share and RT budget ([`VmPolicy`]).
     pub vm: VmPolicy,
 }
@@ -136,7 +138,8 @@ pub fn run(opts: &Options, stop: Arc<AtomicBool>) -> Result<Arc<Stats>, Error> {
         Some(d) => Some(VmGroup::join(d, opts.vm.weight).map_err(Error::Run)?),
         None => None,
     };
-    let mut backend = BlkBackend::new(Arc::new(image), cfg, policy, stats.clone());
+    let mut backend = BlkBackend::new(Arc::new(image), cfg, policy, stats.clone())
+        .with_poll_max(Duration::from_nanos(opts.poll_max_ns));
     if let Some(g) = &group {
         backend = backend.with_thread_start(Arc::new(g.placement()));
     }

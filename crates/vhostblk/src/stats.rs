@@ -32,6 +32,17 @@ pub struct Stats {
     buffered: AtomicU64,
     bytes_read: AtomicU64,
     bytes_written: AtomicU64,
+    /// Events a queue thread caught by polling (`crate::poll`) instead of
+    /// sleeping in epoll: I/O completions, and guest requests.
+    polled_completions: AtomicU64,
+    polled_requests: AtomicU64,
+    /// Times a queue thread went to sleep after polling in vain.
+    poll_misses: AtomicU64,
+    /// Nanoseconds spent polling, caught or not: the polling's CPU cost.
+    poll_ns: AtomicU64,
+    /// 1 when the guest's driver took `VIRTIO_RING_F_EVENT_IDX` (the
+    /// notification suppression of both sides), else 0.
+    event_idx: AtomicU64,
     flushes: AtomicU64,
     discards: AtomicU64,
     write_zeroes: AtomicU64,
@@ -86,6 +97,23 @@ impl Stats {
 
     pub fn written(&self, bytes: u64) {
         self.bytes_written.fetch_add(bytes, Relaxed);
+    }
+
+    /// A queue thread polled for `ns` and caught a completion (`requests`
+    /// false) or a guest request; `None`: it found nothing and the thread
+    /// sleeps.
+    pub fn polled(&self, requests: Option<bool>, ns: u64) {
+        self.poll_ns.fetch_add(ns, Relaxed);
+        let c = match requests {
+            Some(false) => &self.polled_completions,
+            Some(true) => &self.polled_requests,
+            None => &self.poll_misses,
+        };
+        c.fetch_add(1, Relaxed);
+    }
+
+    pub fn set_event_idx(&self, enabled: bool) {
+        self.event_idx.store(u64::from(enabled), Relaxed);
     }
 
     pub fn flush(&self) {
@@ -145,6 +173,8 @@ impl Stats {
             "by_queue_thread": g(&self.by_queue_thread),
             "bytes_read": g(&self.bytes_read),
             "bytes_written": g(&self.bytes_written),
+            "polled": {"completions": g(&self.polled_completions), "requests": g(&self.polled_requests), "misses": g(&self.poll_misses), "ns": g(&self.poll_ns)},
+            "event_idx": g(&self.event_idx) == 1,
             "flushes": g(&self.flushes),
             "discards": g(&self.discards),
             "write_zeroes": g(&self.write_zeroes),

@@ -312,6 +312,12 @@ impl LocalRing {
         self.worker.in_flight
     }
 
+    /// Whether completions wait to be reaped (a look at the completion
+    /// queue in shared memory: no system call).
+    pub fn completed(&mut self) -> bool {
+        !self.worker.ring.completion().is_empty()
+    }
+
     /// Waits for the requests in flight, at most `timeout` (the backend
     /// stopping).
     pub fn drain(&mut self, timeout: Duration) {
