@@ -522,14 +522,11 @@ pub struct SimHost<'a> {
     app_cpu: (Nanos, Nanos),
 }
 
-/// The run counter of the share of the start-up time that was the app's
-/// CPU time on the CPU model (its bursts and per-request costs, not its
-/// waits for a core or the disk): written only when the machine runs on
-/// a CPU model.
-pub const APP_CPU_SHARE: &str = "app_cpu_share";
-/// The run counter of the app's mean CPU time per start, in seconds (as
-/// [`APP_CPU_SHARE`]).
-pub const APP_CPU_S: &str = "app_cpu_s";
+/// The run counters of the app's CPU time, shared with the real runner: the
+/// simulator writes them only when the machine runs on a CPU model (the
+/// app's bursts and per-request costs, not its waits for a core or the
+/// disk).
+pub use experiment::result::{APP_CPU_S, APP_CPU_SHARE};
 
 impl<'a> SimHost<'a> {
     /// The host of repetition `rep` of `cell`.
@@ -673,11 +670,8 @@ impl procedure::Host for SimHost<'_> {
         }
         io_counters(m, s.app_kernel, (mark.app.0, mark.app.1, mark.at), out);
         coord_counters(m, s.vms, out);
-        if m.has_cpu_model() && up > 0 {
-            let starts = out.values.len().max(1) as f64;
-            out.counters
-                .insert(APP_CPU_SHARE.into(), cpu as f64 / up as f64);
-            out.counters.insert(APP_CPU_S.into(), to_secs(cpu) / starts);
+        if m.has_cpu_model() {
+            experiment::result::app_cpu_counters(out, cpu, up);
         }
         // What the host's loops got of the cores over the run: what a
         // mode's vCPU boosts cost them (the CPU model's cells report it too).
