@@ -9,9 +9,13 @@
 //! - `sched {name, dev?}`: the guest disk's I/O scheduler (default dev `vda`);
 //! - `workload {spec, seed, rotational}`: start an S workload on the data
 //!   disk's files `file0`, `file1`, ...; `stop`: kill it;
+//! - `workload_sched`: the workload's threads' schedstat now, `{threads:
+//!   [[tid, run_ns, wait_ns, slices], ...]}` ([`crate::cputime`]);
 //! - `drop_caches`: `sync; echo 3 > /proc/sys/vm/drop_caches`;
 //! - `start {app, timeout_s}`: one start of the app (a trace preset replayed
-//!   from `app/`, or `cmd:...`): `{secs}` or `{timeout: true}`;
+//!   from `app/`, or `cmd:...`): `{secs}` or `{timeout: true}`, with the
+//!   app process's schedstat in the guest, `sched: [run_ns, wait_ns,
+//!   slices]` (null when it could not be read);
 //! - `sectors {dev?}`: sectors read and written on the disk (throughput);
 //! - `guestd {lease_ms, cpu?, mark?}`: start `tandem guestd` on the port
 //!   `tandem.help`, or with `mark` (a class) marking urgent processes' I/O
@@ -32,6 +36,7 @@ use std::process::{Child, Command, Stdio};
 
 use serde_json::{json, Value};
 
+use crate::cputime::Role;
 use crate::{run_err, workers, Error, Result};
 
 /// The agent's state: what it started.
@@ -140,6 +145,10 @@ impl Agent {
                 crate::start_workload(&self.exe, &w, &files, seed, rotational, &mut self.workers)?;
                 Ok(json!({"ok": true, "processes": self.workers.len()}))
             }
+            "workload_sched" => {
+                let s = crate::native::workers_snapshot(&self.workers, Role::GuestWorkload);
+                Ok(json!({"ok": true, "threads": s.rows(Role::GuestWorkload)}))
+            }
             "stop" => {
                 self.stop_workers();
                 self.latency.stop();
@@ -155,9 +164,12 @@ impl Agent {
                 let app = crate::app_of(name)?;
                 crate::workers_alive(&mut self.workers, "a guest worker")?;
                 let app_dir = self.data.join("app");
-                match crate::time_start(&self.exe, &app, &app_dir, &self.data, timeout)? {
-                    Some(s) => Ok(json!({"ok": true, "secs": s})),
-                    None => Ok(json!({"ok": true, "timeout": true})),
+                let s = crate::time_start(&self.exe, &app, &app_dir, &self.data, timeout)?;
+                // The app's schedstat in the guest (its CPU time there).
+                let sched = s.sched.map(crate::cputime::sched_json);
+                match s.secs {
+                    Some(secs) => Ok(json!({"ok": true, "secs": secs, "sched": sched})),
+                    None => Ok(json!({"ok": true, "timeout": true, "sched": sched})),
                 }
             }
             "sectors" => {
@@ -222,7 +234,7 @@ impl Agent {
                 .handle(other, req)
                 .unwrap_or_else(|| Err(run_err(format!("{other}: not a latency op")))),
             other => Err(Error::Usage(format!(
-                "unknown op {other:?}; accepted: hello, sched, workload, stop, drop_caches, start, sectors, profile, guestd, greedy_cpu, quit, {}",
+                "unknown op {other:?}; accepted: hello, sched, workload, workload_sched, stop, drop_caches, start, sectors, profile, guestd, greedy_cpu, quit, {}",
                 crate::latency::GuestLatency::OPS.join(", ")
             ))),
         }

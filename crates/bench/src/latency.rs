@@ -74,7 +74,7 @@ pub struct LatencyRun {
     /// cell ([`guest_loops_rate`]; `None` natively or without guest loops).
     pub guest_loops_iter_s: Option<f64>,
     /// For a VM cell, its QEMU threads' scheduling over the run, by role
-    /// ([`crate::qemu_sched::QemuSched::counters`]); empty natively.
+    /// ([`crate::cputime::counters`] of [`crate::cputime::Role::QEMU`]); empty natively.
     pub qemu_threads: BTreeMap<String, f64>,
 }
 

@@ -14,6 +14,7 @@ use experiment::{Pattern, ProfileCell, RunResult, WorkloadSpec};
 
 use crate::cells::CellCtx;
 use crate::cleanup::Cleanup;
+use crate::cputime::{Role, RunCpu, Snapshot};
 use crate::workers::{self, Kind};
 use crate::{check_interrupted, run_err, sectors_done, sleep, Error, Result};
 
@@ -30,6 +31,8 @@ pub(crate) struct OnHost<'a> {
     cleanup: &'a mut Cleanup,
     /// The cell's cyclictest histogram, the repetitions' merged (latency).
     hist: &'a mut Option<Histogram>,
+    /// The repetition's CPU time of the app and the workload.
+    cpu: RunCpu,
 }
 
 impl procedure::Host for OnHost<'_> {
@@ -65,15 +68,23 @@ impl procedure::Host for OnHost<'_> {
         workers_alive(&mut self.cleanup.workers, "a background worker")
     }
 
+    fn begin_measure(&mut self) -> Result<()> {
+        self.cpu
+            .begin(workers_snapshot(&self.cleanup.workers, Role::HostWorkload));
+        Ok(())
+    }
+
     fn start_app(&mut self, timeout_s: f64) -> Result<Option<f64>> {
         let r = self.x.ready;
-        time_start(
+        let s = time_start(
             &self.x.d.o.exe,
             self.x.d.app,
             &r.app_dir,
             &r.workdir,
             timeout_s,
-        )
+        )?;
+        self.cpu.app_start(s.sched, s.secs);
+        Ok(s.secs)
     }
 
     fn latency(&mut self, loops: u64) -> Result<RunResult> {
@@ -91,7 +102,9 @@ impl procedure::Host for OnHost<'_> {
         Ok(sectors_done(&self.x.ready.sb.stat))
     }
 
-    fn finish(&mut self, _out: &mut RunResult) -> Result<()> {
+    fn finish(&mut self, out: &mut RunResult) -> Result<()> {
+        let now = workers_snapshot(&self.cleanup.workers, Role::HostWorkload);
+        self.cpu.finish(now, &[Role::HostWorkload], out);
         self.cleanup.stop_workers();
         Ok(())
     }
@@ -134,6 +147,7 @@ pub(crate) fn run_cell(
                 seed: x.rep_seed(rep),
                 cleanup,
                 hist,
+                cpu: RunCpu::default(),
             },
         );
         cleanup.stop_workers();
@@ -156,6 +170,16 @@ pub fn app_of(name: &str) -> Result<App> {
     experiment::apptrace::preset(name)
         .map(|t| App::Trace(name.to_string(), t))
         .ok_or_else(|| Error::Usage(format!("app {name:?}: no such trace")))
+}
+
+/// The background workers' threads now, as `role` (their CPU time,
+/// [`crate::cputime`]).
+pub fn workers_snapshot(workers: &[Child], role: Role) -> Snapshot {
+    let mut s = Snapshot::default();
+    for ch in workers {
+        s.read_process(role, ch.id());
+    }
+    s
 }
 
 /// A worker that died (a read error, a full disk) is a failed run.
@@ -224,44 +248,58 @@ pub fn start_workload(
     Ok(())
 }
 
-/// One start of the app, with cold caches already: the seconds it took, or
-/// `None` when it ran into the timeout (it is killed then).
+/// One start of the app ([`time_start`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Start {
+    /// The seconds it took, or `None` when it ran into the timeout (it is
+    /// killed then).
+    pub secs: Option<f64>,
+    /// The app process's schedstat when it had exited (CPU time, wait for
+    /// a CPU, slices), for the run's CPU counters ([`crate::cputime`]).
+    pub sched: Option<agent::cfsv::SchedStat>,
+}
+
+/// One start of the app, with cold caches already: how long it took, and
+/// the CPU time it spent.
 pub fn time_start(
     exe: &Path,
     app: &App,
     app_dir: &Path,
     workdir: &Path,
     timeout_s: f64,
-) -> Result<Option<f64>> {
+) -> Result<Start> {
     let t0 = Instant::now();
     let mut child = match app {
         App::Trace(name, _) => workers::spawn_replay(exe, name, app_dir)?,
         App::Command(cmdline) => workers::spawn_command(cmdline, workdir)?,
     };
     let timeout = Duration::from_secs_f64(timeout_s);
-    let status = loop {
+    // The child is left unreaped when it exits (`has_exited`), so that its
+    // schedstat can be read (`kill_reading`).
+    let exited = loop {
         if let Err(e) = check_interrupted() {
             workers::kill(&mut child);
             return Err(e);
         }
-        match child.try_wait() {
-            Ok(Some(st)) => break Some(st),
-            Ok(None) => {}
-            Err(e) => {
-                workers::kill(&mut child);
-                return Err(run_err(format!("waiting for the app: {e}")));
-            }
+        if workers::has_exited(&child) {
+            break true;
         }
         if t0.elapsed() >= timeout {
-            break None;
+            break false;
         }
         std::thread::sleep(Duration::from_millis(2));
     };
     let took = t0.elapsed().as_secs_f64();
-    workers::kill(&mut child);
+    let (status, sched) = workers::kill_reading(&mut child);
+    if !exited {
+        return Ok(Start { secs: None, sched });
+    }
     match status {
         Some(st) if !st.success() => Err(run_err(format!("the app exited with {st}"))),
-        Some(_) => Ok(Some(took)),
-        None => Ok(None),
+        Some(_) => Ok(Start {
+            secs: Some(took),
+            sched,
+        }),
+        None => Err(run_err("waiting for the app: no status")),
     }
 }

@@ -18,6 +18,7 @@ use serde_json::json;
 
 use crate::cells::CellCtx;
 use crate::cleanup::Cleanup;
+use crate::cputime::{self, QemuThreads, Role, RunCpu, Snapshot};
 use crate::device::{fill_app_files, guest_workload_files, DeviceRun};
 use crate::native::App;
 use crate::options::Options;
@@ -218,6 +219,52 @@ pub(crate) struct InGuest<'a> {
     hist: &'a mut Option<cpusched::cyclictest::Histogram>,
     /// The host's busy loops of a throughput cell (`host_cpu_load`).
     hogs: Option<crate::cfsv_cell::HostHogs>,
+    /// The repetition's CPU time of the app (in the guest), the workloads
+    /// (the host's and the guest's) and QEMU's threads.
+    cpu: RunCpu,
+    /// QEMU's threads by role, found when the measurement began.
+    qemu: Option<QemuThreads>,
+}
+
+/// The CPU roles a VM cell counts besides the app's.
+const VM_ROLES: [Role; 5] = [
+    Role::HostWorkload,
+    Role::GuestWorkload,
+    Role::QemuMain,
+    Role::QemuVcpu,
+    Role::QemuOther,
+];
+
+impl InGuest<'_> {
+    /// The threads of the host's workload, the guest's (through the agent)
+    /// and QEMU's now ([`crate::cputime`]). A guest agent older than
+    /// `workload_sched` leaves the guest's out (its counters then read 0).
+    fn cpu_snapshot(&mut self) -> Snapshot {
+        let mut s = crate::native::workers_snapshot(&self.cleanup.workers, Role::HostWorkload);
+        if let Some(q) = &self.qemu {
+            q.read_into(&mut s);
+        }
+        if !self.guest_w.is_none() {
+            match self.guest.call(json!({"op": "workload_sched"}), None) {
+                Ok(a) => s.add_rows(Role::GuestWorkload, &a["threads"]),
+                Err(e) => tracing::warn!("the guest workload's CPU time: {e}"),
+            }
+        }
+        s
+    }
+}
+
+/// QEMU's threads by role: its main thread, and its vCPUs as QMP lists them.
+fn qemu_threads(guest: &vm::Guest) -> Result<QemuThreads> {
+    Ok(QemuThreads {
+        pid: guest.pid(),
+        vcpus: agent::qmp::query_threads(&guest.qmp_socket())
+            .map_err(|e| run_err(format!("the vCPU threads: {e}")))?
+            .vcpus
+            .iter()
+            .map(|&(_, tid)| tid)
+            .collect(),
+    })
 }
 
 impl procedure::Host for InGuest<'_> {
@@ -263,6 +310,9 @@ impl procedure::Host for InGuest<'_> {
         if let Some(h) = &mut self.hogs {
             h.begin();
         }
+        self.qemu = Some(qemu_threads(self.guest)?);
+        let now = self.cpu_snapshot();
+        self.cpu.begin(now);
         Ok(())
     }
 
@@ -278,7 +328,11 @@ impl procedure::Host for InGuest<'_> {
             // and the agent's own work on a slow (TCG) guest.
             Some(Duration::from_secs_f64(timeout_s + 60.0)),
         )?;
-        Ok(a.get("secs").and_then(serde_json::Value::as_f64))
+        let secs = a.get("secs").and_then(serde_json::Value::as_f64);
+        // The app's schedstat in the guest (absent from an older agent).
+        self.cpu
+            .app_start(cputime::parse_sched_json(&a["sched"]), secs);
+        Ok(secs)
     }
 
     fn latency(&mut self, loops: u64) -> Result<RunResult> {
@@ -316,6 +370,8 @@ impl procedure::Host for InGuest<'_> {
                 mb / t0.elapsed().as_secs_f64(),
             );
         }
+        let now = self.cpu_snapshot();
+        self.cpu.finish(now, &VM_ROLES, out);
         if !self.guest_w.is_none() {
             self.guest.call(json!({"op": "stop"}), None)?;
         }
@@ -356,15 +412,7 @@ fn guest_latency(
     let mut load = crate::cpuload::CpuLoad::start(c.cpu.host_cpu_load as usize)?;
     let guest_loops = c.cpu.guest_cpu_load;
     guest.call(json!({"op": "cpu_load", "n": guest_loops}), None)?;
-    let threads = crate::qemu_sched::QemuSched {
-        pid: guest.pid(),
-        vcpus: agent::qmp::query_threads(&guest.qmp_socket())
-            .map_err(|e| run_err(format!("the vCPU threads: {e}")))?
-            .vcpus
-            .iter()
-            .map(|&(_, tid)| tid)
-            .collect(),
-    };
+    let threads = qemu_threads(guest)?;
     let r = (|| {
         sleep(latency::WARMUP.as_secs_f64())?;
         let (host_before, guest_before) = (
@@ -394,7 +442,7 @@ fn guest_latency(
             } else {
                 None
             },
-            qemu_threads: threads.counters(&sched_before, &sched_after),
+            qemu_threads: cputime::counters(&sched_before, &sched_after, &Role::QEMU),
         })
     })();
     let stopped = guest.call(json!({"op": "cpu_load", "n": 0}), None);
@@ -598,6 +646,8 @@ pub(crate) fn run_cell(
             cleanup,
             hist: &mut *hist,
             hogs: None,
+            cpu: RunCpu::default(),
+            qemu: None,
         };
         match procedure::run_repetition(x.c, &o.waits(), &mut host) {
             Ok(r) => runs.push(r),

@@ -17,6 +17,8 @@ use nix::fcntl::{posix_fadvise, PosixFadviseAdvice};
 use nix::sys::signal::{self, killpg, Signal};
 use nix::unistd::Pid;
 
+use agent::cfsv::SchedStat;
+
 use crate::{run_err, Result};
 
 /// What a worker does.
@@ -262,6 +264,47 @@ pub fn kill(child: &mut Child) {
     let _ = killpg(pid, Signal::SIGKILL);
     let _ = signal::kill(pid, Signal::SIGKILL);
     let _ = child.wait();
+}
+
+/// Kill a child's process group as [`kill`] does, but read the child's
+/// schedstat ([`crate::cputime::read_thread`] of its main thread) once it
+/// has exited and before it is reaped: a zombie keeps its counters, a
+/// reaped process has none. Returns how it exited (a child that had exited
+/// before keeps its own status) and the reading. The app is one process
+/// (the replay, or the command `sh -c` execs); threads of it that ended
+/// before its main thread are not in the reading.
+pub fn kill_reading(child: &mut Child) -> (Option<std::process::ExitStatus>, Option<SchedStat>) {
+    use nix::sys::wait::{waitid, Id, WaitPidFlag};
+    let raw = child.id() as i32;
+    let pid = Pid::from_raw(raw);
+    let _ = killpg(pid, Signal::SIGKILL);
+    let _ = signal::kill(pid, Signal::SIGKILL);
+    // Wait for the exit, leaving the child waitable (`WNOWAIT`).
+    let exited = loop {
+        match waitid(Id::Pid(pid), WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT) {
+            Err(nix::errno::Errno::EINTR) => continue,
+            r => break r.is_ok(),
+        }
+    };
+    let st = exited
+        .then(|| crate::cputime::read_thread(raw as u32, raw as u32))
+        .flatten();
+    (child.wait().ok(), st)
+}
+
+/// Whether a child has exited, without reaping it (`WNOWAIT`): its
+/// schedstat stays readable ([`kill_reading`]). An error (no such child)
+/// counts as exited.
+pub fn has_exited(child: &Child) -> bool {
+    use nix::sys::wait::{waitid, Id, WaitPidFlag, WaitStatus};
+    let pid = Pid::from_raw(child.id() as i32);
+    !matches!(
+        waitid(
+            Id::Pid(pid),
+            WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT
+        ),
+        Ok(WaitStatus::StillAlive)
+    )
 }
 
 /// How [`terminate`] stopped a child.

@@ -32,6 +32,12 @@ pub struct ReportArgs {
     /// device) each give their table, then one summary line per device.
     #[arg(long, value_name = "FILE", num_args = 1..)]
     paper: Vec<PathBuf>,
+    /// With --baseline: set the runs' counter NAME (each cell's mean over its runs)
+    /// side by side instead of the cells' values, e.g. `app_cpu_s`, the app's CPU
+    /// time per start, which the simulator (on a CPU model) and the real runner both
+    /// write; X where a side lacks it.
+    #[arg(long, value_name = "NAME", requires = "baseline")]
+    counter: Option<String>,
     /// Ratios within this share either way count as agreeing with --baseline
     /// (0.25: the larger value over the smaller at most 1.25).
     #[arg(long, value_name = "SHARE", default_value_t = DEFAULT_TOLERANCE)]
@@ -143,7 +149,13 @@ pub fn report(a: ReportArgs) -> Result<(), Failure> {
         if run == baseline {
             (run, baseline) = (a.dir.display().to_string(), base.display().to_string());
         }
-        let cmp = side_by_side::compare(&results, &base_results);
+        let cmp = match &a.counter {
+            Some(name) => {
+                println!("counter {name}, each cell's mean over its runs");
+                side_by_side::compare_counter(&results, &base_results, name)
+            }
+            None => side_by_side::compare(&results, &base_results),
+        };
         print!("{}", cmp.render(&run, &baseline, a.tolerance));
         return Ok(());
     }

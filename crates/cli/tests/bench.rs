@@ -142,6 +142,51 @@ fn bfq_starts_the_app_in_under_half_the_time_under_5r_seq() {
     // Nothing left behind: checked by bench_run.
 }
 
+/// A native start-up run records the CPU time of the app's starts and of
+/// the host workload's processes over the measurement, from their
+/// schedstat (`bench::cputime`), under the names the simulator uses for the
+/// app's.
+#[test]
+#[ignore = "needs root: an emulated device (FUSE, loop device)"]
+fn a_native_start_up_records_the_app_and_workload_cpu_time() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    need_devices();
+    let (_dir, scenario, out) = ci_scenario("bench-cpu");
+    bench_run(
+        &scenario,
+        &out,
+        &[
+            "--file-mib",
+            "32",
+            "--settle-s",
+            "2",
+            "--pause-s",
+            "1",
+            "--only",
+            "host_sched=bfq",
+        ],
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let run = &json["cells"][0]["runs"][0];
+    let counter = |k: &str| run["counters"][k].as_f64().unwrap_or(f64::NAN);
+    for k in [
+        "app_run_ms",
+        "app_slices",
+        "host_workload_run_ms",
+        "host_workload_slices",
+    ] {
+        assert!(counter(k) > 0.0, "{k}: {run}");
+    }
+    // Per start, the simulator's names: CPU time in seconds and its share of
+    // the start-up time.
+    let (cpu_s, share) = (counter("app_cpu_s"), counter("app_cpu_share"));
+    assert!(cpu_s > 0.0 && cpu_s * 1e3 <= counter("app_run_ms"), "{run}");
+    assert!(share > 0.0 && share <= 1.0, "{run}");
+    // A native cell has no guest and no QEMU.
+    assert!(run["counters"].get("qemu_main_run_ms").is_none(), "{run}");
+}
+
 /// Starts `tandem bench run` of the CI scenario's bfq cell, quietly, with
 /// `extra` arguments; its outputs go to `out`.
 fn spawn_run(scenario: &Path, out: &Path, extra: &[&str]) -> Child {

@@ -170,6 +170,29 @@ impl fmt::Display for Metric {
     }
 }
 
+/// The run counter of the share of a start-up run's time that was the app's CPU
+/// time (over the starts that finished): both runners write it, the simulator on a
+/// CPU model only (its app's bursts and per-request costs), the real runner from the
+/// app process's schedstat (`bench::cputime`).
+pub const APP_CPU_SHARE: &str = "app_cpu_share";
+/// The run counter of the app's CPU time per start, in seconds: the finished starts'
+/// CPU time over all the run's starts (as [`APP_CPU_SHARE`]).
+pub const APP_CPU_S: &str = "app_cpu_s";
+
+/// Writes [`APP_CPU_SHARE`] and [`APP_CPU_S`] into a start-up run whose `values` are
+/// its starts, from the CPU time and the start-up time summed over the starts that
+/// finished (nothing when none did).
+pub fn app_cpu_counters(out: &mut RunResult, cpu_ns: u64, up_ns: u64) {
+    if up_ns == 0 {
+        return;
+    }
+    let starts = out.values.len().max(1) as f64;
+    out.counters
+        .insert(APP_CPU_SHARE.into(), cpu_ns as f64 / up_ns as f64);
+    out.counters
+        .insert(APP_CPU_S.into(), cpu_ns as f64 / 1e9 / starts);
+}
+
 /// One run (repetition) of a cell: the start-up times of its starts (a timed-out start
 /// counts as `timeout_s` and increments `timeouts`), or the throughput samples.
 /// Both runners stop a run at its first timed-out start, so the timed-out starts are

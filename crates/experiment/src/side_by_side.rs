@@ -60,9 +60,35 @@ fn find<'a>(results: &'a [CellResult], r: &CellResult) -> Option<&'a CellResult>
         .find(|o| o.metric == r.metric && o.cell.key() == key)
 }
 
+/// The mean over a cell's runs of run counter `name` (e.g. `app_cpu_s`), over the
+/// runs that have it; `None` when none has.
+pub fn counter_mean(r: &CellResult, name: &str) -> Option<f64> {
+    let v: Vec<f64> = r
+        .runs
+        .iter()
+        .filter_map(|run| run.counters.get(name).copied())
+        .collect();
+    (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+}
+
 /// Matches the cells of `run` with those of `baseline` by key and metric (runner
 /// aside).
 pub fn compare(run: &[CellResult], baseline: &[CellResult]) -> SideBySide {
+    compare_by(run, baseline, value)
+}
+
+/// As [`compare`], with each cell's mean of run counter `name` ([`counter_mean`])
+/// for its value (`X` where a side lacks the counter): the two runners' CPU times
+/// (`app_cpu_s`, ...) cell by cell.
+pub fn compare_counter(run: &[CellResult], baseline: &[CellResult], name: &str) -> SideBySide {
+    compare_by(run, baseline, |r| counter_mean(r, name))
+}
+
+fn compare_by(
+    run: &[CellResult],
+    baseline: &[CellResult],
+    value: impl Fn(&CellResult) -> Option<f64>,
+) -> SideBySide {
     let mut rows = Vec::new();
     let mut only_run = Vec::new();
     for r in run {
@@ -218,6 +244,28 @@ mod tests {
         let cmp = compare(&real[..1], &sim);
         assert_eq!(cmp.only_baseline.len(), 1);
         assert!(cmp.render("a", "b", 0.25).contains("1 only in b"));
+    }
+
+    /// A counter's mean over the runs that have it, cell by cell; a side without it
+    /// is X.
+    #[test]
+    fn counters_are_compared_by_their_mean() {
+        let mut real = results("real", &[(3.0, 0), (4.0, 0)]);
+        let sim = results("sim", &[(3.0, 0), (4.0, 0)]);
+        let mut sim_cpu = sim.clone();
+        for (r, cpu) in real.iter_mut().zip([0.02, 0.03]) {
+            let mut second = r.runs[0].clone();
+            r.runs[0].counters.insert("app_cpu_s".into(), cpu);
+            second.counters.insert("app_cpu_s".into(), cpu * 2.0);
+            r.runs.push(second);
+            r.runs.push(RunResult::default());
+        }
+        sim_cpu[0].runs[0].counters.insert("app_cpu_s".into(), 0.03);
+        assert_eq!(counter_mean(&real[0], "app_cpu_s"), Some(0.03));
+        assert_eq!(counter_mean(&sim[0], "app_cpu_s"), None);
+        let cmp = compare_counter(&real, &sim_cpu, "app_cpu_s");
+        assert_eq!(cmp.rows[0].ratio(), Some(1.0));
+        assert_eq!((cmp.rows[1].run, cmp.rows[1].baseline), (Some(0.045), None));
     }
 
     /// The case that made `report A B` and `report B A` disagree: 0.78 is within

@@ -13,7 +13,7 @@ use crate::iosched::{BfqVersion, SchedConfig};
 use crate::machine::{
     secs, to_secs, CpuConfig, KernelId, Machine, MachineConfig, HOST, WORKLOAD_FILE_BYTES,
 };
-use crate::request::IoPrio;
+use crate::request::{IoPrio, Pid};
 use crate::vm::VmConfig;
 use crate::workload::{self, AppTrace};
 use devmodel::Nanos;
@@ -133,6 +133,8 @@ pub struct Setup {
     pub workloads: Vec<WorkloadSpec>,
     /// Size of each workload file ([`workload_file_bytes`]).
     pub workload_file_bytes: u64,
+    /// The host's and VM 1's workload processes.
+    pub workload_cpu: WorkloadCpu,
 }
 
 /// Builds the machine of a cell: device, host elevator and host workload;
@@ -212,9 +214,12 @@ pub fn setup(cell: &Cell, opts: &SimOptions, seed: u64) -> Result<Setup, String>
     if m.has_cpu_model() && cell.cpu.host_cpu_load > 0 {
         m.add_host_cpu_loops(cell.cpu.host_cpu_load as usize)?;
     }
-    start_workload(&mut m, HOST, &host_workload, file_bytes);
+    let mut workload_cpu = WorkloadCpu {
+        host: start_workload(&mut m, HOST, &host_workload, file_bytes),
+        guest: Vec::new(),
+    };
     if let Some(gw) = guest_workload {
-        start_workload(&mut m, app_kernel, &gw, file_bytes);
+        workload_cpu.guest = start_workload(&mut m, app_kernel, &gw, file_bytes);
         workloads.push(gw);
     }
     // VMs 2..N, each with its own image on the host and the cell's guest
@@ -257,6 +262,7 @@ pub fn setup(cell: &Cell, opts: &SimOptions, seed: u64) -> Result<Setup, String>
         vms,
         workloads,
         workload_file_bytes: file_bytes,
+        workload_cpu,
     })
 }
 
@@ -429,26 +435,47 @@ pub fn workload_file_bytes(capacity_bytes: u64, files: u64) -> u64 {
 /// Starts the S suite's background readers and writers in kernel `k`,
 /// each on its own file of `file_bytes` in the suite's work directory.
 /// Writers are capped as S caps them when the kernel sees a rotational
-/// disk (a guest's virtio disk is one).
-pub fn start_workload(m: &mut Machine, k: KernelId, w: &WorkloadSpec, file_bytes: u64) {
+/// disk (a guest's virtio disk is one). Returns the readers' and writers'
+/// pids (their CPU time: [`WorkloadCpu`]).
+pub fn start_workload(m: &mut Machine, k: KernelId, w: &WorkloadSpec, file_bytes: u64) -> Vec<Pid> {
     let random = w.pattern == Some(Pattern::Rand);
     let files: Vec<FileId> = (0..w.readers + w.writers)
         .map(|i| m.add_file(k, &format!("/S/file{i}"), file_bytes))
         .collect();
+    let mut pids = Vec::new();
     for &f in &files[..w.readers as usize] {
-        if random {
-            m.start_rand_reader(k, f, IoPrio::DEFAULT, 0);
+        pids.push(if random {
+            m.start_rand_reader(k, f, IoPrio::DEFAULT, 0)
         } else {
-            m.start_seq_reader(k, f, IoPrio::DEFAULT, 0);
-        }
+            m.start_seq_reader(k, f, IoPrio::DEFAULT, 0)
+        });
     }
     if w.writers > 0 {
         let per_writer = suite::writer_rate_bytes_per_s(w, m.rotational(k));
         for i in 0..w.writers as usize {
             let f = files[w.readers as usize + i];
-            m.start_writer(k, f, random, per_writer, IoPrio::DEFAULT);
+            pids.push(m.start_writer(k, f, random, per_writer, IoPrio::DEFAULT));
         }
         m.periodic_sync(k, secs(suite::SYNC_PERIOD_S));
+    }
+    pids
+}
+
+/// The processes of the host's workload and of VM 1's guest's, whose CPU
+/// time on the CPU model the run reports under the real runner's names
+/// (`host_workload_run_ms`, `guest_workload_run_ms`: `bench::cputime`).
+#[derive(Clone, Debug, Default)]
+pub struct WorkloadCpu {
+    pub host: Vec<Pid>,
+    pub guest: Vec<Pid>,
+}
+
+impl WorkloadCpu {
+    /// The CPU time the host's and the guest's workload processes ran so
+    /// far (platform's time).
+    fn ran(&self, m: &Machine) -> (Nanos, Nanos) {
+        let sum = |pids: &[Pid]| pids.iter().map(|&p| m.cpu_time(p)).sum();
+        (sum(&self.host), sum(&self.guest))
     }
 }
 
@@ -489,6 +516,8 @@ struct Mark {
     app: (u64, u64),
     host: (u64, u64),
     at: Nanos,
+    /// The workloads' CPU time so far (host, guest).
+    workload_cpu: (Nanos, Nanos),
 }
 
 /// The simulator's side of the S suite's procedure
@@ -522,14 +551,11 @@ pub struct SimHost<'a> {
     app_cpu: (Nanos, Nanos),
 }
 
-/// The run counter of the share of the start-up time that was the app's
-/// CPU time on the CPU model (its bursts and per-request costs, not its
-/// waits for a core or the disk): written only when the machine runs on
-/// a CPU model.
-pub const APP_CPU_SHARE: &str = "app_cpu_share";
-/// The run counter of the app's mean CPU time per start, in seconds (as
-/// [`APP_CPU_SHARE`]).
-pub const APP_CPU_S: &str = "app_cpu_s";
+/// The run counters of the app's CPU time, shared with the real runner: the
+/// simulator writes them only when the machine runs on a CPU model (the
+/// app's bursts and per-request costs, not its waits for a core or the
+/// disk).
+pub use experiment::result::{APP_CPU_S, APP_CPU_SHARE};
 
 impl<'a> SimHost<'a> {
     /// The host of repetition `rep` of `cell`.
@@ -605,6 +631,7 @@ impl procedure::Host for SimHost<'_> {
             app: m.sectors_done(s.app_kernel),
             host: m.sectors_done(HOST),
             at: m.now(),
+            workload_cpu: s.workload_cpu.ran(m),
         });
         Ok(())
     }
@@ -673,11 +700,20 @@ impl procedure::Host for SimHost<'_> {
         }
         io_counters(m, s.app_kernel, (mark.app.0, mark.app.1, mark.at), out);
         coord_counters(m, s.vms, out);
-        if m.has_cpu_model() && up > 0 {
-            let starts = out.values.len().max(1) as f64;
+        if m.has_cpu_model() {
+            experiment::result::app_cpu_counters(out, cpu, up);
+            // The workloads' CPU time over the measurement, as the real
+            // runner counts it (`bench::cputime`).
+            let (host, guest) = s.workload_cpu.ran(m);
+            let ms = |now: Nanos, then: Nanos| (now - then) as f64 / 1e6;
             out.counters
-                .insert(APP_CPU_SHARE.into(), cpu as f64 / up as f64);
-            out.counters.insert(APP_CPU_S.into(), to_secs(cpu) / starts);
+                .insert("host_workload_run_ms".into(), ms(host, mark.workload_cpu.0));
+            if s.app_kernel != HOST {
+                out.counters.insert(
+                    "guest_workload_run_ms".into(),
+                    ms(guest, mark.workload_cpu.1),
+                );
+            }
         }
         // What the host's loops got of the cores over the run: what a
         // mode's vCPU boosts cost them (the CPU model's cells report it too).
