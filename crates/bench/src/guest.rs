@@ -10,8 +10,10 @@
 //! - `workload {spec, seed, rotational}`: start an S workload on the data
 //!   disk's files `file0`, `file1`, ...; `stop`: kill it;
 //! - `drop_caches`: `sync; echo 3 > /proc/sys/vm/drop_caches`;
-//! - `start {app, timeout_s}`: one start of the app (a trace preset replayed
-//!   from `app/`, or `cmd:...`): `{secs}` or `{timeout: true}`;
+//! - `start {app, timeout_s, work_per_us?}`: one start of the app (a trace
+//!   preset replayed from `app/`, or `cmd:...`): `{secs}` or `{timeout: true}`;
+//!   with `work_per_us` a hot start, its CPU time done as that much work
+//!   (`workers::replay_main`);
 //! - `sectors {dev?}`: sectors read and written on the disk (throughput);
 //! - `guestd {lease_ms, cpu?, mark?}`: start `tandem guestd` on the port
 //!   `tandem.help`, or with `mark` (a class) marking urgent processes' I/O
@@ -155,7 +157,9 @@ impl Agent {
                 let app = crate::app_of(name)?;
                 crate::workers_alive(&mut self.workers, "a guest worker")?;
                 let app_dir = self.data.join("app");
-                match crate::time_start(&self.exe, &app, &app_dir, &self.data, timeout)? {
+                // A hot start: the host's work rate for its CPU time.
+                let work = req.get("work_per_us").and_then(Value::as_f64);
+                match crate::time_start(&self.exe, &app, &app_dir, &self.data, timeout, work)? {
                     Some(s) => Ok(json!({"ok": true, "secs": s})),
                     None => Ok(json!({"ok": true, "timeout": true})),
                 }
