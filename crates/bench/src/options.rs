@@ -111,7 +111,7 @@ pub(crate) fn check_options(o: &Options) -> Result<Vec<String>> {
         ) && !c.on_cpu_model();
         if c.is_native() && beside_guest && c.cpu.host_cpu_load > 0 {
             return Err(Error::Usage(format!(
-                "matrix.host_cpu_load {} in a native {} cell: the real runner runs the host's busy loops beside VM throughput and start-up cells only",
+                "matrix.host_cpu_load {} in a native {} cell: the real runner runs the host's busy loops beside VM throughput and cold start-up cells, and in hot start-up and latency cells",
                 c.cpu.host_cpu_load, c.benchmark
             )));
         }

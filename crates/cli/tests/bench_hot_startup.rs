@@ -70,10 +70,45 @@ fn hot_start_up_passes_the_real_runners_checks_and_readers_hashers_does_not() {
     ]);
     let e = String::from_utf8_lossy(&r.stderr);
     assert!(!e.contains("hot"), "{e}");
-    if devemu::is_root() {
-        assert!(e.contains("no such device"), "{e}");
-    } else {
+    if !devemu::is_root() {
         assert!(e.contains("root"), "{e}");
+        return;
+    }
+    assert!(e.contains("no such device"), "{e}");
+    // Host loops in a native cell: a hot start-up's (above), not a cold
+    // one's (they run beside a guest there).
+    let cold = dir.0.join("cold.toml");
+    std::fs::write(
+        &cold,
+        "name = \"ci-cold\"\nbenchmark = \"startup\"\napp = \"xterm\"\n\
+         platform = \"chromebook-2014\"\niterations = 3\n[matrix]\n\
+         device = [\"hdd-1.8in\"]\nhost_sched = [\"mq-deadline\"]\n\
+         host_workload = [\"none\"]\nhost_cpu_load = [\"2\"]\n",
+    )
+    .unwrap();
+    let r = tandem(&["bench", "run", cold.to_str().unwrap(), "--out", o]);
+    let e = String::from_utf8_lossy(&r.stderr);
+    assert_eq!(r.status.code(), Some(2), "{e}");
+    assert!(e.contains("in hot start-up and latency cells"), "{e}");
+}
+
+/// The replay's work rate is a number above 0.
+#[test]
+fn the_replay_refuses_a_work_rate_that_is_not_above_zero() {
+    for bad in ["0", "-3", "NaN", "inf", "fast"] {
+        let r = tandem(&[
+            "bench",
+            "replay",
+            "--app",
+            "xterm",
+            "--dir",
+            "/nonexistent",
+            "--cpu-work-per-us",
+            bad,
+        ]);
+        let e = String::from_utf8_lossy(&r.stderr);
+        assert_eq!(r.status.code(), Some(2), "{bad}: {e}");
+        assert!(e.contains("a number above 0"), "{bad}: {e}");
     }
 }
 
