@@ -194,11 +194,15 @@ fn a_hot_replay_spends_the_traces_cpu_time_and_a_cold_one_sleeps_it() {
     let dir = std::env::temp_dir().join(format!("tandem-hot-replay-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     for (i, f) in trace.files.iter().enumerate() {
-        bench::workers::fill_file(&bench::workers::app_file(&dir, i), f.size.max(4096), i as u64)
-            .unwrap();
+        bench::workers::fill_file(
+            &bench::workers::app_file(&dir, i),
+            f.size.max(4096),
+            i as u64,
+        )
+        .unwrap();
     }
-    let think_s = (trace.reads.iter().map(|r| r.think_ns).sum::<u64>() + trace.tail_ns) as f64
-        / 1e9;
+    let think_s =
+        (trace.reads.iter().map(|r| r.think_ns).sum::<u64>() + trace.tail_ns) as f64 / 1e9;
     let rate = bench::cpuload::work_per_us();
     // Once to fill the page cache, then each way.
     bench::workers::replay_main("xterm", &dir, None).unwrap();
@@ -209,6 +213,9 @@ fn a_hot_replay_spends_the_traces_cpu_time_and_a_cold_one_sleeps_it() {
     bench::workers::replay_main("xterm", &dir, None).unwrap();
     let cold = thread_cpu_s() - t0;
     std::fs::remove_dir_all(&dir).unwrap();
-    assert!(hot >= think_s / 2.0, "hot {hot} s of CPU for {think_s} s recorded");
+    assert!(
+        hot >= think_s / 2.0,
+        "hot {hot} s of CPU for {think_s} s recorded"
+    );
     assert!(cold < hot, "cold {cold} s, hot {hot} s");
 }
