@@ -96,6 +96,8 @@ fn hot_start_up_passes_the_real_runners_checks_and_readers_hashers_does_not() {
 #[test]
 fn the_replay_refuses_a_work_rate_that_is_not_above_zero() {
     for bad in ["0", "-3", "NaN", "inf", "fast"] {
+        // `=`, so that "-3" is the option's value and not an option.
+        let arg = format!("--cpu-work-per-us={bad}");
         let r = tandem(&[
             "bench",
             "replay",
@@ -103,8 +105,7 @@ fn the_replay_refuses_a_work_rate_that_is_not_above_zero() {
             "xterm",
             "--dir",
             "/nonexistent",
-            "--cpu-work-per-us",
-            bad,
+            &arg,
         ]);
         let e = String::from_utf8_lossy(&r.stderr);
         assert_eq!(r.status.code(), Some(2), "{bad}: {e}");
