@@ -39,11 +39,15 @@ pub(crate) struct HostHogs {
 }
 
 impl HostHogs {
-    /// The cell's loops, if it is a throughput or start-up cell with
-    /// `host_cpu_load`.
+    /// The cell's loops, if it is a throughput or cold start-up cell with
+    /// `host_cpu_load` (a hot start-up starts its loops after its warm-up
+    /// start, `crate::vm_cell::VmLoads`).
     pub fn start(c: &Cell) -> Result<Option<HostHogs>> {
         let n = c.cpu.host_cpu_load as usize;
-        if !matches!(c.benchmark, Benchmark::Throughput | Benchmark::Startup) || n == 0 {
+        if !matches!(c.benchmark, Benchmark::Throughput | Benchmark::Startup)
+            || c.on_cpu_model()
+            || n == 0
+        {
             return Ok(None);
         }
         Ok(Some(HostHogs {

@@ -252,11 +252,96 @@ fn busy_loop(counter: &AtomicU64, parent: Pid) -> ! {
     let mut x: u64 = 1;
     let mut done: u64 = 0;
     loop {
-        for _ in 0..BLOCK {
-            // An LCG step (Knuth's MMIX constants) the compiler cannot fold.
-            x = std::hint::black_box(x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1));
-        }
+        x = work(x, BLOCK.into());
         done += 1;
         counter.store(done, Ordering::Relaxed);
+    }
+}
+
+/// `n` units of CPU work from `x`: dependent LCG steps (Knuth's MMIX
+/// constants) the compiler cannot fold. The busy loops' work, and the hot
+/// start-up's recorded CPU time ([`work_per_us`]).
+#[inline(never)]
+pub fn work(mut x: u64, n: u64) -> u64 {
+    for _ in 0..n {
+        x = std::hint::black_box(x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1));
+    }
+    x
+}
+
+/// The calibration's rounds and each round's CPU time: five rounds of 10 ms
+/// take 50 ms of CPU once per run, and the fastest round is the one least
+/// disturbed (a preemption's cache refill, an interrupt).
+const CALIBRATION_ROUNDS: u32 = 5;
+const CALIBRATION_ROUND_NS: u64 = 10_000_000;
+
+/// This thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`), ns: what the thread
+/// ran, whatever the other processes took from it meanwhile.
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid timespec to fill; this clock always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// How many units of [`work`] this machine's host does in a microsecond of
+/// CPU time, measured on the CPU time of the measuring thread (so that the
+/// other helpers' processes or the cell's busy loops, which take wall time,
+/// do not lower it); measured once per process. The hot start-up's replay
+/// turns its trace's recorded CPU time into this much work per µs, natively
+/// and in a guest alike: a guest does the host's work for the same start, so
+/// a slower vCPU (TCG) takes longer, as the recorded app would.
+pub fn work_per_us() -> f64 {
+    static RATE: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    *RATE.get_or_init(|| {
+        let mut best: f64 = 0.0;
+        let mut x = 1;
+        for _ in 0..CALIBRATION_ROUNDS {
+            let (t0, mut units) = (thread_cpu_ns(), 0u64);
+            let mut t = t0;
+            while t - t0 < CALIBRATION_ROUND_NS {
+                x = work(x, BLOCK.into());
+                units += u64::from(BLOCK);
+                t = thread_cpu_ns();
+            }
+            best = best.max(units as f64 * 1e3 / (t - t0) as f64);
+        }
+        std::hint::black_box(x);
+        best
+    })
+}
+
+/// A cell's busy loops on this machine, started and warmed up
+/// ([`crate::latency::WARMUP`]: the kernel's balancer has spread them),
+/// sampled when the measurement begins. Dropping it stops them.
+pub struct WarmLoads {
+    load: CpuLoad,
+    begun: Sample,
+}
+
+impl WarmLoads {
+    /// `n` loops (none for 0), warmed up; `check` is asked every 20 ms
+    /// whether to go on (the runner's Ctrl-C).
+    pub fn start(n: usize, check: &mut dyn FnMut() -> Result<()>) -> Result<WarmLoads> {
+        let load = CpuLoad::start(n)?;
+        let end = Instant::now() + crate::latency::WARMUP;
+        while Instant::now() < end {
+            check()?;
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let begun = load.sample();
+        Ok(WarmLoads { load, begun })
+    }
+
+    /// The loops' iterations per second since the measurement began
+    /// (`None` without loops), after checking none died: its load would be
+    /// missing from the measurement. The loops stop.
+    pub fn finish(mut self) -> Result<Option<f64>> {
+        let now = self.load.sample();
+        self.load.check_running()?;
+        Ok((!self.load.is_empty()).then(|| now.rate_since(&self.begun)))
     }
 }

@@ -12,10 +12,11 @@
 //! - `workload_sched`: the workload's threads' schedstat now, `{threads:
 //!   [[tid, run_ns, wait_ns, slices], ...]}` ([`crate::cputime`]);
 //! - `drop_caches`: `sync; echo 3 > /proc/sys/vm/drop_caches`;
-//! - `start {app, timeout_s}`: one start of the app (a trace preset replayed
-//!   from `app/`, or `cmd:...`): `{secs}` or `{timeout: true}`, with the
-//!   app process's schedstat in the guest, `sched: [run_ns, wait_ns,
-//!   slices]` (null when it could not be read);
+//! - `start {app, timeout_s, work_per_us?}`: one start of the app (a trace
+//!   preset replayed from `app/`, or `cmd:...`): `{secs}` or `{timeout: true}`,
+//!   with the app process's schedstat in the guest, `sched: [run_ns, wait_ns,
+//!   slices]` (null when it could not be read); with `work_per_us` a hot
+//!   start, its CPU time done as that much work (`workers::replay_main`);
 //! - `sectors {dev?}`: sectors read and written on the disk (throughput);
 //! - `guestd {lease_ms, cpu?, mark?}`: start `tandem guestd` on the port
 //!   `tandem.help`, or with `mark` (a class) marking urgent processes' I/O
@@ -164,7 +165,9 @@ impl Agent {
                 let app = crate::app_of(name)?;
                 crate::workers_alive(&mut self.workers, "a guest worker")?;
                 let app_dir = self.data.join("app");
-                let s = crate::time_start(&self.exe, &app, &app_dir, &self.data, timeout)?;
+                // A hot start: the host's work rate for its CPU time.
+                let work = req.get("work_per_us").and_then(Value::as_f64);
+                let s = crate::time_start(&self.exe, &app, &app_dir, &self.data, timeout, work)?;
                 // The app's schedstat in the guest (its CPU time there).
                 let sched = s.sched.map(crate::cputime::sched_json);
                 match s.secs {

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use cpusched::cyclictest::{Histogram, HIST_BUCKETS};
 use experiment::RunResult;
 
-use crate::cpuload::CpuLoad;
+use crate::cpuload::{CpuLoad, WarmLoads};
 use crate::{run_err, workers, Result};
 
 /// The native cyclictest, found on `PATH` (Debian: `/usr/bin/cyclictest`,
@@ -201,19 +201,11 @@ pub fn run_native(
     host_loops: usize,
     check: &mut dyn FnMut() -> Result<()>,
 ) -> Result<LatencyRun> {
-    let mut load = CpuLoad::start(host_loops)?;
-    let settle_end = Instant::now() + WARMUP;
-    while Instant::now() < settle_end {
-        check()?;
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let before = load.sample();
+    let load = WarmLoads::start(host_loops, check)?;
     let hist = run_cyclictest(Path::new(CYCLICTEST), loops, check)?;
-    let after = load.sample();
-    load.check_running()?;
     Ok(LatencyRun {
         hist,
-        host_loops_iter_s: (!load.is_empty()).then(|| after.rate_since(&before)),
+        host_loops_iter_s: load.finish()?,
         guest_loops_iter_s: None,
         qemu_threads: BTreeMap::new(),
     })

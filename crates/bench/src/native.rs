@@ -15,6 +15,7 @@ use experiment::{Pattern, ProfileCell, RunResult, WorkloadSpec};
 use crate::cells::CellCtx;
 use crate::cleanup::Cleanup;
 use crate::cputime::{Role, RunCpu, Snapshot};
+use crate::cpuload::WarmLoads;
 use crate::workers::{self, Kind};
 use crate::{check_interrupted, run_err, sectors_done, sleep, Error, Result};
 
@@ -33,6 +34,34 @@ pub(crate) struct OnHost<'a> {
     hist: &'a mut Option<Histogram>,
     /// The repetition's CPU time of the app and the workload.
     cpu: RunCpu,
+    /// The host's busy loops of a hot start-up (`host_cpu_load`).
+    loads: Option<WarmLoads>,
+}
+
+/// A hot start's work rate ([`crate::cpuload::work_per_us`]) for a cell
+/// with hot caches, `None` for a cold one.
+pub(crate) fn hot_work(c: &experiment::Cell) -> Option<f64> {
+    (c.cpu.caches == experiment::Caches::Hot).then(crate::cpuload::work_per_us)
+}
+
+/// Counter of a hot start-up's run: the work rate its starts did their
+/// recorded CPU time at (units of [`crate::cpuload::work`] per µs, the
+/// host's), for the record.
+pub const APP_WORK_PER_US: &str = "app_work_per_us";
+
+/// A hot start-up's loops' rates (`host_loops_iter_s`,
+/// `guest_loops_iter_s`, for the sides that have loops) and its work rate
+/// into a run's counters.
+pub(crate) fn hot_counters(out: &mut RunResult, host: Option<f64>, guest: Option<f64>) {
+    for (k, rate) in [
+        (crate::latency::HOST_LOOPS_ITER_S, host),
+        (crate::latency::GUEST_LOOPS_ITER_S, guest),
+        (APP_WORK_PER_US, Some(crate::cpuload::work_per_us())),
+    ] {
+        if let Some(r) = rate {
+            out.counters.insert(k.into(), r);
+        }
+    }
 }
 
 impl procedure::Host for OnHost<'_> {
@@ -82,9 +111,22 @@ impl procedure::Host for OnHost<'_> {
             &r.app_dir,
             &r.workdir,
             timeout_s,
+            hot_work(self.x.c),
         )?;
         self.cpu.app_start(s.sched, s.secs);
         Ok(s.secs)
+    }
+
+    fn start_cpu_loads(&mut self) -> Result<()> {
+        let n = self.x.c.cpu.host_cpu_load as usize;
+        self.loads = Some(WarmLoads::start(n, &mut check_interrupted)?);
+        Ok(())
+    }
+
+    fn stop_cpu_loads(&mut self, out: &mut RunResult) -> Result<()> {
+        let host = self.loads.take().map(WarmLoads::finish).transpose()?;
+        hot_counters(out, host.flatten(), None);
+        Ok(())
     }
 
     fn latency(&mut self, loops: u64) -> Result<RunResult> {
@@ -114,9 +156,9 @@ impl procedure::Host for OnHost<'_> {
     }
 }
 
-/// The real runner's error for a cell of the CPU model's benchmarks (hot
-/// start-up: the scenario's check refuses it first; this is the procedure's
-/// word on it).
+/// The real runner's error for a cell of the CPU model's benchmarks
+/// (`readers-hashers`: the command line refuses it first; this is the
+/// procedure's word on it).
 pub(crate) fn cpu_model_only(what: &str) -> Error {
     Error::Usage(format!(
         "{what}: runs on the simulator's CPU model only (tandem sim run)"
@@ -148,6 +190,7 @@ pub(crate) fn run_cell(
                 cleanup,
                 hist,
                 cpu: RunCpu::default(),
+                loads: None,
             },
         );
         cleanup.stop_workers();
@@ -259,18 +302,20 @@ pub struct Start {
     pub sched: Option<agent::cfsv::SchedStat>,
 }
 
-/// One start of the app, with cold caches already: how long it took, and
-/// the CPU time it spent.
+/// One start of the app, with the caches as the cell wants them already:
+/// how long it took, and the CPU time it spent. `work_per_us` is a hot
+/// start's ([`workers::replay_main`]; a `cmd:` app runs as it is).
 pub fn time_start(
     exe: &Path,
     app: &App,
     app_dir: &Path,
     workdir: &Path,
     timeout_s: f64,
+    work_per_us: Option<f64>,
 ) -> Result<Start> {
     let t0 = Instant::now();
     let mut child = match app {
-        App::Trace(name, _) => workers::spawn_replay(exe, name, app_dir)?,
+        App::Trace(name, _) => workers::spawn_replay(exe, name, app_dir, work_per_us)?,
         App::Command(cmdline) => workers::spawn_command(cmdline, workdir)?,
     };
     let timeout = Duration::from_secs_f64(timeout_s);

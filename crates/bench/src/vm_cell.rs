@@ -224,6 +224,8 @@ pub(crate) struct InGuest<'a> {
     cpu: RunCpu,
     /// QEMU's threads by role, found when the measurement began.
     qemu: Option<QemuThreads>,
+    /// The host's and the guest's busy loops of a hot start-up.
+    loads: Option<VmLoads>,
 }
 
 /// The CPU roles a VM cell counts besides the app's.
@@ -322,8 +324,14 @@ impl procedure::Host for InGuest<'_> {
     }
 
     fn start_app(&mut self, timeout_s: f64) -> Result<Option<f64>> {
+        let mut req =
+            json!({"op": "start", "app": self.x.d.o.scenario.app, "timeout_s": timeout_s});
+        if let Some(rate) = crate::native::hot_work(self.x.c) {
+            // A hot start: the guest does the host's work for its CPU time.
+            req["work_per_us"] = rate.into();
+        }
         let a = self.guest.call(
-            json!({"op": "start", "app": self.x.d.o.scenario.app, "timeout_s": timeout_s}),
+            req,
             // The guest times the start; its answer may take the timeout
             // and the agent's own work on a slow (TCG) guest.
             Some(Duration::from_secs_f64(timeout_s + 60.0)),
@@ -333,6 +341,20 @@ impl procedure::Host for InGuest<'_> {
         self.cpu
             .app_start(cputime::parse_sched_json(&a["sched"]), secs);
         Ok(secs)
+    }
+
+    fn start_cpu_loads(&mut self) -> Result<()> {
+        self.loads = Some(VmLoads::start(self.guest, self.x.c)?);
+        Ok(())
+    }
+
+    fn stop_cpu_loads(&mut self, out: &mut RunResult) -> Result<()> {
+        let Some(loads) = self.loads.take() else {
+            return Ok(());
+        };
+        let (host, guest) = loads.finish(self.guest)?;
+        crate::native::hot_counters(out, host, guest);
+        Ok(())
     }
 
     fn latency(&mut self, loops: u64) -> Result<RunResult> {
@@ -398,57 +420,96 @@ impl procedure::Host for InGuest<'_> {
         crate::native::cpu_model_only(what)
     }
 }
-/// One repetition of a VM latency cell: the host's busy loops
-/// (`host_cpu_load`) and the guest's (`guest_cpu_load`, by the agent)
-/// started, [`crate::latency::WARMUP`], the guest's cyclictest for `loops`
-/// samples, each side's loops sampled around it; the guest's loops stopped
-/// (the host's when `load` drops, on an error too).
+/// The busy loops of a VM cell's CPU benchmarks (latency, hot start-up):
+/// the host's (`host_cpu_load`) and the guest's (`guest_cpu_load`, by the
+/// agent), started together and warmed up ([`crate::latency::WARMUP`]),
+/// each side sampled when the measurement begins. Dropping it stops the
+/// host's; [`VmLoads::finish`] stops the guest's too (after an error the
+/// agent's `stop` or the guest's shutdown does).
+pub(crate) struct VmLoads {
+    host: crate::cpuload::CpuLoad,
+    host_begun: crate::cpuload::Sample,
+    guest_loops: u8,
+    guest_begun: serde_json::Value,
+}
+
+impl VmLoads {
+    pub fn start(guest: &mut vm::Guest, c: &Cell) -> Result<VmLoads> {
+        let host = crate::cpuload::CpuLoad::start(c.cpu.host_cpu_load as usize)?;
+        let guest_loops = c.cpu.guest_cpu_load;
+        guest.call(json!({"op": "cpu_load", "n": guest_loops}), None)?;
+        sleep(crate::latency::WARMUP.as_secs_f64())?;
+        Ok(VmLoads {
+            host_begun: host.sample(),
+            host,
+            guest_loops,
+            guest_begun: guest.call(json!({"op": "cpu_load_sample"}), None)?,
+        })
+    }
+
+    /// The host's and the guest's loops' iterations per second since the
+    /// measurement began (`None` for a side without loops), after checking
+    /// none died; both sides' loops stop, on an error too.
+    pub fn finish(mut self, guest: &mut vm::Guest) -> Result<(Option<f64>, Option<f64>)> {
+        let rates = (|| {
+            let host_now = self.host.sample();
+            let guest_now = guest.call(json!({"op": "cpu_load_sample"}), None)?;
+            self.host.check_running()?;
+            let host = (!self.host.is_empty()).then(|| host_now.rate_since(&self.host_begun));
+            let guest = if self.guest_loops > 0 {
+                Some(crate::latency::guest_loops_rate(
+                    &self.guest_begun,
+                    &guest_now,
+                )?)
+            } else {
+                None
+            };
+            Ok((host, guest))
+        })();
+        self.host.stop();
+        let stopped = guest.call(json!({"op": "cpu_load", "n": 0}), None);
+        let rates = rates?;
+        stopped?;
+        Ok(rates)
+    }
+}
+
+/// One repetition of a VM latency cell: the cell's loops ([`VmLoads`])
+/// started, the guest's cyclictest for `loops` samples, the loops sampled
+/// around it and stopped.
 fn guest_latency(
     guest: &mut vm::Guest,
     c: &Cell,
     loops: u64,
 ) -> Result<crate::latency::LatencyRun> {
     use crate::latency;
-    let mut load = crate::cpuload::CpuLoad::start(c.cpu.host_cpu_load as usize)?;
-    let guest_loops = c.cpu.guest_cpu_load;
-    guest.call(json!({"op": "cpu_load", "n": guest_loops}), None)?;
     let threads = qemu_threads(guest)?;
+    let loads = VmLoads::start(guest, c)?;
     let r = (|| {
-        sleep(latency::WARMUP.as_secs_f64())?;
-        let (host_before, guest_before) = (
-            load.sample(),
-            guest.call(json!({"op": "cpu_load_sample"}), None)?,
-        );
         let sched_before = threads.snapshot();
         let a = guest.call(
             json!({"op": "cyclictest", "loops": loops}),
             Some(latency::run_timeout(loops)),
         )?;
         let sched_after = threads.snapshot();
-        let (host_after, guest_after) = (
-            load.sample(),
-            guest.call(json!({"op": "cpu_load_sample"}), None)?,
-        );
-        load.check_running()?;
         let output = a
             .get("output")
             .and_then(serde_json::Value::as_str)
             .ok_or_else(|| run_err(format!("cyclictest in the guest: no output in {a}")))?;
-        Ok(latency::LatencyRun {
-            hist: latency::parse(output)?,
-            host_loops_iter_s: (!load.is_empty()).then(|| host_after.rate_since(&host_before)),
-            guest_loops_iter_s: if guest_loops > 0 {
-                Some(latency::guest_loops_rate(&guest_before, &guest_after)?)
-            } else {
-                None
-            },
-            qemu_threads: cputime::counters(&sched_before, &sched_after, &Role::QEMU),
-        })
+        Ok((
+            latency::parse(output)?,
+            cputime::counters(&sched_before, &sched_after, &Role::QEMU),
+        ))
     })();
-    let stopped = guest.call(json!({"op": "cpu_load", "n": 0}), None);
-    let run = r?;
-    stopped?;
-    Ok(run)
+    let rates = loads.finish(guest);
+    let (hist, qemu_threads) = r?;
+    let (host_loops_iter_s, guest_loops_iter_s) = rates?;
+    Ok(latency::LatencyRun {
+        hist,
+        host_loops_iter_s,
+        guest_loops_iter_s,
+        qemu_threads,
+    })
 }
 
 /// The cell's coordination: none for `off`; for `help-rt` and `help-cpu`,
@@ -648,6 +709,7 @@ pub(crate) fn run_cell(
             hogs: None,
             cpu: RunCpu::default(),
             qemu: None,
+            loads: None,
         };
         match procedure::run_repetition(x.c, &o.waits(), &mut host) {
             Ok(r) => runs.push(r),

@@ -230,12 +230,16 @@ pub fn spawn_worker(
         .map_err(|e| run_err(format!("starting a worker ({}): {e}", exe.display())))
 }
 
-/// Start the replay of an app trace whose files are in `dir`.
-pub fn spawn_replay(exe: &Path, app: &str, dir: &Path) -> Result<Child> {
+/// Start the replay of an app trace whose files are in `dir`; with hot
+/// caches, `work_per_us` turns its CPU time into work ([`replay_main`]).
+pub fn spawn_replay(exe: &Path, app: &str, dir: &Path, work_per_us: Option<f64>) -> Result<Child> {
     let mut cmd = Command::new(exe);
     cmd.args(["bench", "replay", "--app", app, "--dir"])
-        .arg(dir)
-        .stdin(Stdio::null())
+        .arg(dir);
+    if let Some(rate) = work_per_us {
+        cmd.arg("--cpu-work-per-us").arg(rate.to_string());
+    }
+    cmd.stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::inherit());
     detach_with_parent(&mut cmd);
@@ -344,9 +348,14 @@ pub fn app_file(dir: &Path, i: usize) -> PathBuf {
 }
 
 /// Replay the start-up I/O of a trace (the hidden `tandem bench replay`):
-/// each read with cold caches and no readahead beyond what the trace records,
-/// the recorded CPU time in between.
-pub fn replay_main(app: &str, dir: &Path) -> Result<()> {
+/// each read with no readahead beyond what the trace records, the recorded
+/// CPU time in between. With cold caches (`work_per_us` `None`) the reads
+/// go to the disk and the CPU time is slept ([`spin_or_sleep`]); with hot
+/// caches (`Some`: [`crate::cpuload::work_per_us`] of the host) the reads
+/// hit the page cache and the CPU time is CPU work: that many units of
+/// [`crate::cpuload::work`] per recorded µs, so that a start is CPU-bound
+/// as the trace says and waits for a CPU behind the busy loops.
+pub fn replay_main(app: &str, dir: &Path, work_per_us: Option<f64>) -> Result<()> {
     let trace = experiment::apptrace::preset(app)
         .ok_or_else(|| run_err(format!("no app trace {app:?}")))?;
     let files: Vec<File> = (0..trace.files.len())
@@ -358,8 +367,13 @@ pub fn replay_main(app: &str, dir: &Path) -> Result<()> {
         })
         .collect::<Result<_>>()?;
     let mut buf = Vec::new();
+    let mut x = 1;
+    let mut think = |ns: u64| match work_per_us {
+        Some(rate) => x = crate::cpuload::work(x, hot_work_units(ns, rate)),
+        None => spin_or_sleep(ns),
+    };
     for r in &trace.reads {
-        spin_or_sleep(r.think_ns);
+        think(r.think_ns);
         buf.resize(r.len as usize, 0);
         let f = &files[r.file];
         let mut got = 0;
@@ -371,8 +385,15 @@ pub fn replay_main(app: &str, dir: &Path) -> Result<()> {
             }
         }
     }
-    spin_or_sleep(trace.tail_ns);
+    think(trace.tail_ns);
+    std::hint::black_box(x);
     Ok(())
+}
+
+/// The units of [`crate::cpuload::work`] for `ns` of recorded CPU time at
+/// `rate` units per µs.
+pub fn hot_work_units(ns: u64, rate: f64) -> u64 {
+    (ns as f64 / 1e3 * rate).round() as u64
 }
 
 /// The recorded CPU time between reads: sleeping would give the CPU away and

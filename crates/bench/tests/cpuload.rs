@@ -160,3 +160,62 @@ fn loops_die_with_a_killed_owner() {
         "loops {left:?} outlived their killed owner"
     );
 }
+
+#[test]
+fn work_is_deterministic_and_the_hosts_rate_is_positive() {
+    use bench::cpuload::{work, work_per_us};
+    assert_eq!(work(7, 0), 7);
+    assert_eq!(work(1, 5), work(work(1, 2), 3));
+    assert_ne!(work(1, 5), work(1, 4));
+    let r = work_per_us();
+    assert!(r.is_finite() && r > 0.0, "{r}");
+    // Measured once a process.
+    assert_eq!(work_per_us(), r);
+    assert_eq!(bench::workers::hot_work_units(2_000, 1.5), 3);
+    assert_eq!(bench::workers::hot_work_units(0, 1e3), 0);
+}
+
+/// This thread's CPU time, user and system, in seconds.
+fn thread_cpu_s() -> f64 {
+    // SAFETY: a zeroed rusage for getrusage to fill.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid rusage pointer.
+    assert_eq!(unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut u) }, 0);
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(u.ru_utime) + tv(u.ru_stime)
+}
+
+/// A hot replay does the trace's recorded CPU time as CPU work (at least
+/// half of it in CPU time, whatever else runs); a cold one sleeps it and
+/// spends less.
+#[test]
+fn a_hot_replay_spends_the_traces_cpu_time_and_a_cold_one_sleeps_it() {
+    let trace = experiment::apptrace::preset("xterm").unwrap();
+    let dir = std::env::temp_dir().join(format!("tandem-hot-replay-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (i, f) in trace.files.iter().enumerate() {
+        bench::workers::fill_file(
+            &bench::workers::app_file(&dir, i),
+            f.size.max(4096),
+            i as u64,
+        )
+        .unwrap();
+    }
+    let think_s =
+        (trace.reads.iter().map(|r| r.think_ns).sum::<u64>() + trace.tail_ns) as f64 / 1e9;
+    let rate = bench::cpuload::work_per_us();
+    // Once to fill the page cache, then each way.
+    bench::workers::replay_main("xterm", &dir, None).unwrap();
+    let t0 = thread_cpu_s();
+    bench::workers::replay_main("xterm", &dir, Some(rate)).unwrap();
+    let hot = thread_cpu_s() - t0;
+    let t0 = thread_cpu_s();
+    bench::workers::replay_main("xterm", &dir, None).unwrap();
+    let cold = thread_cpu_s() - t0;
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(
+        hot >= think_s / 2.0,
+        "hot {hot} s of CPU for {think_s} s recorded"
+    );
+    assert!(cold < hot, "cold {cold} s, hot {hot} s");
+}

@@ -160,6 +160,18 @@ pub struct ReplayArgs {
     app: String,
     #[arg(long)]
     dir: PathBuf,
+    /// A hot start: the trace's CPU time done as this many units of work
+    /// per µs (the host's rate, `bench::cpuload::work_per_us`).
+    #[arg(long, value_name = "UNITS", value_parser = positive_rate)]
+    cpu_work_per_us: Option<f64>,
+}
+
+/// A work rate: a finite number above 0.
+fn positive_rate(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!("{s:?}: a number above 0")),
+    }
 }
 
 fn fail(e: bench::Error) -> Failure {
@@ -184,12 +196,11 @@ fn load(arg: &str, app_cmd: Option<&str>) -> Result<Scenario, Failure> {
     };
     let mut s =
         Scenario::from_toml_str(&text, &accepted).map_err(|e| Failure::Usage(e.to_string()))?;
-    if s.runs_on_cpu_model() && s.benchmark != experiment::Benchmark::Latency {
+    if s.benchmark == experiment::Benchmark::ReadersHashers {
         return Err(Failure::Usage(format!(
-            "benchmark = \"{}\" with caches = \"{}\": the real runner runs cold start-up, \
-             throughput and latency; hot start-up runs on the simulator (tandem sim run)",
-            s.benchmark,
-            s.cpu.caches.as_str()
+            "benchmark = \"{}\": the real runner runs start-up (cold and hot caches), \
+             throughput, latency and profile; readers-hashers runs on the simulator (tandem sim run)",
+            s.benchmark
         )));
     }
     // The real runner starts QEMU/KVM guests; Xen is the simulator's only.
@@ -225,7 +236,9 @@ pub fn run(cmd: BenchCommand) -> Result<(), Failure> {
                 .ok_or_else(|| Failure::Usage(format!("unknown worker kind {:?}", a.kind)))?;
             bench::workers::worker_main(kind, a.file.as_deref(), a.rate, a.seed).map_err(fail)
         }
-        BenchCommand::Replay(a) => bench::workers::replay_main(&a.app, &a.dir).map_err(fail),
+        BenchCommand::Replay(a) => {
+            bench::workers::replay_main(&a.app, &a.dir, a.cpu_work_per_us).map_err(fail)
+        }
         BenchCommand::KvmProbe => std::process::exit(bench::vm::kvm_probe_main()),
     }
 }

@@ -59,6 +59,10 @@ const EMBEDDED_SCENARIOS: &[(&str, &str)] = &[
         "fanguede-real",
         include_str!("../../../scenarios/fanguede-real.toml"),
     ),
+    (
+        "fanguede-real-startup",
+        include_str!("../../../scenarios/fanguede-real-startup.toml"),
+    ),
     ("help-all", include_str!("../../../scenarios/help-all.toml")),
     ("xen2tier", include_str!("../../../scenarios/xen2tier.toml")),
     ("cfsv", include_str!("../../../scenarios/cfsv.toml")),

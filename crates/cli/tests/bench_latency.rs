@@ -28,31 +28,9 @@ host_cpu_sched = ["cfs"]
 host_cpu_load = ["2"]
 "#;
 
-/// `tandem bench run SCENARIO --out OUT --quiet`, which must succeed and
-/// leave none of its processes behind; returns its results.csv.
+/// `tandem bench run SCENARIO --out OUT --quiet` ([`common::bench_run`]).
 fn bench_run(text: &str, name: &str) -> (Scratch, std::path::PathBuf, String) {
-    let dir = Scratch::new(name);
-    let scenario = dir.0.join("s.toml");
-    std::fs::write(&scenario, text).unwrap();
-    let out = dir.0.join("out");
-    let child = Command::new(env!("CARGO_BIN_EXE_tandem"))
-        .args(["bench", "run"])
-        .arg(&scenario)
-        .arg("--out")
-        .arg(&out)
-        .arg("--quiet")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let r = child.wait_with_output().unwrap();
-    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
-    let left = leftovers(pid, None);
-    assert!(left.is_empty(), "left behind: {left:#?}");
-    let csv = std::fs::read_to_string(out.join("results.csv")).unwrap();
-    (dir, out, csv)
+    common::bench_run(text, name, &[])
 }
 
 #[test]
@@ -126,28 +104,6 @@ guest_cpu_load = ["1"]
 coordination = ["static-cpu"]
 "#;
 
-/// A guest image with cyclictest (`tandem vm image`), built into a
-/// directory kept between test runs (the .deb cache makes a rebuild take
-/// seconds).
-fn guest_image() -> std::path::PathBuf {
-    let base = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("latency-guest");
-    let out = base.join("img");
-    let o = Command::new(env!("CARGO_BIN_EXE_tandem"))
-        .args(["vm", "image", "--out"])
-        .arg(&out)
-        .arg("--cache")
-        .arg(base.join("debs"))
-        .arg("--quiet")
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "tandem vm image: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    out
-}
-
 /// What a watcher saw of one QEMU thread's scheduling.
 #[derive(Debug, Default, Clone, Copy)]
 struct Seen {
@@ -197,7 +153,7 @@ fn watch_qemu(
 #[ignore = "needs root and qemu: an emulated device, a TCG guest with cyclictest, SCHED_RR on QEMU's threads"]
 fn a_vm_latency_cell_measures_cyclictest_in_the_guest_and_restores_the_boost() {
     assert!(devemu::is_root(), "needs root");
-    let image = guest_image();
+    let image = common::latency_guest_image();
     let dir = Scratch::new("bench-latency-vm");
     let scenario = dir.0.join("s.toml");
     std::fs::write(&scenario, VM).unwrap();

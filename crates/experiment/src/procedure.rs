@@ -20,6 +20,12 @@
 //!    the cell's timeout; a start shorter than [`suite::SHORT_START_S`] is followed by
 //!    that much rest, and a start that hits the timeout counts as the timeout and ends
 //!    the run;
+//!    start-up with hot caches (`caches = "hot"`, the coordinated task scheduling
+//!    study's test): one untimed warm-up start (the app's files are then in the page
+//!    caches), the cell's busy loops started ([`Host::start_cpu_loads`]), then per
+//!    start the pause ([`suite::HOT_PAUSE_MS`]) and the start, no cache dropped and no
+//!    rest; a timeout ends the run as above; the loops stop
+//!    ([`Host::stop_cpu_loads`]);
 //!    throughput: the disk's sectors read and written, sampled every `sample_s` over
 //!    `duration_s` (at least one sample), in MB/s (10^6 bytes);
 //! 5. the workloads stop and the host adds its counters ([`Host::finish`]).
@@ -27,11 +33,12 @@
 //! A new benchmark is a new arm of [`run_repetition`] (its steps, in order), plus the
 //! steps it needs that [`Host`] does not have yet, implemented by each host. The
 //! simulator runs its latency cells on its CPU model (`sim::cpu_bench`), which is not
-//! a [`Host`] (no disk, no caches, no workloads but busy loops); the real runner runs
-//! them here. Start-up with `caches = "hot"` does not go through here yet: the hook
-//! where it belongs is [`run_repetition`]'s first check ([`on_cpu_model`]), which
-//! refuses it before any step.
+//! a [`Host`] (no disk, no caches, no workloads but busy loops), and its start-ups
+//! with hot caches the same way; the real runner runs both here. What runs on the
+//! simulator's CPU model only (`readers-hashers`) is refused by [`run_repetition`]'s
+//! first check ([`on_cpu_model`]) before any step.
 
+use crate::cpu::Caches;
 use crate::scenario::Benchmark;
 use crate::suite;
 use crate::{Cell, ProfileCell, RunResult, WorkloadSpec};
@@ -71,6 +78,12 @@ impl Waits {
     /// The pause before each start.
     pub fn pause_s(&self) -> f64 {
         self.pause_s.unwrap_or(suite::PAUSE_BEFORE_START_S)
+    }
+
+    /// The pause before each start with hot caches: the override or
+    /// [`suite::HOT_PAUSE_MS`].
+    pub fn hot_pause_s(&self) -> f64 {
+        self.pause_s.unwrap_or(suite::HOT_PAUSE_MS as f64 / 1000.0)
     }
 }
 
@@ -114,8 +127,24 @@ pub trait Host {
 
     /// Start the app once, in every kernel that starts it, and wait for it: the
     /// seconds until the last one was up, or `None` when `timeout_s` passed first.
-    /// The app is gone when this returns.
+    /// The app is gone when this returns. With hot caches (the cell's `caches`) the
+    /// app's recorded CPU time is CPU work, not waiting.
     fn start_app(&mut self, timeout_s: f64) -> Result<Option<f64>, Self::Error>;
+
+    /// Start the cell's busy loops (`host_cpu_load` on the host, `guest_cpu_load` in
+    /// VM 1's guest) and let them warm up, for the start-ups with hot caches. The
+    /// host stops them when the repetition ends, on an error too. By default the
+    /// host does not run hot start-ups ([`Host::unsupported`]).
+    fn start_cpu_loads(&mut self) -> Result<(), Self::Error> {
+        Err(self.unsupported("benchmark = \"startup\" with caches = \"hot\""))
+    }
+
+    /// Stop the loops [`Host::start_cpu_loads`] started, after checking none died,
+    /// and add what they got (iterations per second) to `out`'s counters.
+    fn stop_cpu_loads(&mut self, out: &mut RunResult) -> Result<(), Self::Error> {
+        let _ = out;
+        Ok(())
+    }
 
     /// One run of cyclictest for `loops` samples where the cell measures (the host
     /// in native cells, VM 1's guest in VM cells), with the cell's busy loops
@@ -170,8 +199,8 @@ pub fn run_repetition<H: Host>(
     host: &mut H,
 ) -> Result<RunResult, H::Error> {
     if let Some(what) = on_cpu_model(cell) {
-        // The hook of the benchmarks that run elsewhere today (see the module's
-        // documentation): a host that runs them says so here.
+        // The hook of the benchmarks that run on the simulator's CPU model only
+        // (see the module's documentation).
         return Err(host.unsupported(&what));
     }
     host.drop_caches(Scope::Host)?;
@@ -180,6 +209,9 @@ pub fn run_repetition<H: Host>(
     host.begin_measure()?;
     let mut out = RunResult::default();
     match cell.benchmark {
+        Benchmark::Startup if cell.cpu.caches == Caches::Hot => {
+            hot_starts(cell, waits, host, &mut out)?
+        }
         Benchmark::Startup => cold_starts(cell, waits, host, &mut out)?,
         Benchmark::Throughput => throughput(cell, host, &mut out)?,
         Benchmark::Latency => out = host.latency(cell.cpu.loops)?,
@@ -195,19 +227,12 @@ pub fn run_repetition<H: Host>(
 }
 
 /// The benchmark of a cell that runs on the simulator's CPU model only, not through
-/// the procedure (start-up with hot caches), named for an error message; `None` for
-/// the procedure's (latency among them: [`Host::latency`]).
+/// the procedure (`readers-hashers`), named for an error message; `None` for the
+/// procedure's (latency among them: [`Host::latency`]; hot start-up:
+/// [`Host::start_cpu_loads`]).
 pub fn on_cpu_model(cell: &Cell) -> Option<String> {
-    if cell.benchmark == Benchmark::ReadersHashers {
-        Some("benchmark = \"readers-hashers\"".to_string())
-    } else if cell.benchmark != Benchmark::Latency && cell.on_cpu_model() {
-        Some(format!(
-            "benchmark = \"{}\" with caches = \"hot\"",
-            cell.benchmark.as_str()
-        ))
-    } else {
-        None
-    }
+    (cell.benchmark == Benchmark::ReadersHashers)
+        .then(|| "benchmark = \"readers-hashers\"".to_string())
 }
 
 /// `iterations` cold starts (S: `comm_startup_lat.sh`); the run stops at the first
@@ -239,6 +264,37 @@ fn cold_starts<H: Host>(
         }
     }
     Ok(())
+}
+
+/// `iterations` starts with hot caches (the coordinated task scheduling study's
+/// start-up test): one untimed warm-up start fills the page caches (the host's and,
+/// in VM cells, the guest's), then the busy loops start and each start follows a
+/// [`Waits::hot_pause_s`] pause, nothing dropped. A timeout, of the warm-up start
+/// too, counts as the timeout and ends the run, as in [`cold_starts`].
+fn hot_starts<H: Host>(
+    cell: &Cell,
+    waits: &Waits,
+    host: &mut H,
+    out: &mut RunResult,
+) -> Result<(), H::Error> {
+    if host.start_app(cell.timeout_s)?.is_none() {
+        out.values.push(cell.timeout_s);
+        out.timeouts += 1;
+        return Ok(());
+    }
+    host.start_cpu_loads()?;
+    for _ in 0..cell.iterations {
+        host.pause(waits.hot_pause_s())?;
+        match host.start_app(cell.timeout_s)? {
+            Some(took) => out.values.push(took),
+            None => {
+                out.values.push(cell.timeout_s);
+                out.timeouts += 1;
+                break;
+            }
+        }
+    }
+    host.stop_cpu_loads(out)
 }
 
 /// The number of throughput samples of a cell: `duration_s / sample_s`, at least one.
@@ -400,13 +456,126 @@ mod tests {
     }
 
     #[test]
-    fn a_benchmark_the_host_does_not_run_is_its_error_before_any_step() {
+    fn a_benchmark_of_the_cpu_model_only_is_the_hosts_error_before_any_step() {
         let mut h = Script::default();
-        let mut hot = cell(Benchmark::Startup);
-        hot.cpu.caches = crate::Caches::Hot;
-        let e = run_repetition(&hot, &Waits::default(), &mut h).unwrap_err();
-        assert_eq!(e, "no benchmark = \"startup\" with caches = \"hot\"");
+        let rh = cell(Benchmark::ReadersHashers);
+        let e = run_repetition(&rh, &Waits::default(), &mut h).unwrap_err();
+        assert_eq!(e, "no benchmark = \"readers-hashers\"");
         assert!(h.steps.is_empty());
+    }
+
+    /// A host that runs hot start-ups: [`Script`] with busy loops.
+    struct Hot(Script);
+    impl Host for Hot {
+        type Error = String;
+        fn drop_caches(&mut self, s: Scope) -> Result<(), String> {
+            self.0.drop_caches(s)
+        }
+        fn start_workloads(&mut self) -> Result<Vec<WorkloadSpec>, String> {
+            self.0.start_workloads()
+        }
+        fn wait(&mut self, secs: f64) -> Result<(), String> {
+            self.0.wait(secs)
+        }
+        fn settle(&mut self, secs: f64) -> Result<(), String> {
+            self.0.settle(secs)
+        }
+        fn pause(&mut self, secs: f64) -> Result<(), String> {
+            self.0.pause(secs)
+        }
+        fn start_app(&mut self, t: f64) -> Result<Option<f64>, String> {
+            self.0.start_app(t)
+        }
+        fn start_cpu_loads(&mut self) -> Result<(), String> {
+            self.0.steps.push("loops".into());
+            Ok(())
+        }
+        fn stop_cpu_loads(&mut self, out: &mut RunResult) -> Result<(), String> {
+            self.0.steps.push("loops stop".into());
+            out.counters.insert("host_loops_iter_s".into(), 7.0);
+            Ok(())
+        }
+        fn sectors(&mut self) -> Result<u64, String> {
+            self.0.sectors()
+        }
+        fn finish(&mut self, out: &mut RunResult) -> Result<(), String> {
+            self.0.finish(out)
+        }
+        fn unsupported(&self, what: &str) -> String {
+            self.0.unsupported(what)
+        }
+    }
+
+    fn hot_cell() -> Cell {
+        let mut c = cell(Benchmark::Startup);
+        c.cpu.caches = crate::Caches::Hot;
+        c.host_workload = WorkloadSpec::NONE;
+        c
+    }
+
+    #[test]
+    fn hot_start_ups_warm_up_once_then_start_under_the_loops_with_no_cache_dropped() {
+        let mut h = Hot(Script {
+            starts: vec![Some(0.9), Some(0.1), Some(0.2), Some(0.3)],
+            ..Script::default()
+        });
+        let out = run_repetition(&hot_cell(), &Waits::default(), &mut h).unwrap();
+        // The warm-up start is not a value; no rest after these short starts.
+        assert_eq!(out.values, vec![0.1, 0.2, 0.3]);
+        assert_eq!(out.counters["host_loops_iter_s"], 7.0);
+        assert_eq!(
+            h.0.steps,
+            [
+                "drop Host",
+                "workloads",
+                "settle 0",
+                "start 9",
+                "loops",
+                "pause 0.5",
+                "start 9",
+                "pause 0.5",
+                "start 9",
+                "pause 0.5",
+                "start 9",
+                "loops stop",
+                "finish"
+            ]
+        );
+        // `--pause-s` overrides the hot pause as the cold one.
+        let w = Waits {
+            settle_s: None,
+            pause_s: Some(0.25),
+        };
+        assert_eq!(w.hot_pause_s(), 0.25);
+    }
+
+    #[test]
+    fn a_hot_start_that_times_out_ends_the_run_and_so_does_the_warm_up() {
+        let mut h = Hot(Script {
+            starts: vec![Some(0.9), Some(0.1), None],
+            ..Script::default()
+        });
+        let out = run_repetition(&hot_cell(), &Waits::default(), &mut h).unwrap();
+        assert_eq!((out.values, out.timeouts), (vec![0.1, 9.0], 1));
+        assert_eq!(h.0.steps.iter().filter(|s| *s == "loops stop").count(), 1);
+        let mut h = Hot(Script {
+            starts: vec![None],
+            ..Script::default()
+        });
+        let out = run_repetition(&hot_cell(), &Waits::default(), &mut h).unwrap();
+        assert_eq!((out.values, out.timeouts), (vec![9.0], 1));
+        assert!(!h.0.steps.contains(&"loops".to_string()), "{:?}", h.0.steps);
+    }
+
+    #[test]
+    fn a_host_without_busy_loops_refuses_a_hot_start_up() {
+        let mut h = Script {
+            starts: vec![Some(0.9)],
+            ..Script::default()
+        };
+        let e = run_repetition(&hot_cell(), &Waits::default(), &mut h).unwrap_err();
+        assert_eq!(e, "no benchmark = \"startup\" with caches = \"hot\"");
+        assert!(!h.steps.contains(&"finish".to_string()));
     }
 
     #[test]

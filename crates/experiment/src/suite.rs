@@ -14,6 +14,14 @@ pub const PAUSE_BEFORE_START_S: f64 = 4.0;
 /// stats be printed".
 pub const SHORT_START_S: f64 = 2.0;
 
+/// The pause before each start with hot caches (`caches = "hot"`, the coordinated
+/// task scheduling study's start-up test), in ms. [`PAUSE_BEFORE_START_S`] lets a cold
+/// start's disk settle; a hot start leaves nothing to settle but the schedulers'
+/// state, which the busy loops renew within a few ticks, so 0.5 s keeps 100 starts
+/// short. The simulator (`sim::cpu_bench`) and the real runner (the procedure) both
+/// pause this long.
+pub const HOT_PAUSE_MS: u64 = 500;
+
 /// `transitory_duration 7` with the "+6 s because fio is slow to start many jobs":
 /// schedulers without `wr_max_time` in sysfs (mainline BFQ has none) wait 7 + 6 s
 /// before measuring.

@@ -23,11 +23,9 @@ use crate::workload;
 /// runner).
 pub use experiment::latency::LATENCY_MAX_US;
 
-/// The pause before each hot start. The S suite pauses 4 s
-/// (`suite::PAUSE_BEFORE_START_S`) to let a cold start's disk settle; a hot
-/// start leaves nothing to settle but the schedulers' state, which the loops
-/// renew within a few ticks, so 0.5 s keeps 100 starts short.
-const HOT_PAUSE: Nanos = 500 * MS;
+/// The pause before each hot start ([`experiment::suite::HOT_PAUSE_MS`],
+/// the real runner's too).
+const HOT_PAUSE: Nanos = experiment::suite::HOT_PAUSE_MS * MS;
 /// Up to this much more, drawn per start, so that starts fall at different
 /// phases of the tick (HZ=100: 10 ms) and of the loops' slices.
 const HOT_JITTER: Nanos = 50 * MS;

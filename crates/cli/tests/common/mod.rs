@@ -284,3 +284,54 @@ impl Drop for Proc {
         }
     }
 }
+
+/// `tandem bench run SCENARIO --out OUT --quiet ARGS` on the scenario
+/// `text`, which must succeed and leave none of its processes behind;
+/// returns the scratch directory, the output directory and results.csv.
+pub fn bench_run(text: &str, name: &str, args: &[&str]) -> (Scratch, PathBuf, String) {
+    let dir = Scratch::new(name);
+    let scenario = dir.0.join("s.toml");
+    std::fs::write(&scenario, text).unwrap();
+    let out = dir.0.join("out");
+    let child = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(["bench", "run"])
+        .arg(&scenario)
+        .arg("--out")
+        .arg(&out)
+        .arg("--quiet")
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let r = child.wait_with_output().unwrap();
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let left = leftovers(pid, None);
+    assert!(left.is_empty(), "left behind: {left:#?}");
+    let csv = std::fs::read_to_string(out.join("results.csv")).unwrap();
+    (dir, out, csv)
+}
+
+/// A guest image with cyclictest (`tandem vm image`), built into a
+/// directory kept between test runs (the .deb cache makes a rebuild take
+/// seconds).
+pub fn latency_guest_image() -> PathBuf {
+    let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("latency-guest");
+    let out = base.join("img");
+    let o = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(["vm", "image", "--out"])
+        .arg(&out)
+        .arg("--cache")
+        .arg(base.join("debs"))
+        .arg("--quiet")
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "tandem vm image: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    out
+}
