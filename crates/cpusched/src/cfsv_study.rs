@@ -6,6 +6,7 @@
 //! [`path`]. Cases "Separate" (VM 1: 32 readers; VM 2: 16 hashers) and
 //! "Mixed" (each VM 16 readers and 8 hashers); host `cfs` against `cfs-v`.
 
+pub mod breakdown;
 pub mod path;
 pub mod published;
 

@@ -47,6 +47,15 @@ pub enum Job {
     Complete(Req),
 }
 
+impl Job {
+    /// The request the job is about.
+    pub fn req(&self) -> &Req {
+        match self {
+            Job::Submit(r) | Job::Complete(r) => r,
+        }
+    }
+}
+
 /// A host thread that serves jobs one at a time from a FIFO and blocks
 /// when it has none: QEMU's main loop, a worker, a `ksoftirqd`.
 #[derive(Clone, Debug)]
@@ -93,6 +102,13 @@ impl Server {
         self.current = Some(job);
         m.set_burst(KernelId::HOST, self.task, self.wake_ns + cost);
         m.wake(KernelId::HOST, self.task);
+    }
+
+    /// Where the first job that `pred` matches is: 0 being served, `n`
+    /// the n-th queued behind it (for [`super::breakdown`]).
+    pub fn position(&self, pred: impl Fn(&Job) -> bool) -> Option<usize> {
+        let cur = self.current.iter();
+        cur.chain(self.queue.iter()).position(pred)
     }
 
     /// The task finished its burst: returns the finished job, and starts
