@@ -107,6 +107,49 @@ fn a_partial_boost_preempts_once_and_returns_the_cpu_at_the_tick() {
     assert!(!boost(off).0, "no boost without the option");
 }
 
+/// One host CPU shared by a host loop and a 1-vCPU guest (a loop and a
+/// reader); once the host runs its loop, the blocked reader gets a
+/// virtual interrupt (`interrupt_wake`) or a function-call IPI
+/// (`ipi_wake`). Returns whether the vCPU runs at once.
+fn vcpu_runs_at_once(host: FairKind, ipi: bool) -> bool {
+    let mut m = CpuModel::new(one_cpu(), host);
+    m.spawn(KernelId::HOST, TaskSpec::busy_loop("host loop"));
+    let (vm, k) = m.add_vm(1, FairKind::Cfs, 1024).expect("a VM");
+    m.spawn(k, TaskSpec::busy_loop("guest loop"));
+    let reader = TaskSpec {
+        burst: Some(10 * US),
+        ..TaskSpec::busy_loop("reader")
+    };
+    let t = m.spawn(k, reader);
+    let vcpu = m.vcpu_task(vm, 0);
+    let curr = |m: &CpuModel| m.kernel(KernelId::HOST).curr[0];
+    let mut blocked = false;
+    while !blocked || curr(&m) == Some(vcpu) {
+        let at = m.next_event_time().expect("ticks");
+        for c in m.advance_to(at).to_vec() {
+            if c.kernel == k && c.task == t && c.kind == CompletionKind::BurstDone {
+                m.block(k, t);
+                blocked = true;
+            }
+        }
+    }
+    m.set_burst(k, t, 10 * US);
+    if ipi {
+        m.ipi_wake(k, t);
+    } else {
+        m.interrupt_wake(k, t);
+    }
+    curr(&m) == Some(vcpu)
+}
+
+#[test]
+fn a_virtqueue_interrupt_boosts_the_vcpu_and_a_function_call_ipi_does_not() {
+    let v = FairKind::CfsV(CfsvOptions::default());
+    assert!(vcpu_runs_at_once(v, false), "cfs-v: the interrupt boosts");
+    assert!(!vcpu_runs_at_once(v, true), "cfs-v: the IPI does not");
+    assert!(!vcpu_runs_at_once(FairKind::Cfs, false), "cfs: no boost");
+}
+
 /// The four cells, computed once for the tests that read them.
 fn comparison() -> &'static Comparison {
     static C: OnceLock<Comparison> = OnceLock::new();

@@ -182,7 +182,21 @@ impl Cell {
                 if at.is_none() {
                     continue;
                 }
-                let gcpu = g.tasks[r].cpu;
+                let at_irq = vm
+                    .irq
+                    .position(|j| j.req().reader.idx() == r)
+                    .map(|p| (super::IRQ_VCPU, p));
+                let (gcpu, stage) = match at_irq {
+                    Some((c, p)) => (
+                        c,
+                        if p == 0 {
+                            "6 guest IRQ"
+                        } else {
+                            "6 guest IRQ (queued)"
+                        },
+                    ),
+                    None => (g.tasks[r].cpu, "6 guest"),
+                };
                 let vcpu = vm.host_threads[gcpu];
                 let hcpu = h.tasks[vcpu.idx()].cpu;
                 let k = if h.curr[hcpu] != Some(vcpu) {
@@ -194,7 +208,9 @@ impl Cell {
                             who(self, vcpu_vm, v, h.curr[hcpu])
                         )
                     };
-                    format!("6 guest: {state}")
+                    format!("{stage}: {state}")
+                } else if at_irq.is_some() {
+                    format!("{stage}: vCPU runs")
                 } else {
                     match g.curr[gcpu] {
                         Some(c) if c.idx() == r => "6 guest: reader runs".into(),

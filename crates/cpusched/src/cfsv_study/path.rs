@@ -61,6 +61,12 @@ impl Job {
 #[derive(Clone, Debug)]
 pub struct Server {
     pub task: TaskId,
+    /// The kernel the task is in: the host's, or a guest's for the
+    /// virtio interrupt's handler ([`Server::guest_irq`]).
+    k: KernelId,
+    /// Woken by a virtual interrupt into its vCPU (taken when the vCPU
+    /// runs, a partial boost for it under CFS-v), not by a host wake-up.
+    irq: bool,
     /// What an activation costs besides its jobs: the thread's return from
     /// its wait and its loop's own work before the first job (QEMU's
     /// `main_loop_wait()` with its `ppoll()` and event notifier reads, a
@@ -84,12 +90,38 @@ impl Server {
     pub fn with_wake_cost(task: TaskId, wake_ns: Nanos) -> Server {
         Server {
             task,
+            k: KernelId::HOST,
+            irq: false,
             wake_ns,
             current: None,
             queue: VecDeque::new(),
             // Spawned with a token burst: its first BurstDone blocks it.
             busy: true,
         }
+    }
+
+    /// The guest's handler of a VM's virtio-blk interrupt on one vCPU
+    /// (task `task` of guest `k`): woken by the interrupt, it serves every
+    /// completed request the interrupt finds, and those that complete
+    /// while it waits for its vCPU or runs (`virtblk_done()` loops over
+    /// the used ring with callbacks off, and with `VIRTIO_RING_F_EVENT_IDX`
+    /// QEMU raises no further interrupt until the guest has caught up).
+    pub fn guest_irq(k: KernelId, task: TaskId) -> Server {
+        Server {
+            k,
+            irq: true,
+            ..Server::new(task)
+        }
+    }
+
+    /// The job it serves after the current one.
+    pub fn next_job(&self) -> Option<&Job> {
+        self.queue.front()
+    }
+
+    /// Whether it has a job being served or queued.
+    pub fn has_jobs(&self) -> bool {
+        self.current.is_some()
     }
 
     /// A job arrives: run it now if idle, else queue it.
@@ -100,8 +132,12 @@ impl Server {
         }
         self.busy = true;
         self.current = Some(job);
-        m.set_burst(KernelId::HOST, self.task, self.wake_ns + cost);
-        m.wake(KernelId::HOST, self.task);
+        m.set_burst(self.k, self.task, self.wake_ns + cost);
+        if self.irq {
+            m.interrupt_wake(self.k, self.task);
+        } else {
+            m.wake(self.k, self.task);
+        }
     }
 
     /// Where the first job that `pred` matches is: 0 being served, `n`
@@ -117,12 +153,12 @@ impl Server {
         let finished = self.current.take();
         match self.queue.pop_front() {
             Some(next) => {
-                m.set_burst(KernelId::HOST, self.task, cost(&next));
+                m.set_burst(self.k, self.task, cost(&next));
                 self.current = Some(next);
             }
             None => {
                 self.busy = false;
-                m.block(KernelId::HOST, self.task);
+                m.block(self.k, self.task);
             }
         }
         finished
