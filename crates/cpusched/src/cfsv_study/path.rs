@@ -14,12 +14,14 @@
 //! 6. the worker returns from `preadv` and signals the main loop (the
 //!    thread pool's event notifier);
 //! 7. the main loop completes the request and injects the virtqueue's
-//!    interrupt (`irqfd`) into the vCPU the reader last ran on;
-//! 8. the vCPU takes the interrupt (woken if it halted) and the guest's
-//!    handler wakes the reader, which loops to its next read.
+//!    interrupt (`irqfd`) into the guest's interrupt vCPU (vCPU 0);
+//! 8. that vCPU takes the interrupt (woken if it halted); its handler sends
+//!    blk-mq's function-call IPI to the vCPU the reader submitted from
+//!    (`blk_mq_ipi_complete_request()`), which completes the request and
+//!    wakes the reader, which loops to its next read (a reader on vCPU 0
+//!    completes there).
 //!
-//! Simplified: the guest's IRQ vCPU is the reader's own (virtio-blk's one
-//! vector may land elsewhere and reach it by an IPI); a worker per
+//! Simplified: a worker per
 //! in-flight request exists from the start (QEMU spawns them on demand,
 //! up to 64); libvirt's `emulator`/`vcpuN` sub-groups are one VM group.
 
