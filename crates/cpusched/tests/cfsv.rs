@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 
 use cpusched::cfsv::CfsvOptions;
 use cpusched::cfsv_study::published::{compare, must_show, Comparison, Published};
-use cpusched::cfsv_study::{run, Case, StudySetup};
+use cpusched::cfsv_study::{breakdown, run, Case, StudySetup};
 use cpusched::class::TaskHint;
 use cpusched::model::CompletionKind;
 use cpusched::{CpuModel, FairKind, KernelId, Nanos, Platform, TaskSpec, MS, US};
@@ -148,6 +148,29 @@ fn a_virtqueue_interrupt_boosts_the_vcpu_and_a_function_call_ipi_does_not() {
     assert!(vcpu_runs_at_once(v, false), "cfs-v: the interrupt boosts");
     assert!(!vcpu_runs_at_once(v, true), "cfs-v: the IPI does not");
     assert!(!vcpu_runs_at_once(FairKind::Cfs, false), "cfs: no boost");
+}
+
+/// The sampled breakdown of a mixed cell under CFS: its times per request
+/// add up to what Little's law gives for 16 readers (within 10%), and a
+/// completion waits both for the interrupt's vCPU and for the reader's.
+#[test]
+fn a_mixed_request_waits_for_the_interrupt_vcpu_then_the_readers() {
+    let mut s = StudySetup::new(Case::Mixed, FairKind::Cfs);
+    (s.warmup_ns, s.measure_ns) = (1000 * MS, 1000 * MS);
+    let b = breakdown::run(&s, 10 * US).expect("the cell runs");
+    for (vm, req) in b.vms.iter().zip(&b.requests) {
+        let part = |p: &str| -> f64 {
+            vm.iter()
+                .filter(|(k, _)| k.starts_with(p))
+                .map(|(_, v)| v)
+                .sum()
+        };
+        let total: f64 = vm.values().sum();
+        let little = 16.0 * 1e6 / *req as f64;
+        assert!((total / little - 1.0).abs() < 0.1, "{total} vs {little} us");
+        assert!(part("6 guest IRQ") > 0.0, "{vm:?}");
+        assert!(part("6 guest:") > 0.0, "{vm:?}");
+    }
 }
 
 /// The four cells, computed once for the tests that read them.
