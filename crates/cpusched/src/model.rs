@@ -274,6 +274,14 @@ impl CpuModel {
         let cpu = self.kernels[k.0].tasks[t.idx()].cpu;
         let vcpu = self.vms[k.0 - 1].vcpus[cpu];
         self.kernels[0].hint(vcpu, TaskHint::VirtualInterrupt, self.now);
+        self.ipi_wake(k, t);
+    }
+
+    /// [`Self::interrupt_wake`] for an interrupt the host's class is not
+    /// told of: a guest's function-call IPI (`CALL_FUNCTION_SINGLE_VECTOR`),
+    /// which is neither a virtqueue interrupt nor a rescheduling IPI.
+    pub fn ipi_wake(&mut self, k: KernelId, t: TaskId) {
+        assert!(k != KernelId::HOST, "a virtual interrupt goes to a guest");
         if self.kernels[k.0].tasks[t.idx()].state == TaskState::Blocked {
             self.timer_fired(k.0, t);
         }

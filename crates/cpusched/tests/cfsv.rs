@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 
 use cpusched::cfsv::CfsvOptions;
 use cpusched::cfsv_study::published::{compare, must_show, Comparison, Published};
-use cpusched::cfsv_study::{run, Case, StudySetup};
+use cpusched::cfsv_study::{breakdown, run, Case, StudySetup};
 use cpusched::class::TaskHint;
 use cpusched::model::CompletionKind;
 use cpusched::{CpuModel, FairKind, KernelId, Nanos, Platform, TaskSpec, MS, US};
@@ -105,6 +105,72 @@ fn a_partial_boost_preempts_once_and_returns_the_cpu_at_the_tick() {
     assert_eq!(v, (true, false), "cfs-v: boosted at once, back at the tick");
     let off = FairKind::CfsV(CfsvOptions::without_partial_boost());
     assert!(!boost(off).0, "no boost without the option");
+}
+
+/// One host CPU shared by a host loop and a 1-vCPU guest (a loop and a
+/// reader); once the host runs its loop, the blocked reader gets a
+/// virtual interrupt (`interrupt_wake`) or a function-call IPI
+/// (`ipi_wake`). Returns whether the vCPU runs at once.
+fn vcpu_runs_at_once(host: FairKind, ipi: bool) -> bool {
+    let mut m = CpuModel::new(one_cpu(), host);
+    m.spawn(KernelId::HOST, TaskSpec::busy_loop("host loop"));
+    let (vm, k) = m.add_vm(1, FairKind::Cfs, 1024).expect("a VM");
+    m.spawn(k, TaskSpec::busy_loop("guest loop"));
+    let reader = TaskSpec {
+        burst: Some(10 * US),
+        ..TaskSpec::busy_loop("reader")
+    };
+    let t = m.spawn(k, reader);
+    let vcpu = m.vcpu_task(vm, 0);
+    let curr = |m: &CpuModel| m.kernel(KernelId::HOST).curr[0];
+    let mut blocked = false;
+    while !blocked || curr(&m) == Some(vcpu) {
+        let at = m.next_event_time().expect("ticks");
+        for c in m.advance_to(at).to_vec() {
+            if c.kernel == k && c.task == t && c.kind == CompletionKind::BurstDone {
+                m.block(k, t);
+                blocked = true;
+            }
+        }
+    }
+    m.set_burst(k, t, 10 * US);
+    if ipi {
+        m.ipi_wake(k, t);
+    } else {
+        m.interrupt_wake(k, t);
+    }
+    curr(&m) == Some(vcpu)
+}
+
+#[test]
+fn a_virtqueue_interrupt_boosts_the_vcpu_and_a_function_call_ipi_does_not() {
+    let v = FairKind::CfsV(CfsvOptions::default());
+    assert!(vcpu_runs_at_once(v, false), "cfs-v: the interrupt boosts");
+    assert!(!vcpu_runs_at_once(v, true), "cfs-v: the IPI does not");
+    assert!(!vcpu_runs_at_once(FairKind::Cfs, false), "cfs: no boost");
+}
+
+/// The sampled breakdown of a mixed cell under CFS: its times per request
+/// add up to what Little's law gives for 16 readers (within 10%), and a
+/// completion waits both for the interrupt's vCPU and for the reader's.
+#[test]
+fn a_mixed_request_waits_for_the_interrupt_vcpu_then_the_readers() {
+    let mut s = StudySetup::new(Case::Mixed, FairKind::Cfs);
+    (s.warmup_ns, s.measure_ns) = (1000 * MS, 1000 * MS);
+    let b = breakdown::run(&s, 10 * US).expect("the cell runs");
+    for (vm, req) in b.vms.iter().zip(&b.requests) {
+        let part = |p: &str| -> f64 {
+            vm.iter()
+                .filter(|(k, _)| k.starts_with(p))
+                .map(|(_, v)| v)
+                .sum()
+        };
+        let total: f64 = vm.values().sum();
+        let little = 16.0 * 1e6 / *req as f64;
+        assert!((total / little - 1.0).abs() < 0.1, "{total} vs {little} us");
+        assert!(part("6 guest IRQ") > 0.0, "{vm:?}");
+        assert!(part("6 guest:") > 0.0, "{vm:?}");
+    }
 }
 
 /// The four cells, computed once for the tests that read them.

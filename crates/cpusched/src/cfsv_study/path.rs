@@ -14,12 +14,14 @@
 //! 6. the worker returns from `preadv` and signals the main loop (the
 //!    thread pool's event notifier);
 //! 7. the main loop completes the request and injects the virtqueue's
-//!    interrupt (`irqfd`) into the vCPU the reader last ran on;
-//! 8. the vCPU takes the interrupt (woken if it halted) and the guest's
-//!    handler wakes the reader, which loops to its next read.
+//!    interrupt (`irqfd`) into the guest's interrupt vCPU (vCPU 0);
+//! 8. that vCPU takes the interrupt (woken if it halted); its handler sends
+//!    blk-mq's function-call IPI to the vCPU the reader submitted from
+//!    (`blk_mq_ipi_complete_request()`), which completes the request and
+//!    wakes the reader, which loops to its next read (a reader on vCPU 0
+//!    completes there).
 //!
-//! Simplified: the guest's IRQ vCPU is the reader's own (virtio-blk's one
-//! vector may land elsewhere and reach it by an IPI); a worker per
+//! Simplified: a worker per
 //! in-flight request exists from the start (QEMU spawns them on demand,
 //! up to 64); libvirt's `emulator`/`vcpuN` sub-groups are one VM group.
 
@@ -47,11 +49,26 @@ pub enum Job {
     Complete(Req),
 }
 
+impl Job {
+    /// The request the job is about.
+    pub fn req(&self) -> &Req {
+        match self {
+            Job::Submit(r) | Job::Complete(r) => r,
+        }
+    }
+}
+
 /// A host thread that serves jobs one at a time from a FIFO and blocks
 /// when it has none: QEMU's main loop, a worker, a `ksoftirqd`.
 #[derive(Clone, Debug)]
 pub struct Server {
     pub task: TaskId,
+    /// The kernel the task is in: the host's, or a guest's for the
+    /// virtio interrupt's handler ([`Server::guest_irq`]).
+    k: KernelId,
+    /// Woken by a virtual interrupt into its vCPU (taken when the vCPU
+    /// runs, a partial boost for it under CFS-v), not by a host wake-up.
+    irq: bool,
     /// What an activation costs besides its jobs: the thread's return from
     /// its wait and its loop's own work before the first job (QEMU's
     /// `main_loop_wait()` with its `ppoll()` and event notifier reads, a
@@ -75,12 +92,38 @@ impl Server {
     pub fn with_wake_cost(task: TaskId, wake_ns: Nanos) -> Server {
         Server {
             task,
+            k: KernelId::HOST,
+            irq: false,
             wake_ns,
             current: None,
             queue: VecDeque::new(),
             // Spawned with a token burst: its first BurstDone blocks it.
             busy: true,
         }
+    }
+
+    /// The guest's handler of a VM's virtio-blk interrupt on one vCPU
+    /// (task `task` of guest `k`): woken by the interrupt, it serves every
+    /// completed request the interrupt finds, and those that complete
+    /// while it waits for its vCPU or runs (`virtblk_done()` loops over
+    /// the used ring with callbacks off, and with `VIRTIO_RING_F_EVENT_IDX`
+    /// QEMU raises no further interrupt until the guest has caught up).
+    pub fn guest_irq(k: KernelId, task: TaskId) -> Server {
+        Server {
+            k,
+            irq: true,
+            ..Server::new(task)
+        }
+    }
+
+    /// The job it serves after the current one.
+    pub fn next_job(&self) -> Option<&Job> {
+        self.queue.front()
+    }
+
+    /// Whether it has a job being served or queued.
+    pub fn has_jobs(&self) -> bool {
+        self.current.is_some()
     }
 
     /// A job arrives: run it now if idle, else queue it.
@@ -91,8 +134,19 @@ impl Server {
         }
         self.busy = true;
         self.current = Some(job);
-        m.set_burst(KernelId::HOST, self.task, self.wake_ns + cost);
-        m.wake(KernelId::HOST, self.task);
+        m.set_burst(self.k, self.task, self.wake_ns + cost);
+        if self.irq {
+            m.interrupt_wake(self.k, self.task);
+        } else {
+            m.wake(self.k, self.task);
+        }
+    }
+
+    /// Where the first job that `pred` matches is: 0 being served, `n`
+    /// the n-th queued behind it (for [`super::breakdown`]).
+    pub fn position(&self, pred: impl Fn(&Job) -> bool) -> Option<usize> {
+        let cur = self.current.iter();
+        cur.chain(self.queue.iter()).position(pred)
     }
 
     /// The task finished its burst: returns the finished job, and starts
@@ -101,12 +155,12 @@ impl Server {
         let finished = self.current.take();
         match self.queue.pop_front() {
             Some(next) => {
-                m.set_burst(KernelId::HOST, self.task, cost(&next));
+                m.set_burst(self.k, self.task, cost(&next));
                 self.current = Some(next);
             }
             None => {
                 self.busy = false;
-                m.block(KernelId::HOST, self.task);
+                m.block(self.k, self.task);
             }
         }
         finished
