@@ -295,6 +295,7 @@ fn host_tunables(args: &[String]) -> Result<Vec<(String, String)>, Failure> {
 fn options(a: BenchRunArgs) -> Result<bench::Options, Failure> {
     let scenario = load(&a.scenario, a.app_cmd.as_deref())?;
     let cells = cells(&scenario, &a)?;
+    let cells_len = cells.len();
     if a.file_mib == 0 {
         return Err(Failure::Usage(
             "--file-mib 0: files need at least 1 MiB".into(),
@@ -320,6 +321,14 @@ fn options(a: BenchRunArgs) -> Result<bench::Options, Failure> {
         pause_s: a.pause_s,
         quiet: a.runner.quiet,
         exe,
+        provenance: experiment::Provenance::start(
+            env!("CARGO_PKG_VERSION"),
+            env!("TANDEM_GIT_COMMIT"),
+            std::env::args_os()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect(),
+            cells_len,
+        ),
     })
 }
 
