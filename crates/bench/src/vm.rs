@@ -362,7 +362,7 @@ pub fn qemu_args(b: &BootSpec) -> Vec<String> {
     push("-initrd");
     push(&b.initramfs.display().to_string());
     push("-append");
-    push("console=ttyS0 quiet panic=-1");
+    push(vmimage::KERNEL_CMDLINE);
     a.extend(disk_args(b));
     let mut push = |s: &str| a.push(s.to_string());
     push("-device");

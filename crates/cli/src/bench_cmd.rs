@@ -238,9 +238,11 @@ fn run_scenario(a: BenchRunArgs) -> Result<(), Failure> {
     let results = bench::run(&o, &out).map_err(fail)?;
     let table = std::fs::read_to_string(out.join("table.txt")).unwrap_or_default();
     print!("{table}");
+    // Cells, not result rows (a profile cell has three, a latency cell two).
+    let cells: std::collections::BTreeSet<String> = results.iter().map(|r| r.cell.key()).collect();
     eprintln!(
         "tandem: {} cells in {:.1} s; results in {}",
-        results.len(),
+        cells.len(),
         started.elapsed().as_secs_f64(),
         out.display()
     );

@@ -272,6 +272,32 @@ mod tests {
     }
 
     #[test]
+    fn a_checkpoint_writes_the_json_at_once_with_the_extra_given() {
+        let dir = tmp("checkpoint");
+        prepare_out_dir(&dir).unwrap();
+        let cells = cells();
+        let p = Provenance::start("0", "abc", Vec::new(), cells.len());
+        let mut w = IncrementalWriter::create(&dir, RunMeta::default(), p, &cells).unwrap();
+        // Within JSON_EVERY of the create: a push alone leaves the JSON as it was.
+        w.push(0, result(&cells[0], 1.0)).unwrap();
+        let json = || crate::output::read_results_json(&dir.join("results.json")).unwrap();
+        if w.last_json.elapsed() < JSON_EVERY {
+            assert!(json().1.is_empty());
+        }
+        let mut extra = serde_json::Map::new();
+        extra.insert("failed_cells".into(), serde_json::json!([{"cell": "x"}]));
+        w.set_extra(extra);
+        w.checkpoint().unwrap();
+        let (meta, back) = json();
+        assert_eq!(back.len(), 1);
+        assert_eq!(meta.extra["failed_cells"][0]["cell"], "x");
+        // The provenance survives the new extra.
+        let p = meta.provenance().unwrap();
+        assert_eq!((p.cells_done, p.complete), (1, false));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn a_finished_run_is_complete() {
         let dir = tmp("complete");
         prepare_out_dir(&dir).unwrap();
