@@ -441,6 +441,28 @@ impl Guest {
     /// `b.vhost_socket`), which the guest then owns: checked at every look
     /// at QEMU, stopped after it.
     pub fn boot_with(b: &BootSpec, backend: Option<crate::vhost::Backend>) -> Result<Guest> {
+        Guest::boot_or_died(b, backend).map_err(|(e, _)| e)
+    }
+
+    /// [`Guest::boot_with`], its error paired with whether QEMU had exited
+    /// by then (the guest powered off or panicked while it booted, rather
+    /// than QEMU failing to start or the guest being slow).
+    pub fn boot_or_died(
+        b: &BootSpec,
+        backend: Option<crate::vhost::Backend>,
+    ) -> std::result::Result<Guest, (Error, bool)> {
+        let mut g = Guest::spawn(b, backend).map_err(|e| (e, false))?;
+        match g.wait_ready() {
+            Ok(()) => Ok(g),
+            Err(e) => {
+                let died = g.is_dead();
+                Err((e, died))
+            }
+        }
+    }
+
+    /// QEMU started on `b`.
+    fn spawn(b: &BootSpec, backend: Option<crate::vhost::Backend>) -> Result<Guest> {
         std::fs::create_dir_all(b.dir).map_err(|e| run_err(format!("{}: {e}", b.dir.display())))?;
         let log = std::fs::File::create(b.dir.join("qemu.log"))
             .map_err(|e| run_err(format!("qemu.log: {e}")))?;
@@ -458,16 +480,21 @@ impl Guest {
                 qemu_binary()
             ))
         })?;
-        let mut g = Guest {
+        Ok(Guest {
             qemu,
             dir: b.dir.to_path_buf(),
             ctl: None,
             hello: Value::Null,
             last_id: 0,
             backend,
-        };
+        })
+    }
+
+    /// Connects to the control socket and waits for the agent's hello.
+    fn wait_ready(&mut self) -> Result<()> {
+        let g = self;
         let t0 = Instant::now();
-        let sock = b.dir.join("ctl.sock");
+        let sock = g.dir.join("ctl.sock");
         let stream = loop {
             check_interrupted()?;
             g.check_alive()?;
@@ -495,7 +522,7 @@ impl Guest {
             }
         };
         g.hello = hello;
-        Ok(g)
+        Ok(())
     }
 
     /// QEMU's QMP socket (`-qmp`), which names the vCPU threads.

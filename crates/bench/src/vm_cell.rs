@@ -512,14 +512,13 @@ fn hostd_counters(
     }
 }
 
+/// A booted guest and its blkio group, or why the guest died while it
+/// booted (its QEMU exited: a panic, a power-off).
+type Booted = std::result::Result<(vm::Guest, Option<vm::VmGroup>), String>;
+
 /// Boot the cell's guest with its scheduler, and put it in a blkio group of
 /// its own when asked.
-fn boot(
-    x: &CellCtx,
-    ctx: &VmContext,
-    dir: &Path,
-    cleanup: &mut Cleanup,
-) -> Result<(vm::Guest, Option<vm::VmGroup>)> {
+fn boot(x: &CellCtx, ctx: &VmContext, dir: &Path, cleanup: &mut Cleanup) -> Result<Booted> {
     let o = x.d.o;
     let gsched =
         x.c.guest_sched
@@ -548,8 +547,18 @@ fn boot(
         dir,
         vhost_socket: socket.as_deref(),
     };
-    let mut guest = vm::Guest::boot_with(&spec, backend)?;
-    guest.call(json!({"op": "sched", "name": gsched}), None)?;
+    let mut guest = match vm::Guest::boot_or_died(&spec, backend) {
+        Ok(g) => g,
+        Err((e, true)) => return Ok(Err(e.to_string())),
+        Err((e, false)) => return Err(e),
+    };
+    if let Err(e) = guest.call(json!({"op": "sched", "name": gsched}), None) {
+        return if guest.is_dead() {
+            Ok(Err(e.to_string()))
+        } else {
+            Err(e)
+        };
+    }
     // The VM in a blkio group of its own in every mode, so that `off` and
     // `help-rt` differ only by tandem; hostd moves the boosted I/O threads to
     // the root group (vm::VmGroup). Without a cgroup v1 blkio hierarchy, QEMU
@@ -561,7 +570,7 @@ fn boot(
     } else {
         None
     };
-    Ok((guest, group))
+    Ok(Ok((guest, group)))
 }
 
 /// The repetitions of one VM cell, each through the procedure: one guest
@@ -596,7 +605,14 @@ fn cell_in_guest(
 ) -> Result<Vec<RunResult>> {
     let o = x.d.o;
     let guest_w: WorkloadSpec = x.c.guest_workload.unwrap_or(WorkloadSpec::NONE);
-    let (mut guest, group) = boot(x, ctx, dir, cleanup)?;
+    let (mut guest, group) = match boot(x, ctx, dir, cleanup)? {
+        Ok(booted) => booted,
+        // The guest died while it booted: the cell fails, the run goes on.
+        Err(why) => {
+            crate::vm_vhost::fail_cell(x, None, cleanup, extra, &why, 0);
+            return Ok(Vec::new());
+        }
+    };
     let hostd = start_coordination(o, x.c, &mut guest, group.as_ref(), cleanup)?;
     let mut runs = Vec::new();
     for rep in 0..x.c.repetitions {
@@ -625,7 +641,7 @@ fn cell_in_guest(
                     None if guest.is_dead() => e.to_string(),
                     None => return Err(e),
                 };
-                crate::vm_vhost::fail_cell(x, guest, cleanup, extra, &why, rep);
+                crate::vm_vhost::fail_cell(x, Some(guest), cleanup, extra, &why, rep);
                 drop(hostd);
                 drop(group);
                 return Ok(runs);

@@ -117,13 +117,14 @@ pub(crate) fn start_marking(guest: &mut vm::Guest) -> Result<()> {
 }
 
 /// The backend died during repetition `rep` (the guest's disk has stalled),
-/// or the guest itself did (QEMU exited: the guest powered off or crashed),
-/// so the cell ends here with the repetitions done before, marked in
-/// results.json (`meta.extra.failed_cells`, with the reason); the guest and
-/// the workers are stopped and the run goes on with the next cell.
+/// or the guest itself did (QEMU exited: the guest powered off or crashed,
+/// in a repetition or while it booted, `guest` then `None`), so the cell
+/// ends here with the repetitions done before, marked in results.json
+/// (`meta.extra.failed_cells`, with the reason); the guest and the workers
+/// are stopped and the run goes on with the next cell.
 pub(crate) fn fail_cell(
     x: &CellCtx,
-    guest: vm::Guest,
+    guest: Option<vm::Guest>,
     cleanup: &mut Cleanup,
     extra: &mut serde_json::Map<String, serde_json::Value>,
     why: &str,
