@@ -78,6 +78,10 @@ pub struct Options {
     /// Host scheduler tunables set after each switch (`iosched/KEY`), e.g.
     /// `low_latency=0` for BFQ. The scheduler switch resets them.
     pub host_tunables: Vec<(String, String)>,
+    /// The run's record for results.json (`meta.extra.provenance`): the
+    /// tandem build and the command line; its cell counts and end are
+    /// filled in as the run goes.
+    pub provenance: experiment::Provenance,
 }
 
 impl Options {

@@ -41,6 +41,12 @@ pub const GUEST_DATA: &str = "/data";
 const BOOT_TIMEOUT: Duration = Duration::from_secs(180);
 /// How long the guest may take to answer a request that is not a start.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// How long a QEMU whose control socket broke gets to exit before the runner
+/// says it still runs: QEMU closes its sockets as it exits, and its exit
+/// (flushing its log, the disk's cache) takes milliseconds; 5 s leaves room
+/// for a loaded host.
+const EXIT_GRACE: Duration = Duration::from_secs(5);
 /// How long the KVM probe's guest may take to halt.
 const KVM_PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -356,7 +362,7 @@ pub fn qemu_args(b: &BootSpec) -> Vec<String> {
     push("-initrd");
     push(&b.initramfs.display().to_string());
     push("-append");
-    push("console=ttyS0 quiet panic=-1");
+    push(vmimage::KERNEL_CMDLINE);
     a.extend(disk_args(b));
     let mut push = |s: &str| a.push(s.to_string());
     push("-device");
@@ -435,6 +441,28 @@ impl Guest {
     /// `b.vhost_socket`), which the guest then owns: checked at every look
     /// at QEMU, stopped after it.
     pub fn boot_with(b: &BootSpec, backend: Option<crate::vhost::Backend>) -> Result<Guest> {
+        Guest::boot_or_died(b, backend).map_err(|(e, _)| e)
+    }
+
+    /// [`Guest::boot_with`], its error paired with whether QEMU had exited
+    /// by then (the guest powered off or panicked while it booted, rather
+    /// than QEMU failing to start or the guest being slow).
+    pub fn boot_or_died(
+        b: &BootSpec,
+        backend: Option<crate::vhost::Backend>,
+    ) -> std::result::Result<Guest, (Error, bool)> {
+        let mut g = Guest::spawn(b, backend).map_err(|e| (e, false))?;
+        match g.wait_ready() {
+            Ok(()) => Ok(g),
+            Err(e) => {
+                let died = g.is_dead();
+                Err((e, died))
+            }
+        }
+    }
+
+    /// QEMU started on `b`.
+    fn spawn(b: &BootSpec, backend: Option<crate::vhost::Backend>) -> Result<Guest> {
         std::fs::create_dir_all(b.dir).map_err(|e| run_err(format!("{}: {e}", b.dir.display())))?;
         let log = std::fs::File::create(b.dir.join("qemu.log"))
             .map_err(|e| run_err(format!("qemu.log: {e}")))?;
@@ -452,16 +480,21 @@ impl Guest {
                 qemu_binary()
             ))
         })?;
-        let mut g = Guest {
+        Ok(Guest {
             qemu,
             dir: b.dir.to_path_buf(),
             ctl: None,
             hello: Value::Null,
             last_id: 0,
             backend,
-        };
+        })
+    }
+
+    /// Connects to the control socket and waits for the agent's hello.
+    fn wait_ready(&mut self) -> Result<()> {
+        let g = self;
         let t0 = Instant::now();
-        let sock = b.dir.join("ctl.sock");
+        let sock = g.dir.join("ctl.sock");
         let stream = loop {
             check_interrupted()?;
             g.check_alive()?;
@@ -489,7 +522,7 @@ impl Guest {
             }
         };
         g.hello = hello;
-        Ok(g)
+        Ok(())
     }
 
     /// QEMU's QMP socket (`-qmp`), which names the vCPU threads.
@@ -511,14 +544,49 @@ impl Guest {
             b.check()?;
         }
         if let Ok(Some(st)) = self.qemu.try_wait() {
-            let log = std::fs::read_to_string(self.dir.join("qemu.log")).unwrap_or_default();
-            return Err(run_err(format!(
-                "QEMU exited ({st}): {}\nguest console:\n{}",
-                log.trim(),
-                console_tail(&self.dir)
-            )));
+            return Err(self.exited(st));
         }
         Ok(())
+    }
+
+    /// The error of a QEMU that exited with `st`: its log and the guest
+    /// console's last lines (the guest's own account: a panic, the OOM
+    /// killer, the agent's exit status as the image's init reports it).
+    fn exited(&self, st: std::process::ExitStatus) -> Error {
+        let log = std::fs::read_to_string(self.dir.join("qemu.log")).unwrap_or_default();
+        run_err(format!(
+            "QEMU exited ({st}): {}\nguest console:\n{}",
+            log.trim(),
+            console_tail(&self.dir)
+        ))
+    }
+
+    /// Whether QEMU has exited (the guest powered off or crashed): the
+    /// error of a cell whose guest is gone, which the next cell's fresh
+    /// guest does not inherit.
+    pub fn is_dead(&mut self) -> bool {
+        matches!(self.qemu.try_wait(), Ok(Some(_)))
+    }
+
+    /// The error of a control port that failed with `e` while `what`: the
+    /// socket breaks (ECONNRESET, EPIPE) when QEMU closes it on its way out,
+    /// a moment before the process is gone, so QEMU gets [`EXIT_GRACE`] to
+    /// exit and then speaks for itself ([`Guest::exited`]).
+    fn port_failed(&mut self, what: &str, e: std::io::Error) -> Error {
+        let t0 = Instant::now();
+        while t0.elapsed() < EXIT_GRACE {
+            if let Ok(Some(st)) = self.qemu.try_wait() {
+                return run_err(format!(
+                    "control port: {e} while {what}: {}",
+                    self.exited(st)
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        run_err(format!(
+            "control port: {e} while {what} (QEMU still runs); guest console:\n{}",
+            console_tail(&self.dir)
+        ))
     }
 
     /// Read the agent's answer to request `id`, within `timeout`. Other
@@ -532,10 +600,11 @@ impl Guest {
             let (r, _) = self.ctl.as_mut().ok_or_else(|| run_err("no control"))?;
             match r.read_line(&mut line) {
                 Ok(0) => {
-                    return Err(run_err(format!(
-                        "the guest closed its control port while {what}; guest console:\n{}",
-                        console_tail(&self.dir)
-                    )))
+                    let closed = std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        "the guest closed it",
+                    );
+                    return Err(self.port_failed(what, closed));
                 }
                 Ok(_) if line.ends_with('\n') => {
                     let v: Option<Value> = serde_json::from_str(line.trim()).ok();
@@ -550,7 +619,7 @@ impl Guest {
                 Err(e)
                     if e.kind() == std::io::ErrorKind::WouldBlock
                         || e.kind() == std::io::ErrorKind::TimedOut => {}
-                Err(e) => return Err(run_err(format!("control port: {e}"))),
+                Err(e) => return Err(self.port_failed(what, e)),
             }
             if t0.elapsed() > timeout {
                 return Err(run_err(format!(
@@ -574,12 +643,11 @@ impl Guest {
         if let Some(m) = req.as_object_mut() {
             m.insert("id".into(), id.into());
         }
-        {
-            let (_, w) = self.ctl.as_mut().ok_or_else(|| run_err("no control"))?;
-            let mut line = req.to_string();
-            line.push('\n');
-            w.write_all(line.as_bytes())
-                .map_err(|e| run_err(format!("control port: {e}")))?;
+        let mut line = req.to_string();
+        line.push('\n');
+        let (_, w) = self.ctl.as_mut().ok_or_else(|| run_err("no control"))?;
+        if let Err(e) = w.write_all(line.as_bytes()) {
+            return Err(self.port_failed(&what, e));
         }
         let v = self.read_answer(id, timeout.unwrap_or(REQUEST_TIMEOUT), &what)?;
         if v.get("ok").and_then(Value::as_bool) != Some(true) {

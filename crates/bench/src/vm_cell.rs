@@ -621,14 +621,13 @@ fn hostd_counters(
     }
 }
 
+/// A booted guest and its blkio group, or why the guest died while it
+/// booted (its QEMU exited: a panic, a power-off).
+type Booted = std::result::Result<(vm::Guest, Option<vm::VmGroup>), String>;
+
 /// Boot the cell's guest with its scheduler, and put it in a blkio group of
 /// its own when asked.
-fn boot(
-    x: &CellCtx,
-    ctx: &VmContext,
-    dir: &Path,
-    cleanup: &mut Cleanup,
-) -> Result<(vm::Guest, Option<vm::VmGroup>)> {
+fn boot(x: &CellCtx, ctx: &VmContext, dir: &Path, cleanup: &mut Cleanup) -> Result<Booted> {
     let o = x.d.o;
     let gsched =
         x.c.guest_sched
@@ -657,8 +656,18 @@ fn boot(
         dir,
         vhost_socket: socket.as_deref(),
     };
-    let mut guest = vm::Guest::boot_with(&spec, backend)?;
-    guest.call(json!({"op": "sched", "name": gsched}), None)?;
+    let mut guest = match vm::Guest::boot_or_died(&spec, backend) {
+        Ok(g) => g,
+        Err((e, true)) => return Ok(Err(e.to_string())),
+        Err((e, false)) => return Err(e),
+    };
+    if let Err(e) = guest.call(json!({"op": "sched", "name": gsched}), None) {
+        return if guest.is_dead() {
+            Ok(Err(e.to_string()))
+        } else {
+            Err(e)
+        };
+    }
     // The VM in a blkio group of its own in every mode, so that `off` and
     // `help-rt` differ only by tandem; hostd moves the boosted I/O threads to
     // the root group (vm::VmGroup). Without a cgroup v1 blkio hierarchy, QEMU
@@ -670,26 +679,49 @@ fn boot(
     } else {
         None
     };
-    Ok((guest, group))
+    Ok(Ok((guest, group)))
 }
 
 /// The repetitions of one VM cell, each through the procedure: one guest
-/// boot for the cell, and for `help-rt` a hostd and a guestd for it.
+/// boot for the cell, and for `help-rt` a hostd and a guestd for it. The
+/// cell's logs (guest console, QEMU, hostd) are kept in `OUT/vm-logs/`
+/// however it ends, once its QEMU is gone.
 pub(crate) fn run_cell(
     x: &CellCtx,
     cleanup: &mut Cleanup,
     hist: &mut Option<cpusched::cyclictest::Histogram>,
     extra: &mut serde_json::Map<String, serde_json::Value>,
 ) -> Result<Vec<RunResult>> {
-    let o = x.d.o;
     let ctx = x
         .ready
         .vm
         .as_ref()
         .ok_or_else(|| run_err("VM cell without a guest"))?;
-    let guest_w: WorkloadSpec = x.c.guest_workload.unwrap_or(WorkloadSpec::NONE);
     let dir = ctx.run_dir.join(format!("vm-cell{}", x.ci + 1));
-    let (mut guest, group) = boot(x, ctx, &dir, cleanup)?;
+    let r = cell_in_guest(x, ctx, &dir, cleanup, hist, extra);
+    keep_vm_logs(x.d.o, x.c, &dir);
+    r
+}
+
+/// [`run_cell`]'s guest and repetitions, its files in `dir`.
+fn cell_in_guest(
+    x: &CellCtx,
+    ctx: &VmContext,
+    dir: &Path,
+    cleanup: &mut Cleanup,
+    hist: &mut Option<cpusched::cyclictest::Histogram>,
+    extra: &mut serde_json::Map<String, serde_json::Value>,
+) -> Result<Vec<RunResult>> {
+    let o = x.d.o;
+    let guest_w: WorkloadSpec = x.c.guest_workload.unwrap_or(WorkloadSpec::NONE);
+    let (mut guest, group) = match boot(x, ctx, dir, cleanup)? {
+        Ok(booted) => booted,
+        // The guest died while it booted: the cell fails, the run goes on.
+        Err(why) => {
+            crate::vm_vhost::fail_cell(x, None, cleanup, extra, &why, 0);
+            return Ok(Vec::new());
+        }
+    };
     let hostd = start_coordination(o, x.c, &mut guest, group.as_ref(), cleanup)?;
     let mut runs = Vec::new();
     for rep in 0..x.c.repetitions {
@@ -714,12 +746,16 @@ pub(crate) fn run_cell(
         match procedure::run_repetition(x.c, &o.waits(), &mut host) {
             Ok(r) => runs.push(r),
             Err(e) => {
-                // A dead disk backend fails this cell, not the run.
-                let why = guest.backend().and_then(|b| b.died()).ok_or(e)?;
-                crate::vm_vhost::fail_cell(x, guest, cleanup, extra, &why, rep);
+                // A dead disk backend or a dead guest fails this cell, not
+                // the run: the next cell boots a guest of its own.
+                let why = match guest.backend().and_then(|b| b.died()) {
+                    Some(why) => why,
+                    None if guest.is_dead() => e.to_string(),
+                    None => return Err(e),
+                };
+                crate::vm_vhost::fail_cell(x, Some(guest), cleanup, extra, &why, rep);
                 drop(hostd);
                 drop(group);
-                keep_vm_logs(o, x.c, &dir);
                 return Ok(runs);
             }
         }
@@ -730,6 +766,5 @@ pub(crate) fn run_cell(
     cleanup.restore_threads()?;
     guest.shutdown()?;
     drop(group);
-    keep_vm_logs(o, x.c, &dir);
     Ok(runs)
 }

@@ -116,13 +116,15 @@ pub(crate) fn start_marking(guest: &mut vm::Guest) -> Result<()> {
         .map(drop)
 }
 
-/// The backend died during repetition `rep`: the guest's disk has stalled,
-/// so the cell ends here with the repetitions done before, marked in
-/// results.json (`meta.extra.failed_cells`, with the reason); the guest and
-/// the workers are stopped and the run goes on with the next cell.
+/// The backend died during repetition `rep` (the guest's disk has stalled),
+/// or the guest itself did (QEMU exited: the guest powered off or crashed,
+/// in a repetition or while it booted, `guest` then `None`), so the cell
+/// ends here with the repetitions done before, marked in results.json
+/// (`meta.extra.failed_cells`, with the reason); the guest and the workers
+/// are stopped and the run goes on with the next cell.
 pub(crate) fn fail_cell(
     x: &CellCtx,
-    guest: vm::Guest,
+    guest: Option<vm::Guest>,
     cleanup: &mut Cleanup,
     extra: &mut serde_json::Map<String, serde_json::Value>,
     why: &str,
@@ -143,14 +145,19 @@ pub(crate) fn fail_cell(
         "repetitions_kept": rep,
         "reason": why,
     });
-    match extra
-        .entry("failed_cells")
-        .or_insert_with(|| json!([]))
-        .as_array_mut()
-    {
+    push_failed_cell(extra, entry);
+}
+
+/// Adds `entry` to results.json's `meta.extra.failed_cells`.
+pub(crate) fn push_failed_cell(
+    extra: &mut serde_json::Map<String, serde_json::Value>,
+    entry: serde_json::Value,
+) {
+    let key = crate::cells::FAILED_CELLS_KEY;
+    match extra.entry(key).or_insert_with(|| json!([])).as_array_mut() {
         Some(a) => a.push(entry),
         None => {
-            extra.insert("failed_cells".into(), json!([entry]));
+            extra.insert(key.into(), json!([entry]));
         }
     }
 }

@@ -251,9 +251,11 @@ fn run_scenario(a: BenchRunArgs) -> Result<(), Failure> {
     let results = bench::run(&o, &out).map_err(fail)?;
     let table = std::fs::read_to_string(out.join("table.txt")).unwrap_or_default();
     print!("{table}");
+    // Cells, not result rows (a profile cell has three, a latency cell two).
+    let cells: std::collections::BTreeSet<String> = results.iter().map(|r| r.cell.key()).collect();
     eprintln!(
         "tandem: {} cells in {:.1} s; results in {}",
-        results.len(),
+        cells.len(),
         started.elapsed().as_secs_f64(),
         out.display()
     );
@@ -308,6 +310,7 @@ fn host_tunables(args: &[String]) -> Result<Vec<(String, String)>, Failure> {
 fn options(a: BenchRunArgs) -> Result<bench::Options, Failure> {
     let scenario = load(&a.scenario, a.app_cmd.as_deref())?;
     let cells = cells(&scenario, &a)?;
+    let cells_len = cells.len();
     if a.file_mib == 0 {
         return Err(Failure::Usage(
             "--file-mib 0: files need at least 1 MiB".into(),
@@ -333,6 +336,14 @@ fn options(a: BenchRunArgs) -> Result<bench::Options, Failure> {
         pause_s: a.pause_s,
         quiet: a.runner.quiet,
         exe,
+        provenance: experiment::Provenance::start(
+            env!("CARGO_PKG_VERSION"),
+            env!("TANDEM_GIT_COMMIT"),
+            std::env::args_os()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect(),
+            cells_len,
+        ),
     })
 }
 

@@ -425,7 +425,7 @@ pub fn sim_run(a: RunArgs) -> Result<(), Failure> {
     if !a.runner.quiet && std::io::stderr().is_terminal() {
         pb.set_draw_target(ProgressDrawTarget::stderr());
     }
-    let planned = crate::sim_pool::planned(&cells);
+    let planned = experiment::planned(&cells);
     let writer = IncrementalWriter::create(&a.runner.out, meta, provenance, &planned)
         .map_err(|e| Failure::Run(format!("writing {}: {e}", a.runner.out.display())))?;
     pool.go(writer)

@@ -75,7 +75,7 @@ struct CalState {
 struct Shared {
     cells: Vec<Cell>,
     /// The writer's slot of each cell's first result (latency cells have two:
-    /// [`planned`]).
+    /// [`experiment::planned`]).
     first_slot: Vec<usize>,
     /// cyclictest's histogram of each latency cell, its runs summed.
     hists: Mutex<Vec<Option<Histogram>>>,
@@ -101,26 +101,6 @@ pub struct Pool {
     resident_before: u64,
     jobs: usize,
     cells_sampled: usize,
-}
-
-/// The results a run writes, in order: one per cell, two for a latency cell
-/// (`latency_avg_us`, `latency_max_us`), eight for a readers-hashers cell
-/// (four per VM: [`sim::cpu_bench::cell_results`]).
-pub fn planned(cells: &[Cell]) -> Vec<Cell> {
-    cells
-        .iter()
-        .flat_map(|c| std::iter::repeat_n(c.clone(), results_of(c)))
-        .collect()
-}
-
-fn results_of(c: &Cell) -> usize {
-    match c.benchmark {
-        experiment::Benchmark::Latency => 2,
-        // The profile's metric, its p50 and its p99 (`experiment::profile::result_rows`).
-        experiment::Benchmark::Profile => 3,
-        experiment::Benchmark::ReadersHashers => experiment::READERS_HASHERS_METRICS.len(),
-        _ => 1,
-    }
 }
 
 /// The cells the calibration runs: `k` of them drawn at random (a fixed seed, so
@@ -189,14 +169,7 @@ impl Pool {
     ) -> Pool {
         let sample = calibration_cells(cells.len(), calibration_size(cells.len(), jobs));
         let work = plan(&cells, &sample);
-        let first_slot = cells
-            .iter()
-            .scan(0, |next, c| {
-                let first = *next;
-                *next += results_of(c);
-                Some(first)
-            })
-            .collect();
+        let first_slot = experiment::first_slots(&cells);
         let shared = Arc::new(Shared {
             first_slot,
             hists: Mutex::new(vec![None; cells.len()]),

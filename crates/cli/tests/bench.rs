@@ -1,6 +1,6 @@
 //! `tandem bench run` on an emulated 1.8-inch disk: BFQ against mq-deadline and
-//! none under five sequential readers, and the cleanup guarantee when a run is
-//! interrupted.
+//! none under five sequential readers, the cleanup guarantee when a run is
+//! interrupted, and the results of the cells finished before it stopped.
 //!
 //! Most tests need root, /dev/fuse and loop devices: they are ignored by
 //! default and CI runs them with `-- --include-ignored` as root. They check
@@ -312,6 +312,110 @@ fn an_interrupted_run_leaves_nothing_behind() {
         String::from_utf8_lossy(&down.stderr)
     );
     assert!(!Path::new(&dev).exists());
+}
+
+/// The rows of results.csv after its header.
+fn csv_rows(out: &Path) -> Vec<String> {
+    std::fs::read_to_string(out.join("results.csv"))
+        .unwrap_or_default()
+        .lines()
+        .skip(1)
+        .map(str::to_string)
+        .collect()
+}
+
+/// Waits until the run has written `n` rows to results.csv (its first cells
+/// done), at most 300 s.
+fn wait_for_rows(child: &mut Child, out: &Path, n: usize) {
+    let t0 = Instant::now();
+    while csv_rows(out).len() < n {
+        if let Ok(Some(st)) = child.try_wait() {
+            panic!("the run ended before {n} cells were done: {st}");
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(300),
+            "no {n} rows in results.csv after 300 s"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The cells' keys in a results.json, and its provenance.
+fn json_cells(out: &Path) -> (Vec<String>, serde_json::Value) {
+    let j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let cells = j["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["cell"]["host_sched"].as_str().unwrap().to_string())
+        .collect();
+    (cells, j["meta"]["extra"]["provenance"].clone())
+}
+
+#[test]
+#[ignore = "needs root: an emulated device (FUSE, loop device)"]
+fn a_run_stopped_after_a_cell_keeps_that_cells_results() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    need_devices();
+    let (_dir, scenario, out) = ci_scenario("bench-keep");
+    // The three cells (bfq, mq-deadline, none), in matrix order.
+    let run = |out: &Path| {
+        Command::new(env!("CARGO_BIN_EXE_tandem"))
+            .args(["bench", "run", scenario.to_str().unwrap(), "--out"])
+            .arg(out)
+            .args(["--file-mib", "16", "--quiet", "--settle-s", "1"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+
+    // 1. Ctrl-C in the second cell: the first cell's row and results.json
+    // stay, marked incomplete and interrupted.
+    let mut child = run(&out);
+    let pid = child.id();
+    wait_for_rows(&mut child, &out, 1);
+    let st = signal_and_wait(&mut child, Signal::SIGINT);
+    assert!(!st.success());
+    let mut err = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+    let rows = csv_rows(&out);
+    assert!(!rows.is_empty() && rows.len() < 3, "{rows:?}");
+    assert!(rows[0].contains(",bfq,"), "{rows:?}");
+    let (cells, prov) = json_cells(&out);
+    assert_eq!(cells.len(), rows.len(), "{cells:?}");
+    assert_eq!(cells[0], "bfq");
+    assert_eq!(prov["complete"], false, "{prov}");
+    assert_eq!(prov["interrupted_by"], "SIGINT", "{prov}");
+    assert_eq!(prov["cells_planned"], 3, "{prov}");
+    assert!(
+        err.contains(&format!("{} of 3 cells were measured", cells.len())),
+        "{err}"
+    );
+    assert!(std::fs::read_to_string(out.join("table.txt"))
+        .unwrap()
+        .contains("bfq"));
+    let left = leftovers(pid, None);
+    assert!(left.is_empty(), "left behind: {left:#?}");
+
+    // 2. SIGKILL (a crash: no chance to write anything more) after the first
+    // cell: results.csv and results.json already hold it.
+    let out2 = out.with_file_name("out-killed");
+    let mut child = run(&out2);
+    let pid = child.id();
+    wait_for_rows(&mut child, &out2, 1);
+    let st = signal_and_wait(&mut child, Signal::SIGKILL);
+    assert!(!st.success());
+    let rows = csv_rows(&out2);
+    assert!(rows[0].contains(",bfq,"), "{rows:?}");
+    let (cells, prov) = json_cells(&out2);
+    assert!(cells.first().is_some_and(|c| c == "bfq"), "{cells:?}");
+    assert_eq!(prov["complete"], false, "{prov}");
+    let cl = tandem(&["bench", "cleanup"]);
+    assert!(cl.status.success());
+    let left = leftovers(pid, None);
+    assert!(left.is_empty(), "left behind: {left:#?}");
 }
 
 #[test]

@@ -3,12 +3,13 @@
 //! runner's refusal of Xen's paravirtual path. The guest test needs root,
 //! /dev/fuse, loop devices, qemu-system-x86 and apt's access to Debian's
 //! packages (the run builds its guest image); ignored by default, run by CI
-//! as root with `--include-ignored`.
+//! as root with `--include-ignored`. A guest that dies mid-cell fails that
+//! cell only.
 
 use std::process::{Command, Stdio};
 
 mod common;
-use common::{leftovers, tandem, Scratch};
+use common::{leftovers, ppid, processes_with, tandem, Scratch};
 
 /// One VM cell: 2 threads of random 4 KiB reads, 3 s in 1 s samples.
 const GUEST: &str = r#"
@@ -76,6 +77,137 @@ fn a_profile_cell_runs_its_threads_in_a_real_guest() {
     let p50 = cells[1]["runs"][0]["values"][0].as_f64().unwrap();
     let p99 = cells[2]["runs"][0]["values"][0].as_f64().unwrap();
     assert!(p50 > 0.0 && p50 <= p99, "p50 {p50} ms, p99 {p99} ms");
+}
+
+/// Two VM cells of 256 KiB sequential reads (so that the guest's reads soon
+/// outgrow its boot's), 30 s each.
+const TWO_CELLS: &str = r#"
+name = "ci-profile-death"
+benchmark = "profile"
+repetitions = 1
+duration_s = 30
+sample_s = 1
+block_kib = 256
+seed = 1
+
+[matrix]
+device = ["hdd-1.8in"]
+guest_sched = ["mq-deadline", "none"]
+guest_workload = ["none"]
+host_sched = ["none"]
+host_workload = ["none"]
+profile = ["ffsb-seqread"]
+threads = [2]
+"#;
+
+/// What process `pid` has read from block devices (`/proc/PID/io`).
+fn read_bytes(pid: u32) -> Option<u64> {
+    let io = std::fs::read_to_string(format!("/proc/{pid}/io")).ok()?;
+    io.lines()
+        .find_map(|l| l.strip_prefix("read_bytes: "))?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// The guest of the first cell dies mid-profile (its QEMU killed, as when
+/// the guest powers off or crashes): that cell fails with QEMU's account in
+/// `failed_cells`, its logs are kept, and the run goes on to the second.
+#[test]
+#[ignore = "needs root: an emulated device (FUSE, loop device), qemu-system-x86_64 and apt for the guest image"]
+fn a_guest_that_dies_mid_cell_fails_that_cell_and_the_run_goes_on() {
+    let dir = Scratch::new("bench-profile-death");
+    let scenario = dir.0.join("s.toml");
+    std::fs::write(&scenario, TWO_CELLS).unwrap();
+    let out = dir.0.join("out");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(["bench", "run"])
+        .arg(&scenario)
+        .arg("--out")
+        .arg(&out)
+        .args(["--file-mib", "32", "--quiet"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    // The first cell's QEMU, once the guest has read 8 MiB through it: its
+    // boot reads a few hundred KiB, so the profile is running.
+    // (The KVM probe's QEMU, also the run's child, has no cell directory.)
+    let t0 = std::time::Instant::now();
+    let cell_qemu = |cell: &str| -> Option<u32> {
+        processes_with(&["qemu-system-x86_64", &format!("/{cell}/console.log")])
+            .into_iter()
+            .find(|p| ppid(*p) == Some(pid))
+    };
+    let qemu = loop {
+        if let Some(q) = cell_qemu("vm-cell1") {
+            if read_bytes(q).unwrap_or(0) > 8 << 20 {
+                break q;
+            }
+        }
+        if cell_qemu("vm-cell2").is_some() {
+            let _ = common::send_signal(pid, nix::sys::signal::Signal::SIGINT);
+            panic!("the first cell ended before its guest read 8 MiB");
+        }
+        if let Ok(Some(st)) = child.try_wait() {
+            let mut e = String::new();
+            let _ = std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut e);
+            panic!("the run ended before its first guest read 8 MiB: {st}: {e}");
+        }
+        if t0.elapsed() > std::time::Duration::from_secs(900) {
+            let _ = common::send_signal(pid, nix::sys::signal::Signal::SIGINT);
+            panic!("no guest reading after 900 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    common::send_signal(qemu, nix::sys::signal::Signal::SIGKILL).unwrap();
+    let r = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(r.status.success(), "the run failed: {err}");
+    let left = leftovers(pid, None);
+    assert!(left.is_empty(), "left behind: {left:#?}");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let failed = json["meta"]["extra"]["failed_cells"].as_array().unwrap();
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert!(
+        failed[0]["cell"]
+            .as_str()
+            .unwrap()
+            .contains("guest_sched=mq-deadline"),
+        "{failed:?}"
+    );
+    let why = failed[0]["reason"].as_str().unwrap();
+    assert!(
+        why.contains("QEMU exited") && why.contains("signal: 9"),
+        "{why}"
+    );
+    // The second cell ran: its throughput samples are there.
+    let cells = json["cells"].as_array().unwrap();
+    let second = cells
+        .iter()
+        .find(|c| c["cell"]["guest_sched"] == "none" && c["metric"] == "throughput_mb_s")
+        .unwrap_or_else(|| panic!("no row of the second cell: {json}"));
+    let mb: Vec<f64> = second["runs"][0]["values"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    assert!(!mb.is_empty() && mb.iter().all(|v| *v > 0.0), "{mb:?}");
+    // The dead guest's logs are kept.
+    let logs: Vec<_> = std::fs::read_dir(out.join("vm-logs"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        logs.iter().any(|l| l.contains("guest_sched_mq-deadline")
+            && out.join("vm-logs").join(l).join("console.log").exists()),
+        "{logs:?}"
+    );
 }
 
 /// `hypervisor = "xen-pv"` is the simulator's: the real runner refuses it

@@ -14,7 +14,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{leftovers, processes_with, Scratch};
+use common::{leftovers, ppid, processes_with, Scratch};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -146,16 +146,6 @@ fn nothing_left(pid: u32) {
         })
         .unwrap_or_default();
     assert!(groups.is_empty(), "blkio groups left: {groups:?}");
-}
-
-/// The parent pid of a process.
-fn ppid(pid: u32) -> Option<u32> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    s[s.rfind(')')? + 1..]
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
 }
 
 #[test]

@@ -41,6 +41,29 @@ pub fn prepare_out_dir(dir: &Path) -> io::Result<()> {
     std::fs::remove_file(&probe).map_err(named)
 }
 
+/// The results a run writes, in order: each cell repeated once per row it
+/// gives ([`crate::latency::results_per_cell`]: one, two for a latency cell,
+/// three for a profile cell, eight for a readers-hashers cell); the
+/// `planned` of [`IncrementalWriter::create`].
+pub fn planned(cells: &[Cell]) -> Vec<Cell> {
+    cells
+        .iter()
+        .flat_map(|c| std::iter::repeat_n(c.clone(), crate::latency::results_per_cell(c)))
+        .collect()
+}
+
+/// The slot of each cell's first row among [`planned`]`(cells)`.
+pub fn first_slots(cells: &[Cell]) -> Vec<usize> {
+    cells
+        .iter()
+        .scan(0, |next, c| {
+            let first = *next;
+            *next += crate::latency::results_per_cell(c);
+            Some(first)
+        })
+        .collect()
+}
+
 /// Writes a run's results as its cells finish (see the module's documentation).
 pub struct IncrementalWriter {
     dir: PathBuf,
@@ -109,6 +132,21 @@ impl IncrementalWriter {
             self.write_json()?;
         }
         Ok(())
+    }
+
+    /// Replaces the run's `meta.extra` (the provenance is kept): for a runner
+    /// that learns more about the run as it goes (the real runner's machine,
+    /// guest and failed cells), written with the next `results.json`.
+    pub fn set_extra(&mut self, extra: serde_json::Map<String, serde_json::Value>) {
+        self.meta.extra = extra;
+        self.meta.set_provenance(&self.provenance);
+    }
+
+    /// Rewrites `results.json` now, whatever [`JSON_EVERY`] says: for a runner
+    /// whose cells take minutes (the real runner), after each cell, so that
+    /// a run that dies loses no finished cell from the JSON either.
+    pub fn checkpoint(&mut self) -> io::Result<()> {
+        self.write_json()
     }
 
     /// The results recorded so far, in planned order.
@@ -230,6 +268,32 @@ mod tests {
         // in matrix order at the end
         assert_eq!(back[0].cell.host_sched.name(), "bfq");
         assert_eq!(back[1].cell.host_sched.name(), "cfq");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_checkpoint_writes_the_json_at_once_with_the_extra_given() {
+        let dir = tmp("checkpoint");
+        prepare_out_dir(&dir).unwrap();
+        let cells = cells();
+        let p = Provenance::start("0", "abc", Vec::new(), cells.len());
+        let mut w = IncrementalWriter::create(&dir, RunMeta::default(), p, &cells).unwrap();
+        // Within JSON_EVERY of the create: a push alone leaves the JSON as it was.
+        w.push(0, result(&cells[0], 1.0)).unwrap();
+        let json = || crate::output::read_results_json(&dir.join("results.json")).unwrap();
+        if w.last_json.elapsed() < JSON_EVERY {
+            assert!(json().1.is_empty());
+        }
+        let mut extra = serde_json::Map::new();
+        extra.insert("failed_cells".into(), serde_json::json!([{"cell": "x"}]));
+        w.set_extra(extra);
+        w.checkpoint().unwrap();
+        let (meta, back) = json();
+        assert_eq!(back.len(), 1);
+        assert_eq!(meta.extra["failed_cells"][0]["cell"], "x");
+        // The provenance survives the new extra.
+        let p = meta.provenance().unwrap();
+        assert_eq!((p.cells_done, p.complete), (1, false));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -46,6 +46,18 @@ pub fn cell_results(cell: &Cell, runner: &str, runs: Vec<RunResult>) -> Vec<Cell
     ]
 }
 
+/// How many result rows [`cell_results`] makes of `cell`: the slots a run's
+/// writer keeps for it ([`crate::incremental::planned`]).
+pub fn results_per_cell(cell: &Cell) -> usize {
+    match cell.benchmark {
+        Benchmark::Latency => 2,
+        // The profile's metric, its p50 and its p99 (`crate::profile::result_rows`).
+        Benchmark::Profile => 3,
+        Benchmark::ReadersHashers => READERS_HASHERS_METRICS.len(),
+        _ => 1,
+    }
+}
+
 /// Each run's counter `name` as the value of a run of its own.
 fn counter_runs(runs: &[RunResult], name: &str) -> Vec<RunResult> {
     runs.iter()

@@ -37,7 +37,7 @@ pub mod workload;
 
 pub use cell::{cell_seed, fnv1a64, splitmix64, Cell, Filter};
 pub use cpu::{Caches, CpuCell, CpuSched, VmLayout, ACCEPTED_VM_LAYOUTS};
-pub use incremental::{prepare_out_dir, IncrementalWriter};
+pub use incremental::{first_slots, planned, prepare_out_dir, IncrementalWriter};
 pub use naming::{
     format_g, sanitize_component, stat_file_contents, stat_file_header, stat_file_name,
 };

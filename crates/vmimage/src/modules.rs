@@ -11,7 +11,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The modules the guest needs: the virtio transport and devices, BFQ, ext4.
+/// The modules the guest needs: the virtio transport and devices, BFQ and
+/// Kyber, ext4. Debian's 6.1 kernel has mq-deadline built in
+/// (`CONFIG_MQ_IOSCHED_DEADLINE=y` in its `boot/config-*`) and BFQ and Kyber
+/// as modules (`CONFIG_IOSCHED_BFQ=m`, `CONFIG_MQ_IOSCHED_KYBER=m`:
+/// `kernel/block/bfq.ko`, `kernel/block/kyber-iosched.ko`); a scheduler
+/// offers itself on every disk once its module is loaded, so the guest's
+/// `/sys/block/vda/queue/scheduler` lists all four (the two-tier study's
+/// guest schedulers, `scenarios/two-tier-kvm.toml`).
 /// `crc32c_generic` is here because ext4 and jbd2 ask for the `crypto-crc32c`
 /// algorithm only as a soft dependency (`softdep=pre:`), an alias that
 /// nothing in the `.deb` maps to a file without depmod; metadata checksums
@@ -25,6 +32,7 @@ pub const REQUIRED: &[&str] = &[
     "virtio_blk",
     "virtio_console",
     "bfq",
+    "kyber_iosched",
     "crc32c_generic",
     "ext4",
 ];

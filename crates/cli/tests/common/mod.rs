@@ -42,6 +42,16 @@ impl Drop for Scratch {
     }
 }
 
+/// The parent pid of a process.
+pub fn ppid(pid: u32) -> Option<u32> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    s[s.rfind(')')? + 1..]
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
 /// Processes whose command line contains all of `words` (not this test).
 /// Zombies have an empty command line and are gone for this purpose.
 pub fn processes_with(words: &[&str]) -> Vec<u32> {
