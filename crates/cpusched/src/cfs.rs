@@ -59,19 +59,54 @@ impl Cfs {
             if !f.ents[s].on_rq {
                 load += f.ents[s].weight;
             }
-            slice = slice * f.ents[s].weight as i128 / load.max(1) as i128;
+            slice = scale(slice, f.ents[s].weight, load.max(1));
             e = f.parent(s);
         }
         slice as i64
     }
 
+    /// The queued entity of smallest vruntime, the first of equals.
+    /// (A plain loop: `min_by_key` over the queue showed in the profile.)
     fn leftmost(f: &FairCore, rq: RqId) -> Option<EntId> {
-        f.rqs[rq]
-            .queue
-            .iter()
-            .copied()
-            .min_by_key(|&e| f.ents[e].vruntime)
+        let (&first, rest) = f.rqs[rq].queue.split_first()?;
+        let mut best = (first, f.ents[first].vruntime);
+        for &e in rest {
+            let v = f.ents[e].vruntime;
+            if v < best.1 {
+                best = (e, v);
+            }
+        }
+        Some(best.0)
     }
+}
+
+/// `slice * weight / load`, in 64 bits when they suffice (a slice of
+/// milliseconds times a weight always does): the same quotient without
+/// the slow 128-bit division call.
+fn scale(slice: i128, weight: u64, load: u64) -> i128 {
+    let small = |v: u64| i64::try_from(v).ok();
+    if let (Ok(s), Some(w), Some(l)) = (i64::try_from(slice), small(weight), small(load)) {
+        if let Some(p) = s.checked_mul(w) {
+            return (p / l) as i128;
+        }
+    }
+    slice * weight as i128 / load as i128
+}
+
+/// The entity of smallest (vruntime, enqueue order) among `rq`'s queue
+/// and its running entity, the first of equals in [`FairCore::entities`]
+/// order, as `min_by_key` gave; a plain loop keeps the key in registers.
+fn leftmost_of(f: &FairCore, rq: RqId) -> Option<EntId> {
+    let r = &f.rqs[rq];
+    let curr = r.curr.filter(|&c| f.ents[c].on_rq);
+    let mut best: Option<(EntId, (i64, u64))> = None;
+    for &e in r.queue.iter().chain(curr.as_ref()) {
+        let key = (f.ents[e].vruntime, f.ents[e].seq);
+        if best.is_none_or(|(_, b)| key < b) {
+            best = Some((e, key));
+        }
+    }
+    best.map(|(e, _)| e)
 }
 
 impl FairPolicy for Cfs {
@@ -118,9 +153,7 @@ impl FairPolicy for Cfs {
     /// it is not more than a grain behind it
     /// (`wakeup_preempt_entity(next, left) < 1`).
     fn pick(&self, f: &FairCore, rq: RqId) -> Option<EntId> {
-        let left = f
-            .entities(rq)
-            .min_by_key(|&e| (f.ents[e].vruntime, f.ents[e].seq))?;
+        let left = leftmost_of(f, rq)?;
         let next = f.rqs[rq].next.filter(|&n| f.ents[n].on_rq && n != left);
         match next {
             Some(n) if !self.wakeup_preempt(f, rq, n, left) => Some(n),

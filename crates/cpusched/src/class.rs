@@ -154,6 +154,13 @@ pub trait SchedClass {
         None
     }
 
+    /// Whether [`SchedClass::resched_at`] can ever answer: the core asks
+    /// only classes that say so (the question came after every event and
+    /// showed in the profile).
+    fn has_resched_timer(&self) -> bool {
+        false
+    }
+
     /// A cap on a group, in percent of one CPU (Xen credit's per-domain
     /// `cap`; 0: none). Linux's classes ignore it.
     fn group_cap(&mut self, _g: GroupId, _cap_pct: u32) {}

@@ -574,6 +574,10 @@ impl SchedClass for Credit {
         ctx.idle(cpu) && !self.pcpus[cpu].runq.is_empty()
     }
 
+    fn has_resched_timer(&self) -> bool {
+        true
+    }
+
     fn resched_at(&self, cpu: usize) -> Option<Nanos> {
         self.pcpus[cpu].timer
     }

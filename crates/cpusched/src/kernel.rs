@@ -63,6 +63,53 @@ pub struct CpuState {
 /// (`sched_init()`) and is capped there (`ttwu_do_wakeup()`).
 pub const MIGRATION_COST_NS: Nanos = 500_000;
 
+/// A set of a kernel's CPUs, one bit each: marking one is a single OR
+/// however often it is marked, and the driver takes them out in ascending
+/// order (what sorting and deduplicating a list of them gave).
+#[derive(Clone, Debug, Default)]
+pub struct CpuSet {
+    words: Vec<u64>,
+}
+
+impl CpuSet {
+    pub fn new(cpus: usize) -> CpuSet {
+        CpuSet {
+            words: vec![0; cpus.div_ceil(64)],
+        }
+    }
+
+    #[inline]
+    pub fn push(&mut self, cpu: usize) {
+        self.words[cpu / 64] |= 1 << (cpu % 64);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.words.iter().all(|&w| w == 0)
+    }
+
+    /// The marked CPUs as one word, leaving the set empty, if the kernel
+    /// has at most 64 CPUs (every platform's does); else `None`.
+    #[inline]
+    pub fn take_word(&mut self) -> Option<u64> {
+        match self.words.as_mut_slice() {
+            [w] => Some(std::mem::take(w)),
+            _ => None,
+        }
+    }
+
+    /// Moves the marked CPUs, in ascending order, to the end of `out`,
+    /// leaving the set empty.
+    pub fn drain_into(&mut self, out: &mut Vec<usize>) {
+        for (i, w) in self.words.iter_mut().enumerate() {
+            let mut bits = std::mem::take(w);
+            while bits != 0 {
+                out.push(i * 64 + bits.trailing_zeros() as usize);
+                bits &= bits - 1;
+            }
+        }
+    }
+}
+
 /// Something a driver learns from a kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Event {
@@ -79,12 +126,17 @@ pub struct Kernel {
     pub cpus: Vec<CpuState>,
     classes: [Box<dyn SchedClass>; 2],
     /// CPUs whose `curr`, work or power changed since the driver looked.
-    pub dirty: Vec<usize>,
+    pub dirty: CpuSet,
     pub events: Vec<Event>,
     /// `jiffies` as this kernel last updated it: at a tick it processed,
     /// or when a CPU left idle (`tick_do_update_jiffies64()`). A guest's
     /// jiffies stall while its vCPUs do not run and then jump.
     pub jiffies: u64,
+    /// `cfg.tick_ns()`, kept: every call into a class passes it, and a
+    /// 64-bit division per call showed in the profile.
+    tick_ns: Nanos,
+    /// Whether a class has timers of its own ([`SchedClass::has_resched_timer`]).
+    class_timers: bool,
 }
 
 macro_rules! ctx {
@@ -93,7 +145,7 @@ macro_rules! ctx {
             now: $now,
             tasks: &$k.tasks,
             curr: &$k.curr,
-            tick_ns: $k.cfg.tick_ns(),
+            tick_ns: $k.tick_ns,
             smt: $k.cfg.smt,
         }
     };
@@ -114,16 +166,24 @@ impl Kernel {
                 ..Default::default()
             })
             .collect();
+        let class_timers = rt.has_resched_timer() || fair.has_resched_timer();
         Kernel {
+            tick_ns: cfg.tick_ns(),
+            class_timers,
             cfg,
             tasks: Vec::new(),
             curr: vec![None; n],
             cpus,
             classes: [rt, fair],
-            dirty: Vec::new(),
+            dirty: CpuSet::new(n),
             events: Vec::new(),
             jiffies: 0,
         }
+    }
+
+    /// The tick period (1/HZ).
+    pub fn tick_ns(&self) -> Nanos {
+        self.tick_ns
     }
 
     pub fn fair_name(&self) -> &'static str {
@@ -321,6 +381,9 @@ impl Kernel {
 
     /// The running task's class timer on `cpu` ([`SchedClass::resched_at`]).
     fn class_timer(&self, cpu: usize) -> Option<Nanos> {
+        if !self.class_timers {
+            return None;
+        }
         let t = self.curr[cpu]?;
         self.classes[self.class_of(t)].resched_at(cpu)
     }
@@ -476,7 +539,7 @@ impl Kernel {
     /// `tick_do_update_jiffies64()`: jiffies follow the clock whenever the
     /// kernel runs its timer code.
     pub fn catch_up_jiffies(&mut self, now: Nanos) {
-        self.jiffies = self.jiffies.max(now / self.cfg.tick_ns());
+        self.jiffies = self.jiffies.max(now / self.tick_ns);
     }
 
     /// `nohz_balancer_kick()`: a busy CPU with waiting tasks makes an

@@ -4,8 +4,7 @@
 //! CPU executes; otherwise the guest makes no progress and the guest's
 //! interrupts (its tick, its timers) wait for the host to run it again.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use devmodel::heap::TimedHeap;
 
 use crate::class::{SchedClass, TaskHint};
 use crate::kernel::{Event, Kernel, KernelCfg};
@@ -43,11 +42,13 @@ pub enum CompletionKind {
     BurstDone,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+/// A queued event; kernel and CPU indices as `u32` keep a heap slot at
+/// 32 bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Ev {
-    Step { k: usize, cpu: usize, gen: u32 },
-    Tick { k: usize, cpu: usize, gen: u32 },
-    Timer { k: usize, task: TaskId, gen: u32 },
+    Step { k: u32, cpu: u32, gen: u32 },
+    Tick { k: u32, cpu: u32, gen: u32 },
+    Timer { k: u32, task: TaskId, gen: u32 },
 }
 
 /// Event bookkeeping of one CPU of one kernel.
@@ -77,16 +78,14 @@ pub struct CpuModel {
     vcpu_of: Vec<Option<(usize, usize)>>,
     host_seen: Vec<Option<TaskId>>,
     host_groups: u32,
-    heap: BinaryHeap<Reverse<(Nanos, u64, Ev)>>,
-    seq: u64,
+    heap: TimedHeap<Ev>,
     now: Nanos,
     out: Vec<Completion>,
     /// How many of `out` the last `advance_to` returned.
     delivered: usize,
     processed: u64,
-    /// Reused buffers for [`Self::flush`] (it runs after every event).
+    /// Reused buffer for [`Self::flush`] (it runs after every event).
     scratch_dirty: Vec<usize>,
-    scratch_events: Vec<Event>,
 }
 
 /// A kernel's classes: RT over the chosen fair class.
@@ -135,14 +134,12 @@ impl CpuModel {
             vcpu_of: Vec::new(),
             host_seen: vec![None; n],
             host_groups: 0,
-            heap: BinaryHeap::new(),
-            seq: 0,
+            heap: TimedHeap::new(),
             now: 0,
             out: Vec::new(),
             delivered: 0,
             processed: 0,
             scratch_dirty: Vec::new(),
-            scratch_events: Vec::new(),
         }
     }
 
@@ -298,7 +295,7 @@ impl CpuModel {
         self.push(
             at,
             Ev::Timer {
-                k: k.0,
+                k: k.0 as u32,
                 task: t,
                 gen,
             },
@@ -311,7 +308,7 @@ impl CpuModel {
     /// vCPU came back), so they stall and jump.
     pub fn jiffies(&self, k: KernelId) -> u64 {
         if k == KernelId::HOST {
-            return self.now / self.kernels[0].cfg.tick_ns();
+            return self.now / self.kernels[0].tick_ns();
         }
         self.kernels[k.0].jiffies
     }
@@ -344,7 +341,7 @@ impl CpuModel {
     }
 
     pub fn next_event_time(&self) -> Option<Nanos> {
-        self.heap.peek().map(|Reverse((t, _, _))| *t)
+        self.heap.peek().map(|(t, _)| t)
     }
 
     /// Handles every event up to `limit`, stopping early after the first
@@ -354,7 +351,7 @@ impl CpuModel {
         // with no switch cost starts its task at once) are returned now;
         // those returned last time are dropped.
         self.out.drain(..self.delivered);
-        while let Some(&Reverse((at, _, ev))) = self.heap.peek() {
+        while let Some((at, &ev)) = self.heap.peek() {
             if at > limit {
                 break;
             }
@@ -364,8 +361,11 @@ impl CpuModel {
             }
             self.heap.pop();
             self.now = at;
-            self.handle(ev);
-            self.flush();
+            // A stale event changes nothing, and the previous flush left
+            // nothing to react to.
+            if self.handle(ev) {
+                self.flush();
+            }
         }
         if self.out.is_empty() {
             self.now = self.now.max(limit);
@@ -375,24 +375,27 @@ impl CpuModel {
     }
 
     fn push(&mut self, at: Nanos, ev: Ev) {
-        self.seq += 1;
-        self.heap.push(Reverse((at, self.seq, ev)));
+        self.heap.push(at, ev);
     }
 
-    fn handle(&mut self, ev: Ev) {
+    /// Handles one event; false if it was stale (nothing happened).
+    fn handle(&mut self, ev: Ev) -> bool {
         let now = self.now;
         match ev {
             Ev::Step { k, cpu, gen } => {
-                if self.cpu_ev[k][cpu].step_gen == gen {
-                    self.cpu_ev[k][cpu].step_at = None;
-                    self.processed += 1;
-                    self.kernels[k].step(cpu, now);
+                let (k, cpu) = (k as usize, cpu as usize);
+                if self.cpu_ev[k][cpu].step_gen != gen {
+                    return false;
                 }
+                self.cpu_ev[k][cpu].step_at = None;
+                self.processed += 1;
+                self.kernels[k].step(cpu, now);
             }
             Ev::Tick { k, cpu, gen } => {
+                let (k, cpu) = (k as usize, cpu as usize);
                 let ce = &mut self.cpu_ev[k][cpu];
                 if ce.tick_gen != gen {
-                    return;
+                    return false;
                 }
                 self.processed += 1;
                 ce.tick_armed = false;
@@ -404,14 +407,16 @@ impl CpuModel {
                 self.kernels[k].dirty.push(cpu);
             }
             Ev::Timer { k, task, gen } => {
+                let k = k as usize;
                 let t = &self.kernels[k].tasks[task.idx()];
                 if t.timer_gen != gen || t.state != TaskState::Blocked {
-                    return;
+                    return false;
                 }
                 self.processed += 1;
                 self.timer_fired(k, task);
             }
         }
+        true
     }
 
     /// A sleeper's timer fired: on the host it wakes at once; in a guest
@@ -443,9 +448,7 @@ impl CpuModel {
                 if self.kernels[k].events.is_empty() && self.kernels[k].dirty.is_empty() {
                     continue;
                 }
-                let mut events = std::mem::take(&mut self.scratch_events);
-                std::mem::swap(&mut events, &mut self.kernels[k].events);
-                for &ev in &events {
+                for ev in self.kernels[k].events.drain(..) {
                     let (task, kind, at) = match ev {
                         Event::Started(t, at) => (t, CompletionKind::Started, at),
                         Event::BurstDone(t, at) => (t, CompletionKind::BurstDone, at),
@@ -457,12 +460,16 @@ impl CpuModel {
                         at,
                     });
                 }
-                events.clear();
-                self.scratch_events = events;
+                if let Some(mut bits) = self.kernels[k].dirty.take_word() {
+                    any |= bits != 0;
+                    while bits != 0 {
+                        self.cpu_changed(k, bits.trailing_zeros() as usize);
+                        bits &= bits - 1;
+                    }
+                    continue;
+                }
                 let mut dirty = std::mem::take(&mut self.scratch_dirty);
-                std::mem::swap(&mut dirty, &mut self.kernels[k].dirty);
-                dirty.sort_unstable();
-                dirty.dedup();
+                self.kernels[k].dirty.drain_into(&mut dirty);
                 for &cpu in &dirty {
                     any = true;
                     self.cpu_changed(k, cpu);
@@ -486,6 +493,7 @@ impl CpuModel {
             ce.step_at = next;
             let gen = ce.step_gen;
             if let Some(at) = next {
+                let (k, cpu) = (k as u32, cpu as u32);
                 self.push(at, Ev::Step { k, cpu, gen });
             }
         }
@@ -533,12 +541,13 @@ impl CpuModel {
     fn arm_tick(&mut self, k: usize, cpu: usize) {
         let needs = self.kernels[k].needs_tick(cpu);
         let busy = needs && self.kernels[k].cpus[cpu].powered;
-        let tick = self.kernels[k].cfg.tick_ns();
         let ce = &mut self.cpu_ev[k][cpu];
         if busy && !ce.tick_armed {
+            let tick = self.kernels[k].tick_ns();
             ce.tick_armed = true;
             ce.tick_gen += 1;
             let (gen, at) = (ce.tick_gen, (self.now / tick + 1) * tick);
+            let (k, cpu) = (k as u32, cpu as u32);
             self.push(at, Ev::Tick { k, cpu, gen });
         } else if !needs && ce.tick_armed {
             ce.tick_armed = false;

@@ -65,6 +65,7 @@ use std::fmt;
 mod device;
 pub mod flash;
 pub mod hdd;
+pub mod heap;
 
 pub use device::{Device, SPTF_AGE_DIVISOR};
 pub use flash::{FlashModel, FlashParams};

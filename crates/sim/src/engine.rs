@@ -4,44 +4,21 @@
 //! Ties are broken by insertion order, never by memory addresses or hash
 //! order, so a run is a pure function of its inputs and seed.
 
+use devmodel::heap::TimedHeap;
 use devmodel::Nanos;
 
-/// A min-heap of timed events.
-///
-/// Hand-written rather than `std`'s `BinaryHeap`: the queue holds only a
-/// few events at a time (1 to 4 nearly always on the benchmark cell), so
-/// a plain sift-down beats `BinaryHeap::pop`'s sift-to-bottom-then-up,
-/// which pays off only for deep heaps. Keys are unique, so the order in
-/// which events come out does not depend on how the heap is laid out.
+/// The simulator's event queue: the shared heap of timed events
+/// ([`devmodel::heap::TimedHeap`]) with the clock it advances.
 pub struct EventQueue<E> {
-    heap: Vec<Slot<E>>,
-    seq: u64,
+    heap: TimedHeap<E>,
     now: Nanos,
     processed: u64,
-}
-
-/// A queued event with its time and insertion sequence.
-struct Slot<E> {
-    at: Nanos,
-    seq: u64,
-    ev: E,
-}
-
-impl<E> Slot<E> {
-    /// The ordering key: time in the high 64 bits, insertion sequence in
-    /// the low 64, so that (time, sequence) order is one branch-free
-    /// 128-bit comparison. (Stored as two `u64`s: a `u128` field would
-    /// align, and pad, every slot to 16 bytes.)
-    fn key(&self) -> u128 {
-        (self.at as u128) << 64 | self.seq as u128
-    }
 }
 
 impl<E> EventQueue<E> {
     pub fn new() -> Self {
         EventQueue {
-            heap: Vec::with_capacity(256),
-            seq: 0,
+            heap: TimedHeap::new(),
             now: 0,
             processed: 0,
         }
@@ -53,63 +30,22 @@ impl<E> EventQueue<E> {
     }
 
     /// Schedules `ev` at absolute time `at` (not earlier than now).
+    #[inline]
     pub fn push(&mut self, at: Nanos, ev: E) {
-        let at = at.max(self.now);
-        self.seq += 1;
-        let slot = Slot {
-            at,
-            seq: self.seq,
-            ev,
-        };
-        let key = slot.key();
-        let h = &mut self.heap;
-        h.push(slot);
-        // Sift up.
-        let mut i = h.len() - 1;
-        while i > 0 {
-            let parent = (i - 1) / 2;
-            if h[parent].key() <= key {
-                break;
-            }
-            h.swap(i, parent);
-            i = parent;
-        }
+        self.heap.push(at.max(self.now), ev);
     }
 
     /// Pops the next event and advances the clock to its time.
+    #[inline]
     pub fn pop(&mut self) -> Option<(Nanos, E)> {
-        let h = &mut self.heap;
-        let last = h.pop()?;
-        let top = if h.is_empty() {
-            last
-        } else {
-            // The last event takes the root's place and sifts down.
-            let top = std::mem::replace(&mut h[0], last);
-            let n = h.len();
-            let mut i = 0;
-            loop {
-                let mut child = 2 * i + 1;
-                if child >= n {
-                    break;
-                }
-                if child + 1 < n && h[child + 1].key() < h[child].key() {
-                    child += 1;
-                }
-                if h[i].key() <= h[child].key() {
-                    break;
-                }
-                h.swap(i, child);
-                i = child;
-            }
-            top
-        };
-        self.now = top.at;
+        let (at, ev) = self.heap.pop()?;
+        self.now = at;
         self.processed += 1;
-        Some((top.at, top.ev))
+        Some((at, ev))
     }
 
     pub fn peek_time(&self) -> Option<Nanos> {
-        self.heap.first().map(|s| s.at)
+        self.heap.peek().map(|(at, _)| at)
     }
 
     pub fn len(&self) -> usize {

@@ -41,19 +41,25 @@ pub fn select_idle_sibling(ctx: &Ctx, prev: usize) -> usize {
     threads(own).find(|&c| ctx.idle(c)).unwrap_or(prev)
 }
 
+/// The queued (not running) fair tasks of `cpu`, with their enqueue
+/// order, in task order.
+fn queued<'a>(
+    f: &'a FairCore,
+    ctx: &'a Ctx,
+    cpu: usize,
+) -> impl Iterator<Item = (u64, TaskId)> + 'a {
+    let curr = ctx.curr[cpu];
+    f.task_se.iter().enumerate().filter_map(move |(i, &se)| {
+        let e = &f.ents[se];
+        let t = TaskId(i as u32);
+        let queued = e.on_rq && f.rqs[e.rq].cpu == cpu && curr != Some(t);
+        (queued && !ctx.tasks[i].policy.is_rt()).then_some((e.seq, t))
+    })
+}
+
 /// The queued (not running) fair tasks of `cpu`, oldest enqueue first.
 fn queued_tasks(f: &FairCore, ctx: &Ctx, cpu: usize) -> Vec<TaskId> {
-    let mut v: Vec<(u64, TaskId)> = f
-        .task_se
-        .iter()
-        .enumerate()
-        .filter_map(|(i, &se)| {
-            let e = &f.ents[se];
-            let t = TaskId(i as u32);
-            let queued = e.on_rq && f.rqs[e.rq].cpu == cpu && ctx.curr[cpu] != Some(t);
-            (queued && !ctx.tasks[i].policy.is_rt()).then_some((e.seq, t))
-        })
-        .collect();
+    let mut v: Vec<(u64, TaskId)> = queued(f, ctx, cpu).collect();
     v.sort();
     v.into_iter().map(|(_, t)| t).collect()
 }
@@ -126,7 +132,7 @@ fn one_pass(f: &FairCore, ctx: &Ctx, cpu: usize, why: Balance) -> Pass {
     let load = |c: usize| f.cpu_load(c);
     let this = load(cpu);
     let busiest = (0..f.ncpus)
-        .filter(|&c| c != cpu && !queued_tasks(f, ctx, c).is_empty())
+        .filter(|&c| c != cpu && queued(f, ctx, c).next().is_some())
         .max_by_key(|&c| (load(c), std::cmp::Reverse(c)));
     let Some(busiest) = busiest else {
         return Pass::Balanced;
