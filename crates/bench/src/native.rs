@@ -14,8 +14,8 @@ use experiment::{Pattern, ProfileCell, RunResult, WorkloadSpec};
 
 use crate::cells::CellCtx;
 use crate::cleanup::Cleanup;
-use crate::cputime::{Role, RunCpu, Snapshot};
 use crate::cpuload::WarmLoads;
+use crate::cputime::{Role, RunCpu, Snapshot};
 use crate::workers::{self, Kind};
 use crate::{check_interrupted, run_err, sectors_done, sleep, Error, Result};
 
