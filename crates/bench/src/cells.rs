@@ -231,11 +231,17 @@ pub(crate) fn run_devices(
         Err(e) => {
             let done: std::collections::BTreeSet<String> =
                 results.iter().map(|r| r.cell.key()).collect();
-            Err(run_err(format!(
+            let m = format!(
                 "{e}\n{} of {planned} cells were measured and are in {} (results.json says the run is incomplete)",
                 done.len(),
                 out.display()
-            )))
+            );
+            // Bad input found while running (a scheduler the device lacks)
+            // stays a usage error (exit code 2).
+            Err(match e {
+                crate::Error::Usage(_) => crate::Error::Usage(m),
+                crate::Error::Run(_) => run_err(m),
+            })
         }
     }
 }
