@@ -212,7 +212,8 @@ pub struct StudyResult {
     /// Mean time of each of [`HOPS`] in the measured window (us),
     /// waiting for a CPU included.
     pub hops_us: [f64; 7],
-    /// Events the CPU model handled.
+    /// Events the CPU model handled (from the start of the run to the
+    /// end of the window).
     pub events: u64,
 }
 
@@ -677,21 +678,50 @@ impl Cell {
 
 /// Runs one cell: warm-up, then the measured window.
 pub fn run(s: &StudySetup) -> Result<StudyResult, String> {
-    if s.measure_ns == 0 {
+    let mut w = run_windows(s, s.measure_ns)?;
+    Ok(w.pop().expect("one window"))
+}
+
+/// Runs one cell: warm-up, then the measured window cut into consecutive
+/// windows of `window_ns` (the last one shorter if it does not divide
+/// it), each with its own figures: how a cell's figures move within one
+/// run, against how they move from seed to seed.
+pub fn run_windows(s: &StudySetup, window_ns: Nanos) -> Result<Vec<StudyResult>, String> {
+    if s.measure_ns == 0 || window_ns == 0 {
         return Err("the measured window must be longer than 0".into());
     }
     let mut cell = Cell::build(s)?;
     cell.run_to(s.warmup_ns);
-    let a = cell.counters();
-    (cell.hops.sum, cell.hops.n) = ([0; 7], [0; 7]);
-    cell.run_to(s.warmup_ns + s.measure_ns);
-    let b = cell.counters();
-    let secs = s.measure_ns as f64 / 1e9;
+    let mut out = Vec::new();
+    let (mut start, end) = (s.warmup_ns, s.warmup_ns + s.measure_ns);
+    while start < end {
+        let a = cell.counters();
+        (cell.hops.sum, cell.hops.n) = ([0; 7], [0; 7]);
+        let stop = (start + window_ns).min(end);
+        cell.run_to(stop);
+        let b = cell.counters();
+        let events = cell.m.events_processed();
+        out.push(window_result(s, &a, &b, stop - start, &cell.hops, events));
+        start = stop;
+    }
+    Ok(out)
+}
+
+/// One window's figures from the counters at its start and end.
+fn window_result(
+    s: &StudySetup,
+    a: &[(u64, Nanos, Nanos)],
+    b: &[(u64, Nanos, Nanos)],
+    len_ns: Nanos,
+    hops: &Hops,
+    events: u64,
+) -> StudyResult {
+    let secs = len_ns as f64 / 1e9;
     let vms = s
         .case
         .vms()
         .iter()
-        .zip(a.iter().zip(&b))
+        .zip(a.iter().zip(b))
         .map(|(&(readers, hashers), (x, y))| {
             let iops = (y.0 - x.0) as f64 / secs;
             VmResult {
@@ -700,15 +730,15 @@ pub fn run(s: &StudySetup) -> Result<StudyResult, String> {
                 iops,
                 mb_s: iops * READ_BYTES as f64 / 1e6,
                 hash_mb_s: (y.2 - x.2) as f64 / 1e9 / secs * MD5_BYTES_PER_CPU_S / 1e6,
-                cpu_pct: (y.1 - x.1) as f64 / s.measure_ns as f64 * 100.0,
+                cpu_pct: (y.1 - x.1) as f64 / len_ns as f64 * 100.0,
             }
         })
         .collect();
-    Ok(StudyResult {
+    StudyResult {
         vms,
-        hops_us: cell.hops.mean_us(),
-        events: cell.m.events_processed(),
-    })
+        hops_us: hops.mean_us(),
+        events,
+    }
 }
 
 /// The host schedulers the study's cells set side by side: plain CFS, CFS-v,

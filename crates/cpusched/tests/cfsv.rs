@@ -6,7 +6,9 @@
 use std::sync::OnceLock;
 
 use cpusched::cfsv::CfsvOptions;
-use cpusched::cfsv_study::published::{compare, must_show, Comparison, Published};
+use cpusched::cfsv_study::published::{
+    mean_ci95, mean_comparison, must_show, per_seed, Comparison, Published,
+};
 use cpusched::cfsv_study::{breakdown, run, Case, StudySetup};
 use cpusched::class::TaskHint;
 use cpusched::model::CompletionKind;
@@ -173,10 +175,34 @@ fn a_mixed_request_waits_for_the_interrupt_vcpu_then_the_readers() {
     }
 }
 
-/// The four cells, computed once for the tests that read them.
-fn comparison() -> &'static Comparison {
+/// The seeds the cases run over: each seed's four cells at the
+/// scenario's length (3 s of warm-up, 2 s measured). The figures move a
+/// lot from seed to seed (the host balancer's placement of the vCPUs, see
+/// the README's "Seeds and run length"), so the must-show is read on the
+/// mean over the seeds, and each seed within a stated margin.
+const SEEDS: u64 = 8;
+
+/// One comparison per seed 1..=SEEDS, computed once for the tests.
+fn per_seed_cells() -> &'static [Comparison] {
+    static C: OnceLock<Vec<Comparison>> = OnceLock::new();
+    C.get_or_init(|| per_seed(CfsvOptions::default(), 2000 * MS, 1..=SEEDS).expect("cells run"))
+}
+
+/// The cells' means over the seeds (the changes of these means are the
+/// figures `tandem report --paper` gives for a scenario's repetitions).
+fn mean_cells() -> &'static Comparison {
     static C: OnceLock<Comparison> = OnceLock::new();
-    C.get_or_init(|| compare(CfsvOptions::default(), 2000 * MS).expect("cells run"))
+    C.get_or_init(|| mean_comparison(per_seed_cells()))
+}
+
+/// Each seed's changes of a case, printed as a table for the log.
+fn seed_table(name: &str, changes: &[(f64, f64)]) {
+    let (io, hash): (Vec<f64>, Vec<f64>) = changes.iter().copied().unzip();
+    let ((im, ici), (hm, hci)) = (mean_ci95(&io), mean_ci95(&hash));
+    for (i, (a, b)) in changes.iter().enumerate() {
+        eprintln!("{name} seed {}: I/O {a:+.1}%, hashing {b:+.1}%", i + 1);
+    }
+    eprintln!("{name}: per-seed mean I/O {im:+.1}% +-{ici:.1}, hashing {hm:+.1}% +-{hci:.1} (95%)");
 }
 
 /// Whether a must-show range holds, for the messages.
@@ -188,13 +214,25 @@ fn met(ok: bool) -> &'static str {
     }
 }
 
+/// Margins for a single seed (the must-show is read on the mean): VM 1's
+/// I/O at least 3x (the 4x rule less a third of its gain), the hashing
+/// cost within 5 points of its range.
+const SEED_IO_MIN_PCT: f64 = 200.0;
+const SEED_HASH_MARGIN: f64 = 5.0;
+
 #[test]
 fn separate_cfsv_raises_vm1_io_and_costs_vm2_hashing() {
-    let c = comparison();
+    let c = mean_cells();
     let (io, hash) = c.separate_changes();
     let (a, b) = &c.separate;
-    // The must-show, with its margins (published: +764% and
-    // -30.1%): VM 1's I/O rate at least 4x, VM 2's hashing down 15% to 45%.
+    let each: Vec<(f64, f64)> = per_seed_cells()
+        .iter()
+        .map(|c| c.separate_changes())
+        .collect();
+    seed_table("separate", &each);
+    // The must-show on the mean over the seeds (published: +764%
+    // and -30.1%): VM 1's I/O rate at least 4x, VM 2's hashing down 15% to
+    // 45%.
     assert!(
         io >= must_show::SEPARATE_IO_MIN_PCT,
         "VM 1 I/O change {io:.1}% (must-show: at least +300%)"
@@ -204,6 +242,15 @@ fn separate_cfsv_raises_vm1_io_and_costs_vm2_hashing() {
         (lo..=hi).contains(&hash),
         "VM 2 hashing change {hash:.1}% (must-show: {lo}% to {hi}%)"
     );
+    for (i, &(io, hash)) in each.iter().enumerate() {
+        let seed = i + 1;
+        assert!(io >= SEED_IO_MIN_PCT, "seed {seed}: VM 1 I/O {io:+.1}%");
+        let m = SEED_HASH_MARGIN;
+        assert!(
+            (lo - m..=hi + m).contains(&hash),
+            "seed {seed}: VM 2 hashing {hash:+.1}%"
+        );
+    }
     // Under CFS, VM 1's woken threads fail to preempt VM 2's vCPUs often
     // enough to keep VM 1 near the slides' 46% of a CPU; CFS-v lifts it
     // several-fold (published: to 273%).
@@ -218,14 +265,17 @@ fn separate_cfsv_raises_vm1_io_and_costs_vm2_hashing() {
 
 #[test]
 fn mixed_cfsv_raises_io_and_costs_hashing() {
-    let (io, hash) = comparison().mixed_changes();
+    let (io, hash) = mean_cells().mixed_changes();
+    let each: Vec<(f64, f64)> = per_seed_cells().iter().map(|c| c.mixed_changes()).collect();
+    seed_table("mixed", &each);
     // Published: +93% and -9%; the must-show: +50% to +150%,
-    // hashing down at most 15%. The model, with the guest's two-vCPU
-    // completion: +99.6% and -17.6% over the study's seeds 1 to 3 (this
-    // comparison), +87.7% and -12.8% in `scenarios/cfsv.toml`, so the
-    // hashing limit holds on some seeds only (the README's gap); these
-    // bounds guard what it reaches, so a regression fails, and the
-    // must-show is printed beside.
+    // hashing down at most 15%. The model does not hold it seed by seed
+    // (over seeds 1 to 8: I/O -2.8% to +222.7%, hashing +1.2% to -24.3%;
+    // the means +48.6% and -12.1%), and longer runs settle past the
+    // hashing limit (20 s: +73.9% / -17.2%): the host is CPU-bound, and
+    // each request's ~80 us of host CPU comes out of the hashers (the
+    // README's gap). These bounds guard what it reaches, so a regression
+    // fails, and the must-show is printed beside.
     let (lo, hi) = must_show::MIXED_IO_PCT;
     eprintln!(
         "mixed: I/O {io:+.1}% (must-show {}), hashing {hash:+.1}% (must-show {})",
@@ -234,6 +284,9 @@ fn mixed_cfsv_raises_io_and_costs_hashing() {
     );
     assert!((30.0..150.0).contains(&io), "I/O change {io:.1}%");
     assert!((-25.0..0.0).contains(&hash), "hashing change {hash:.1}%");
+    // cfs-v gains on the mean of the seeds' changes too.
+    let (mean_io, _) = mean_ci95(&each.iter().map(|c| c.0).collect::<Vec<_>>());
+    assert!(mean_io > 30.0, "per-seed mean I/O change {mean_io:.1}%");
 }
 
 #[test]
@@ -244,8 +297,9 @@ fn the_vruntime_compensation_alone_is_not_enough() {
         run(&s).unwrap().vms[0].iops
     };
     let comp = cell(CfsvOptions::compensation_only());
-    let cfs = comparison().separate.0.vms[0].iops;
-    let full = comparison().separate.1.vms[0].iops;
+    // Seed 1's cells (the cell above runs seed 1).
+    let seed1 = &per_seed_cells()[0];
+    let (cfs, full) = (seed1.separate.0.vms[0].iops, seed1.separate.1.vms[0].iops);
     assert!(
         comp < 0.5 * full,
         "compensation only {comp:.0}, cfs-v {full:.0}"

@@ -100,9 +100,35 @@ pub fn compare_on(
     opts: CfsvOptions,
     measure_ns: Nanos,
 ) -> Result<Comparison, String> {
+    let seeds: Vec<u64> = (1..=SEEDS).collect();
+    cells_on(p, opts, measure_ns, &seeds)
+}
+
+/// The four cells once per seed in `seeds`, `measure_ns` each: one
+/// comparison per seed (that seed's `cfs` and `cfs-v` cells), for the
+/// spread of the changes from seed to seed.
+pub fn per_seed(
+    opts: CfsvOptions,
+    measure_ns: Nanos,
+    seeds: std::ops::RangeInclusive<u64>,
+) -> Result<Vec<Comparison>, String> {
+    let p = crate::cfsv_study::host_i7_2600();
+    seeds
+        .map(|seed| cells_on(&p, opts, measure_ns, &[seed]))
+        .collect()
+}
+
+/// The four cells, each the mean of its runs over `seeds`.
+fn cells_on(
+    p: &crate::Platform,
+    opts: CfsvOptions,
+    measure_ns: Nanos,
+    seeds: &[u64],
+) -> Result<Comparison, String> {
     let cell = |case, host| -> Result<StudyResult, String> {
-        let rs = (1..=SEEDS)
-            .map(|seed| {
+        let rs = seeds
+            .iter()
+            .map(|&seed| {
                 let mut s = StudySetup::new(case, host);
                 s.platform = p.clone();
                 s.measure_ns = measure_ns;
@@ -121,6 +147,36 @@ pub fn compare_on(
         mixed: (cell(Case::Mixed, FairKind::Cfs)?, cell(Case::Mixed, v)?),
         measure_ns,
     })
+}
+
+/// The mean over comparisons (say, one per seed) of each cell's figures.
+pub fn mean_comparison(cs: &[Comparison]) -> Comparison {
+    let pick = |f: fn(&Comparison) -> &StudyResult| {
+        mean_result(&cs.iter().map(|c| f(c).clone()).collect::<Vec<_>>())
+    };
+    Comparison {
+        separate: (pick(|c| &c.separate.0), pick(|c| &c.separate.1)),
+        mixed: (pick(|c| &c.mixed.0), pick(|c| &c.mixed.1)),
+        measure_ns: cs.first().map_or(0, |c| c.measure_ns),
+    }
+}
+
+/// The mean of `x` and the half-width of its 95% confidence interval
+/// (Student's t with n - 1 degrees of freedom; 0 for fewer than 2 values).
+pub fn mean_ci95(x: &[f64]) -> (f64, f64) {
+    let n = x.len();
+    let mean = x.iter().sum::<f64>() / n.max(1) as f64;
+    if n < 2 {
+        return (mean, 0.0);
+    }
+    let var = x.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
+    // t(0.975, n - 1) for n - 1 = 1..=10 (any statistics table); beyond,
+    // the value for 10, which overstates the interval a little.
+    const T975: [f64; 10] = [
+        12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+    ];
+    let t = T975[(n - 2).min(T975.len() - 1)];
+    (mean, t * (var / n as f64).sqrt())
 }
 
 /// The issue's must-show (issue 28), as ranges of the changes in %:
