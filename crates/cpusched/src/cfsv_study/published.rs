@@ -58,6 +58,9 @@ pub struct Comparison {
     pub separate: (StudyResult, StudyResult),
     pub mixed: (StudyResult, StudyResult),
     pub measure_ns: Nanos,
+    /// When the cells are means over seeds: each seed's changes
+    /// (separate's I/O and hashing, then mixed's), for their spread.
+    pub seed_changes: Vec<[f64; 4]>,
 }
 
 /// The device seeds each cell of [`compare`] runs with (1, 2, 3), as the
@@ -100,8 +103,12 @@ pub fn compare_on(
     opts: CfsvOptions,
     measure_ns: Nanos,
 ) -> Result<Comparison, String> {
-    let seeds: Vec<u64> = (1..=SEEDS).collect();
-    cells_on(p, opts, measure_ns, &seeds)
+    Ok(mean_comparison(&per_seed_on(
+        p,
+        opts,
+        measure_ns,
+        1..=SEEDS,
+    )?))
 }
 
 /// The four cells once per seed in `seeds`, `measure_ns` each: one
@@ -112,41 +119,40 @@ pub fn per_seed(
     measure_ns: Nanos,
     seeds: std::ops::RangeInclusive<u64>,
 ) -> Result<Vec<Comparison>, String> {
-    let p = crate::cfsv_study::host_i7_2600();
-    seeds
-        .map(|seed| cells_on(&p, opts, measure_ns, &[seed]))
-        .collect()
+    per_seed_on(&crate::cfsv_study::host_i7_2600(), opts, measure_ns, seeds)
 }
 
-/// The four cells, each the mean of its runs over `seeds`.
-fn cells_on(
+/// [`per_seed`] on platform `p`.
+pub fn per_seed_on(
     p: &crate::Platform,
     opts: CfsvOptions,
     measure_ns: Nanos,
-    seeds: &[u64],
-) -> Result<Comparison, String> {
-    let cell = |case, host| -> Result<StudyResult, String> {
-        let rs = seeds
-            .iter()
-            .map(|&seed| {
-                let mut s = StudySetup::new(case, host);
-                s.platform = p.clone();
-                s.measure_ns = measure_ns;
-                s.seed = seed;
-                run(&s)
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(mean_result(&rs))
+    seeds: std::ops::RangeInclusive<u64>,
+) -> Result<Vec<Comparison>, String> {
+    let cell = |case, host, seed| {
+        let mut s = StudySetup::new(case, host);
+        s.platform = p.clone();
+        s.measure_ns = measure_ns;
+        s.seed = seed;
+        run(&s)
     };
     let v = FairKind::CfsV(opts);
-    Ok(Comparison {
-        separate: (
-            cell(Case::Separate, FairKind::Cfs)?,
-            cell(Case::Separate, v)?,
-        ),
-        mixed: (cell(Case::Mixed, FairKind::Cfs)?, cell(Case::Mixed, v)?),
-        measure_ns,
-    })
+    seeds
+        .map(|seed| {
+            Ok(Comparison {
+                separate: (
+                    cell(Case::Separate, FairKind::Cfs, seed)?,
+                    cell(Case::Separate, v, seed)?,
+                ),
+                mixed: (
+                    cell(Case::Mixed, FairKind::Cfs, seed)?,
+                    cell(Case::Mixed, v, seed)?,
+                ),
+                measure_ns,
+                seed_changes: Vec::new(),
+            })
+        })
+        .collect()
 }
 
 /// The mean over comparisons (say, one per seed) of each cell's figures.
@@ -154,10 +160,18 @@ pub fn mean_comparison(cs: &[Comparison]) -> Comparison {
     let pick = |f: fn(&Comparison) -> &StudyResult| {
         mean_result(&cs.iter().map(|c| f(c).clone()).collect::<Vec<_>>())
     };
+    let seed_changes = cs
+        .iter()
+        .map(|c| {
+            let ((a, b), (x, y)) = (c.separate_changes(), c.mixed_changes());
+            [a, b, x, y]
+        })
+        .collect();
     Comparison {
         separate: (pick(|c| &c.separate.0), pick(|c| &c.separate.1)),
         mixed: (pick(|c| &c.mixed.0), pick(|c| &c.mixed.1)),
         measure_ns: cs.first().map_or(0, |c| c.measure_ns),
+        seed_changes,
     }
 }
 
@@ -363,7 +377,8 @@ impl Comparison {
         let mut out = self.changes().render(p);
         let _ = writeln!(
             out,
-            "(absolute, model, means over {SEEDS} seeds: separate VM 1 {:.0} -> {:.0} IOPS, VM 2 {:.0} -> {:.0} MD5 MB/s; mixed {:.0} -> {:.0} IOPS, {:.0} -> {:.0} MD5 MB/s; {} ms per cell)",
+            "(absolute, model, means over {} seeds: separate VM 1 {:.0} -> {:.0} IOPS, VM 2 {:.0} -> {:.0} MD5 MB/s; mixed {:.0} -> {:.0} IOPS, {:.0} -> {:.0} MD5 MB/s; {} ms per cell)",
+            self.seed_changes.len().max(1),
             a.vms[0].iops,
             b.vms[0].iops,
             a.vms[1].hash_mb_s,
@@ -374,6 +389,29 @@ impl Comparison {
             self.mixed.1.hash_mb_s(),
             self.measure_ns / MS,
         );
+        if self.seed_changes.len() > 1 {
+            let names = [
+                "separate I/O",
+                "separate hashing",
+                "mixed I/O",
+                "mixed hashing",
+            ];
+            let mut parts = Vec::new();
+            for (i, name) in names.iter().enumerate() {
+                let x: Vec<f64> = self.seed_changes.iter().map(|c| c[i]).collect();
+                let (m, ci) = mean_ci95(&x);
+                let each: Vec<String> = x.iter().map(|v| format!("{v:+.1}")).collect();
+                parts.push(format!(
+                    "{name} {} (mean {m:+.1}% +-{ci:.1})",
+                    each.join(" ")
+                ));
+            }
+            let _ = writeln!(
+                out,
+                "(per seed, %, with the 95% interval of their mean: {}; the figures drift with the measured length: crates/cpusched/README.md, \"Seeds and run length\")",
+                parts.join("; ")
+            );
+        }
         out
     }
 }
