@@ -81,7 +81,9 @@ fn spreads(t: &BTreeMap<Key, f64>, p: Profile) -> (f64, f64) {
 /// margin. Those it does not reproduce are printed, not asserted (see
 /// docs/status.md for the gaps and their causes, with numbers): the random
 /// profiles' 30% loss (the model's per-request Xen cost is tens of
-/// microseconds against milliseconds of disk time), the mixed profile's
+/// microseconds against milliseconds of disk time, and the sequential
+/// profiles' loss allows no more: a per-request cost that gave random reads
+/// 30% would give sequential ones 97%), the mixed profile's
 /// loss and Dom0 independence (blkback's writes are async in Dom0, so
 /// Dom0's CFQ idles on blkback's reads), and no difference between DomU
 /// schedulers on random writes (anticipatory idles on O_DIRECT writes,
@@ -143,17 +145,44 @@ fn the_studys_findings_that_the_xen_pv_model_reproduces() {
             }
         }
     }
-    // Anticipatory in DomU is the worst on random reads and the mixed
-    // profile (Dom0 cfq, 8 threads).
-    for p in [Profile::RandRead, Profile::Mixed] {
-        let v = |g: &str| get(&t, "cfq", g, p, 8);
-        for g in ["noop", "deadline", "cfq"] {
-            assert!(
-                v("anticipatory") < v(g),
-                "{p}: anticipatory {} >= {g} {}",
-                v("anticipatory"),
-                v(g)
-            );
+    // noop and deadline in DomU are the best (the study: "both noop and
+    // deadline have the better performance") for random reads, sequential
+    // reads and writes and the mixed profile, under every Dom0 scheduler:
+    // each within 2% of the best DomU scheduler (cfq ties with them on the
+    // random profiles, where the study saw it slightly behind).
+    for p in [
+        Profile::RandRead,
+        Profile::SeqRead,
+        Profile::SeqWrite,
+        Profile::Mixed,
+    ] {
+        for h in SCHEDS {
+            let v = |g: &str| get(&t, h, g, p, 8);
+            let best = SCHEDS.map(v).into_iter().fold(0.0, f64::max);
+            for g in ["noop", "deadline"] {
+                assert!(
+                    v(g) >= 0.98 * best,
+                    "{p}, Dom0 {h}: {g} {} against the best {best}",
+                    v(g)
+                );
+            }
+        }
+    }
+    // Anticipatory in DomU is the worst on random reads, sequential reads
+    // and the mixed profile, under every Dom0 scheduler: at least 3% below
+    // each of the others. (On sequential writes it ties with cfq: both
+    // serve one thread at a time; printed, not asserted.)
+    for p in [Profile::RandRead, Profile::SeqRead, Profile::Mixed] {
+        for h in SCHEDS {
+            let v = |g: &str| get(&t, h, g, p, 8);
+            for g in ["noop", "deadline", "cfq"] {
+                assert!(
+                    v("anticipatory") < 0.97 * v(g),
+                    "{p}, Dom0 {h}: anticipatory {} against {g} {}",
+                    v("anticipatory"),
+                    v(g)
+                );
+            }
         }
     }
 }
