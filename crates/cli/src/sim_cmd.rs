@@ -55,10 +55,11 @@ pub struct RunArgs {
 #[derive(Args, Clone, Serialize)]
 pub struct SimKnobs {
     /// The host's kernel (CONFIG_HZ, BFQ release, slice_idle in jiffies, BFQ's
-    /// soft real-time slack, sync write-back).
-    #[arg(long, value_enum, default_value_t = KernelName::HOST_DEFAULT)]
-    #[serde(serialize_with = "by_name")]
-    host_kernel: KernelName,
+    /// soft real-time slack, sync write-back) [default: the scenario's
+    /// host_kernel, else linux-6.1].
+    #[arg(long, value_enum)]
+    #[serde(serialize_with = "by_name_or_null")]
+    host_kernel: Option<KernelName>,
     /// Override one field of the host's kernel profile (repeatable): hz=N,
     /// bfq=v7r2|mainline, slice_idle_jiffies=BOOL, softrt_slack=BOOL,
     /// sync_writes_sync=BOOL.
@@ -163,8 +164,42 @@ fn by_name<T: std::fmt::Display, S: serde::Serializer>(v: &T, s: S) -> Result<S:
     s.collect_str(v)
 }
 
+/// [`by_name`] for a flag that may be left out (null then).
+fn by_name_or_null<T: std::fmt::Display, S: serde::Serializer>(
+    v: &Option<T>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    match v {
+        Some(v) => s.collect_str(v),
+        None => s.serialize_none(),
+    }
+}
+
+/// The host kernel a scenario names (`host_kernel`), checked against the
+/// simulator's profiles.
+pub fn scenario_host_kernel(scenario: &Scenario) -> Result<Option<KernelName>, Failure> {
+    scenario
+        .host_kernel
+        .as_deref()
+        .map(|name| {
+            name.parse::<KernelName>().map_err(|e| {
+                Failure::Usage(format!("scenario {}: host_kernel: {e}", scenario.name))
+            })
+        })
+        .transpose()
+}
+
 /// The host's and the guests' kernels: their profiles with the overrides.
-pub fn kernels(k: &SimKnobs) -> Result<(KernelProfile, KernelProfile), Failure> {
+/// The host's is `--host-kernel`, else the scenario's (`scenario_host`), else
+/// the simulator's default host.
+pub fn kernels(
+    k: &SimKnobs,
+    scenario_host: Option<KernelName>,
+) -> Result<(KernelProfile, KernelProfile), Failure> {
+    let host = k
+        .host_kernel
+        .or(scenario_host)
+        .unwrap_or(KernelName::HOST_DEFAULT);
     let resolve = |name: KernelName, sets: &[String], flag: &str| {
         let mut p = name.profile();
         for s in sets {
@@ -174,13 +209,16 @@ pub fn kernels(k: &SimKnobs) -> Result<(KernelProfile, KernelProfile), Failure> 
         Ok::<_, Failure>(p)
     };
     Ok((
-        resolve(k.host_kernel, &k.host_kernel_set, "--host-kernel-set")?,
+        resolve(host, &k.host_kernel_set, "--host-kernel-set")?,
         resolve(k.guest_kernel, &k.guest_kernel_set, "--guest-kernel-set")?,
     ))
 }
 
-pub fn knobs_to_opts(k: &SimKnobs) -> Result<sim::bench::SimOptions, Failure> {
-    let (host_kernel, guest_kernel) = kernels(k)?;
+pub fn knobs_to_opts(
+    k: &SimKnobs,
+    scenario_host: Option<KernelName>,
+) -> Result<sim::bench::SimOptions, Failure> {
+    let (host_kernel, guest_kernel) = kernels(k, scenario_host)?;
     if k.queue_depth == Some(0) {
         return Err(Failure::Usage(
             "--queue-depth 0: the device queue depth must be at least 1".into(),
@@ -368,9 +406,10 @@ fn confirm(over: &[String]) -> bool {
 }
 
 pub fn sim_run(a: RunArgs) -> Result<(), Failure> {
-    let opts = knobs_to_opts(&a.knobs)?;
-    let limits = limits(&a)?;
     let scenario = load_scenario(a.scenario.as_deref())?;
+    let scenario_host = scenario_host_kernel(&scenario)?;
+    let opts = knobs_to_opts(&a.knobs, scenario_host)?;
+    let limits = limits(&a)?;
     let filter = Filter::parse(&a.runner.only).map_err(Failure::Usage)?;
     let all = scenario.cells();
     filter.check(&all).map_err(Failure::Usage)?;
@@ -539,7 +578,9 @@ fn run_meta(a: &RunArgs, opts: &sim::bench::SimOptions, scenario: &Scenario) -> 
     let k = &a.knobs;
     let mut extra = serde_json::Map::new();
     // Resolved once already when the options were checked (knobs_to_opts).
-    let resolved = kernels(k).ok();
+    let resolved = scenario_host_kernel(scenario)
+        .ok()
+        .and_then(|host| kernels(k, host).ok());
     if let Some((host, _)) = &resolved {
         extra.insert("host_kernel".into(), kernel_json(host));
     }

@@ -413,3 +413,61 @@ fn results_json_records_every_option_and_the_provenance() {
     assert!(p["host"]["cores"].as_u64().unwrap() >= 1);
     assert!(Path::new(&out).join("table.txt").is_file());
 }
+
+/// A scenario's `host_kernel` is the simulated host's kernel unless
+/// `--host-kernel` says otherwise; results.json records the one that ran, the
+/// kernel changes the results, and a name the simulator does not know is a
+/// usage error naming the key and the accepted profiles.
+#[test]
+fn a_scenarios_host_kernel_runs_unless_the_option_overrides_it() {
+    let d = Scratch::new("host-kernel");
+    let text = SMALL
+        .replace("repetitions = 3", "repetitions = 1")
+        .replace("[matrix]", "host_kernel = \"linux-3.12-arm\"\n[matrix]");
+    let sc = write(&d, "s.toml", &text);
+    let run = |out: &str, extra: &[&str]| {
+        let out = d.p(out);
+        let mut args = vec![
+            "sim",
+            "run",
+            &sc,
+            "--out",
+            out.to_str().unwrap(),
+            "--quiet",
+            "--only",
+            "host_sched=bfq",
+            "--only",
+            "host_workload=1r-seq",
+        ];
+        args.extend_from_slice(extra);
+        let o = tandem(&args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let json: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap())
+                .unwrap();
+        let csv = std::fs::read_to_string(out.join("results.csv")).unwrap();
+        (json["meta"]["extra"]["host_kernel"]["profile"].clone(), csv)
+    };
+    let (scenario_kernel, scenario_csv) = run("a", &[]);
+    assert_eq!(scenario_kernel, "linux-3.12-arm");
+    let (option_kernel, option_csv) = run("b", &["--host-kernel", "linux-6.1"]);
+    assert_eq!(option_kernel, "linux-6.1");
+    assert_ne!(scenario_csv, option_csv, "the host kernel changed nothing");
+
+    let bad = write(&d, "bad.toml", &text.replace("linux-3.12-arm", "linux-9.9"));
+    let out = d.p("c");
+    let o = tandem(&[
+        "sim",
+        "run",
+        &bad,
+        "--out",
+        out.to_str().unwrap(),
+        "--quiet",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(
+        e.contains("host_kernel") && e.contains("linux-9.9") && e.contains("linux-3.12-arm"),
+        "{e}"
+    );
+}

@@ -114,6 +114,13 @@ pub struct Scenario {
     /// The mixed profile's read share in percent (`read_share`).
     #[serde(default = "default_read_share")]
     pub read_share: u8,
+    /// The simulated host's kernel profile (`host_kernel`, a name of
+    /// `sim::kernel::KernelName`), for scenarios that model a published
+    /// host: `tandem sim run` uses it unless `--host-kernel` is given. The
+    /// simulator checks the name; the real runner runs on the kernel it
+    /// finds. Absent: the simulator's default host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_kernel: Option<String>,
     pub matrix: Matrix,
 }
 
@@ -223,6 +230,7 @@ pub const SCENARIO_KEYS: &[&str] = &[
     "hypervisor",
     "block_kib",
     "read_share",
+    "host_kernel",
     "matrix",
 ];
 
@@ -760,6 +768,7 @@ fn parse_scenario(
     }
     check_profile_matrix(&mut matrix, benchmark)?;
     check_size(&matrix, t.repetitions)?;
+    let host_kernel = parse_host_kernel(&table)?;
 
     Ok(Scenario {
         name,
@@ -775,8 +784,25 @@ fn parse_scenario(
         hypervisor,
         block_kib,
         read_share,
+        host_kernel,
         matrix,
     })
+}
+
+/// `host_kernel`: a non-empty profile name (the simulator checks it against
+/// its profiles when it runs the scenario).
+fn parse_host_kernel(table: &toml::Table) -> Result<Option<String>, ScenarioError> {
+    let Some(v) = table.get("host_kernel") else {
+        return Ok(None);
+    };
+    let s = get_string("host_kernel", v)?;
+    if s.trim().is_empty() {
+        return Err(ScenarioError::key(
+            "host_kernel",
+            "empty kernel profile name (leave the key out for the simulator's default host)",
+        ));
+    }
+    Ok(Some(s))
 }
 
 /// `name`, or the default (the file stem, or [`defaults::NAME`]).

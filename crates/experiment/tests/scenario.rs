@@ -570,3 +570,20 @@ fn host_cpu_load_is_accepted_in_throughput_cells_only_beside_the_cpu_model() {
         .to_string();
     assert!(e.contains("matrix.host_cpu_load"), "{e}");
 }
+
+/// `host_kernel` names the simulated host's kernel profile: kept as written
+/// (the simulator checks the name), absent by default, never empty, and left
+/// out of the scenario's JSON when absent.
+#[test]
+fn host_kernel_is_an_optional_profile_name() {
+    let s = Scenario::from_toml_str(&with_matrix("", M), &accepted()).unwrap();
+    assert_eq!(s.host_kernel, None);
+    assert!(!serde_json::to_string(&s).unwrap().contains("host_kernel"));
+    let top = "host_kernel = \"linux-3.12-arm\"";
+    let s = Scenario::from_toml_str(&with_matrix(top, M), &accepted()).unwrap();
+    assert_eq!(s.host_kernel.as_deref(), Some("linux-3.12-arm"));
+    let e = err(&with_matrix("host_kernel = \" \"", M));
+    assert!(e.contains("host_kernel") && e.contains("empty"), "{e}");
+    let e = err(&with_matrix("host_kernel = 3", M));
+    assert!(e.contains("host_kernel"), "{e}");
+}

@@ -18,13 +18,18 @@ pub enum KernelName {
     /// BFQ, `slice_idle` in nanoseconds, `sync` write-back REQ_SYNC (since
     /// Linux 4.15). The hosts' default.
     Linux61,
-    /// Linux 3.12 on ARM with BFQ v7r2, the CLOUD 2014 guests' kernel as
-    /// its sources say: HZ=100, `slice_idle` in whole jiffies (HZ / 125:
-    /// none at HZ=100), `sync` write-back async.
+    /// Linux 3.12 on ARM with BFQ v7r2, the CLOUD 2014 kernel (host and
+    /// guests, D3.6 section 8.1) as its sources say: HZ=100 ("on an ARM
+    /// system, the HZ parameter ... is typically set to 100", D3.6 on its
+    /// KVM-on-ARM port), `slice_idle` in whole
+    /// jiffies (HZ / 125 is 0 at HZ=100, which `bfq_init()` and
+    /// `cfq_init()` raise to one jiffy: 10 ms), `sync` write-back async.
+    /// The host of the paper's scenarios (`host_kernel` in
+    /// `scenarios/cloud2014.toml`).
     Linux312Arm,
-    /// [`KernelName::Linux312Arm`] as the published guests behaved: they
-    /// idled, so `slice_idle` is 8 ms (in nanoseconds) although HZ=100.
-    /// The guests' default, calibrated on the published figures.
+    /// [`KernelName::Linux312Arm`] with an 8 ms `slice_idle` in nanoseconds
+    /// (a later kernel's), calibrated on the published guests' figures
+    /// before the one-jiffy floor above was modelled: the guests' default.
     Linux312ArmIdling,
     /// Linux 2.6.32 (x86-64, Xen pvops), the Dom0 and DomU kernel of the
     /// two-tier I/O scheduler study: the legacy elevators noop, deadline,

@@ -1125,9 +1125,10 @@ impl Bfq {
     /// after them (`bfq_better_to_idle()`, which needs `slice_idle > 0`);
     /// v7 asks `bfq_bfqq_may_idle()`, which does not look at `slice_idle`,
     /// and only its idle timer needs it (`bfq_bfqq_must_idle()`). So a v7
-    /// BFQ whose `slice_idle` is 0 (HZ=100,
-    /// `SchedConfig::slice_idle_in_jiffies`) still serves one queue at a
-    /// time, and moves on as soon as the queue's last request completes.
+    /// BFQ whose `slice_idle` is 0 (set through sysfs: at HZ=100 in jiffies
+    /// `bfq_init()` makes it one jiffy, `SchedConfig::slice_idle`) still
+    /// serves one queue at a time, and moves on as soon as the queue's last
+    /// request completes.
     fn keeps_device_while_in_flight(&self, ctx: &SchedCtx, q: QueueId) -> bool {
         if self.mainline() {
             self.better_to_idle(ctx, q)
