@@ -265,8 +265,26 @@ impl LocalRing {
         } else {
             prio
         };
+        // The queue thread must never sleep while issuing: it is the one
+        // thread that takes the guest's requests, RT ones included, off the
+        // virtqueue. An inline issue can sleep even though io_uring asks for
+        // IOCB_NOWAIT: ext4's direct I/O maps the file first, and a read
+        // mapping whose extent block is not cached reads that block
+        // synchronously (`ext4_iomap_begin()` -> `ext4_map_blocks()` ->
+        // `ext4_find_extent()`, fs/ext4/inode.c and extents.c, no NOWAIT
+        // check for reads). The runner's `drop_caches` before every start
+        // evicts those blocks, and a best-effort read of one behind the
+        // host's readers took seconds: an RT request stood untaken in the
+        // virtqueue for 8.7 s (docs/measurements.md, vhost-ioprio). So the
+        // fast path hands each request to io-wq (`IOSQE_ASYNC`), whose
+        // workers share this thread's I/O context (`CLONE_IO`), as QEMU's
+        // default `aio=threads` issues from its pool. The submitter threads
+        // of the other classes issue inline: each serves one class, and a
+        // wait there holds back only requests of that class.
+        let mut worker = Worker::new(ring, prio, image, stats);
+        worker.async_issue = true;
         Ok(LocalRing {
-            worker: Worker::new(ring, prio, image, stats),
+            worker,
             prio,
             effective,
         })
@@ -388,6 +406,10 @@ struct Worker {
     slots: Vec<Option<InFlight>>,
     free: Vec<usize>,
     in_flight: usize,
+    /// Issue every SQE through io-wq (`IOSQE_ASYNC`) instead of inline in
+    /// `io_uring_enter`: set for a queue thread's [`LocalRing`], see
+    /// [`LocalRing::new`].
+    async_issue: bool,
 }
 
 impl Worker {
@@ -400,6 +422,7 @@ impl Worker {
             slots: Vec::new(),
             free: Vec::new(),
             in_flight: 0,
+            async_issue: false,
         }
     }
 
@@ -472,6 +495,11 @@ impl Worker {
 
     /// Queues an SQE, submitting what is queued when the ring is full.
     fn push(&mut self, sqe: squeue::Entry) {
+        let sqe = if self.async_issue {
+            sqe.flags(squeue::Flags::ASYNC)
+        } else {
+            sqe
+        };
         // SAFETY: every SQE's buffers (iovecs into guest memory) live in
         // `slots` until its completion is reaped.
         while unsafe { self.ring.submission().push(&sqe) }.is_err() {
