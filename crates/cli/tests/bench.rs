@@ -67,8 +67,7 @@ fn ci_scenario(name: &str) -> (Scratch, std::path::PathBuf, std::path::PathBuf) 
 
 /// The hypervisor's CPU steal over a run, as its results.json records it.
 fn steal_share(out: &Path) -> Option<f64> {
-    let meta: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let meta = common::results_json(out);
     meta.pointer("/meta/extra/cpu_steal_share")
         .and_then(|v| v.as_f64())
 }
@@ -137,8 +136,7 @@ fn a_native_start_up_records_the_app_and_workload_cpu_time() {
             "host_sched=bfq",
         ],
     );
-    let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let json = common::results_json(&out);
     let run = &json["cells"][0]["runs"][0];
     let counter = |k: &str| run["counters"][k].as_f64().unwrap_or(f64::NAN);
     for k in [
@@ -313,8 +311,7 @@ fn wait_for_rows(child: &mut Child, out: &Path, n: usize) {
 
 /// The cells' keys in a results.json, and its provenance.
 fn json_cells(out: &Path) -> (Vec<String>, serde_json::Value) {
-    let j: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let j = common::results_json(out);
     let cells = j["cells"]
         .as_array()
         .unwrap()

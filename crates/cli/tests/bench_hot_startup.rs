@@ -50,8 +50,7 @@ fn most_loops(tag: &str, stop: &AtomicBool, every_ms: u64) -> usize {
 
 /// The first cell's first run in results.json.
 fn first_run(out: &std::path::Path) -> serde_json::Value {
-    let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let json = common::results_json(out);
     json["cells"][0]["runs"][0].clone()
 }
 

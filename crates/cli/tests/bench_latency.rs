@@ -73,8 +73,7 @@ fn a_native_latency_cell_measures_cyclictest_with_its_host_loops() {
         .unwrap();
     assert_eq!(rows + over, 600, "{text}");
     // Each run says what its two loops got.
-    let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let json = common::results_json(&out);
     let text = json.to_string();
     assert!(text.contains("host_loops_iter_s"), "{text}");
     assert!(text.contains("latency_max_us"));
@@ -189,8 +188,7 @@ fn a_vm_latency_cell_measures_cyclictest_in_the_guest_and_restores_the_boost() {
     let h = cpusched::cyclictest_output::parse_histogram(&std::fs::read_to_string(hist).unwrap())
         .unwrap();
     assert_eq!(h.count, 300);
-    let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let json = common::results_json(&out);
     let run = &json["cells"][0]["runs"][0];
     assert!(run["values"][0].as_f64().is_some_and(|v| v > 0.0), "{run}");
     for k in [

@@ -32,8 +32,7 @@ threads = [2]
 #[ignore = "needs root: an emulated device (FUSE, loop device), qemu-system-x86_64 and apt for the guest image"]
 fn a_profile_cell_runs_its_threads_in_a_real_guest() {
     let (_dir, out, _) = common::bench_run(GUEST, "bench-profile", &["--file-mib", "16"]);
-    let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let json = common::results_json(&out);
     let cells = json["cells"].as_array().unwrap();
     let metrics: Vec<&str> = cells
         .iter()
@@ -126,18 +125,9 @@ fn a_guest_that_dies_mid_cell_fails_that_cell_and_the_run_goes_on() {
     };
     common::send_signal(qemu, nix::sys::signal::Signal::SIGKILL).unwrap();
     run.succeed();
-    let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
-    let failed = json["meta"]["extra"]["failed_cells"].as_array().unwrap();
-    assert_eq!(failed.len(), 1, "{failed:?}");
-    assert!(
-        failed[0]["cell"]
-            .as_str()
-            .unwrap()
-            .contains("guest_sched=mq-deadline"),
-        "{failed:?}"
-    );
-    let why = failed[0]["reason"].as_str().unwrap();
+    let json = common::results_json(&out);
+    let (cell, why) = common::one_failed_cell(&json);
+    assert!(cell.contains("guest_sched=mq-deadline"), "{cell}");
     assert!(
         why.contains("QEMU exited") && why.contains("signal: 9"),
         "{why}"

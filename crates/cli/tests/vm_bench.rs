@@ -49,8 +49,7 @@ fn a_vm_cell_runs_in_a_real_guest_and_leaves_nothing_behind() {
     for f in ["results.json", "results.csv", "table.txt"] {
         assert!(out.join(f).exists(), "{f} missing");
     }
-    let r: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let r = common::results_json(&out);
     let meta = &r["meta"];
     assert_eq!(meta["runner"], "real");
     let accel = meta["extra"]["vm"]["accel"].as_str().unwrap_or("");
@@ -201,19 +200,10 @@ fn a_vhost_backend_killed_mid_cell_fails_that_cell_with_the_reason_and_the_run_g
     common::send_signal(backend, nix::sys::signal::Signal::SIGKILL).unwrap();
     let (st, e) = run.end_within(300.0, "the run to end after its backend's death");
     assert!(st.success(), "the run failed: {e}");
-    let r: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let r = common::results_json(&out);
     // The failed cell, marked with the reason.
-    let failed = r["meta"]["extra"]["failed_cells"].as_array().unwrap();
-    assert_eq!(failed.len(), 1, "{failed:?}");
-    assert!(
-        failed[0]["cell"]
-            .as_str()
-            .unwrap()
-            .contains("coordination=vhost-ioprio"),
-        "{failed:?}"
-    );
-    let why = failed[0]["reason"].as_str().unwrap();
+    let (cell, why) = common::one_failed_cell(&r);
+    assert!(cell.contains("coordination=vhost-ioprio"), "{cell}");
     assert!(
         why.contains("vhost-user-blk backend") && why.contains("signal: 9"),
         "{why}"

@@ -388,6 +388,21 @@ pub fn bench_run(text: &str, name: &str, args: &[&str]) -> (Scratch, PathBuf, St
     (dir, out, csv)
 }
 
+/// The run's results.json in `out`.
+pub fn results_json(out: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap()
+}
+
+/// The one failed cell of the run whose results.json is `json` (its
+/// `failed_cells`, which must hold one): the cell and the reason.
+#[track_caller]
+pub fn one_failed_cell(json: &serde_json::Value) -> (String, String) {
+    let failed = json["meta"]["extra"]["failed_cells"].as_array().unwrap();
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    let field = |k: &str| failed[0][k].as_str().unwrap().to_string();
+    (field("cell"), field("reason"))
+}
+
 /// Runs `run` while `watch` runs on a thread of its own, given a flag that
 /// is set once `run` has returned (or failed the test); returns what both
 /// returned.
