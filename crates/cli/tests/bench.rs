@@ -15,7 +15,9 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{leftovers, named, processes_with, tandem, Scratch};
+use common::{
+    bench_run, bench_run_in, leftovers, named, processes_with, tandem, BenchRun, Scratch,
+};
 use nix::sys::signal::Signal;
 
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -56,43 +58,16 @@ fn dev_mounted(dev: &str) -> bool {
     mounts().lines().any(|l| l.contains(&format!(" {dev} ")))
 }
 
-/// A scratch directory holding the CI scenario: the directory, the
-/// scenario file and the output directory to give the run.
+/// A scratch directory holding the CI scenario ([`common::scenario_dir`]):
+/// the directory, the scenario file and the output directory to give the
+/// run.
 fn ci_scenario(name: &str) -> (Scratch, std::path::PathBuf, std::path::PathBuf) {
-    let dir = Scratch::new(name);
-    let scenario = dir.0.join("ci.toml");
-    std::fs::write(&scenario, SCENARIO).unwrap();
-    let out = dir.0.join("out");
-    (dir, scenario, out)
-}
-
-/// `tandem bench run SCENARIO --out OUT --quiet ARGS...`, which must succeed
-/// and leave nothing behind; returns its results.csv.
-fn bench_run(scenario: &Path, out: &Path, args: &[&str]) -> String {
-    let child = Command::new(env!("CARGO_BIN_EXE_tandem"))
-        .args(["bench", "run"])
-        .arg(scenario)
-        .arg("--out")
-        .arg(out)
-        .arg("--quiet")
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let r = child.wait_with_output().unwrap();
-    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
-    let left = leftovers(pid, None);
-    assert!(left.is_empty(), "left behind: {left:#?}");
-    std::fs::read_to_string(out.join("results.csv")).unwrap()
+    common::scenario_dir(SCENARIO, name)
 }
 
 /// The hypervisor's CPU steal over a run, as its results.json records it.
 fn steal_share(out: &Path) -> Option<f64> {
-    let meta: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let meta = common::results_json(out);
     meta.pointer("/meta/extra/cpu_steal_share")
         .and_then(|v| v.as_f64())
 }
@@ -116,12 +91,8 @@ fn means(csv: &str) -> Vec<(String, f64)> {
 fn bfq_starts_the_app_in_under_half_the_time_under_5r_seq() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     need_devices();
-    let (_dir, scenario, out) = ci_scenario("bench-bfq");
-    let csv = bench_run(
-        &scenario,
-        &out,
-        &["--file-mib", "32", "--settle-s", "6", "--pause-s", "2"],
-    );
+    let args = ["--file-mib", "32", "--settle-s", "6", "--pause-s", "2"];
+    let (_dir, out, csv) = bench_run(SCENARIO, "bench-bfq", &args);
     assert!(csv.lines().skip(1).all(|l| l.starts_with("real,")), "{csv}");
     for f in [
         "results.json",
@@ -151,10 +122,9 @@ fn bfq_starts_the_app_in_under_half_the_time_under_5r_seq() {
 fn a_native_start_up_records_the_app_and_workload_cpu_time() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     need_devices();
-    let (_dir, scenario, out) = ci_scenario("bench-cpu");
-    bench_run(
-        &scenario,
-        &out,
+    let (_dir, out, _) = bench_run(
+        SCENARIO,
+        "bench-cpu",
         &[
             "--file-mib",
             "32",
@@ -166,8 +136,7 @@ fn a_native_start_up_records_the_app_and_workload_cpu_time() {
             "host_sched=bfq",
         ],
     );
-    let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let json = common::results_json(&out);
     let run = &json["cells"][0]["runs"][0];
     let counter = |k: &str| run["counters"][k].as_f64().unwrap_or(f64::NAN);
     for k in [
@@ -342,8 +311,7 @@ fn wait_for_rows(child: &mut Child, out: &Path, n: usize) {
 
 /// The cells' keys in a results.json, and its provenance.
 fn json_cells(out: &Path) -> (Vec<String>, serde_json::Value) {
-    let j: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let j = common::results_json(out);
     let cells = j["cells"]
         .as_array()
         .unwrap()
@@ -360,16 +328,8 @@ fn a_run_stopped_after_a_cell_keeps_that_cells_results() {
     need_devices();
     let (_dir, scenario, out) = ci_scenario("bench-keep");
     // The three cells (bfq, mq-deadline, none), in matrix order.
-    let run = |out: &Path| {
-        Command::new(env!("CARGO_BIN_EXE_tandem"))
-            .args(["bench", "run", scenario.to_str().unwrap(), "--out"])
-            .arg(out)
-            .args(["--file-mib", "16", "--quiet", "--settle-s", "1"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
-    };
+    let run =
+        |out: &Path| BenchRun::start(&scenario, out, &["--file-mib", "16", "--settle-s", "1"]).0;
 
     // 1. Ctrl-C in the second cell: the first cell's row and results.json
     // stay, marked incomplete and interrupted.
@@ -505,10 +465,7 @@ fn refusals() {
 fn one_sequential_reader_gets_the_emulated_disk_rate() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     need_devices();
-    let dir = Scratch::new("bench-thr");
-    let scenario = dir.0.join("thr.toml");
-    std::fs::write(
-        &scenario,
+    let (dir, scenario, _) = common::scenario_dir(
         r#"
 name = "ci-real-thr"
 benchmark = "throughput"
@@ -523,8 +480,8 @@ device = ["hdd-1.8in"]
 host_sched = ["bfq"]
 host_workload = ["1r-seq"]
 "#,
-    )
-    .unwrap();
+        "bench-thr",
+    );
     // The model's peak is 10.0 MB/s; buffered reads with 128 KiB read-ahead
     // get it. As in the devemu test, the emulated disk is late while the
     // hypervisor steals CPU time (`devemu::probe::STEAL_WARN_SHARE`): a run
@@ -535,7 +492,7 @@ host_workload = ["1r-seq"]
     let mut stolen = true;
     while !within && stolen && attempts.len() < 3 {
         let out = dir.0.join(format!("out{}", attempts.len()));
-        let csv = bench_run(&scenario, &out, &["--file-mib", "64", "--settle-s", "3"]);
+        let csv = bench_run_in(&scenario, &out, &["--file-mib", "64", "--settle-s", "3"]);
         assert!(csv.contains("throughput_mb_s"), "{csv}");
         let mb_s = means(&csv)[0].1;
         let steal = steal_share(&out).unwrap_or(0.0);

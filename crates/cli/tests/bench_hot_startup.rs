@@ -5,10 +5,10 @@
 //! device for the app's files, as for every real run) and, in a guest,
 //! QEMU; ignored by default, run as root with `--include-ignored`.
 
-use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 mod common;
-use common::{leftovers, tandem, Scratch};
+use common::{tandem, Scratch};
 
 /// A hot start-up scenario: `starts` starts of xterm's replay, the matrix
 /// lines given.
@@ -37,10 +37,20 @@ fn loops_of(tag: &str) -> Vec<u32> {
         .collect()
 }
 
+/// The most loops of the runs naming `tag` ([`loops_of`]) seen at once,
+/// looking every `every_ms` until `stop`.
+fn most_loops(tag: &str, stop: &AtomicBool, every_ms: u64) -> usize {
+    let mut most = 0;
+    while !stop.load(Ordering::SeqCst) {
+        most = most.max(loops_of(tag).len());
+        std::thread::sleep(std::time::Duration::from_millis(every_ms));
+    }
+    most
+}
+
 /// The first cell's first run in results.json.
 fn first_run(out: &std::path::Path) -> serde_json::Value {
-    let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let json = common::results_json(out);
     json["cells"][0]["runs"][0].clone()
 }
 
@@ -121,20 +131,10 @@ fn the_replay_refuses_a_work_rate_that_is_not_above_zero() {
 fn a_native_hot_start_up_cell_gives_each_start_and_leaves_no_loop() {
     let text = scenario(3, "guest_sched = [\"\"]\nhost_cpu_load = [\"2\"]\n");
     let tag = format!("bench-hot-native-{}", std::process::id());
-    let stop = std::sync::atomic::AtomicBool::new(false);
-    let ((_dir, out, csv), seen) = std::thread::scope(|s| {
-        let w = s.spawn(|| {
-            let mut most = 0;
-            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
-                most = most.max(loops_of(&tag).len());
-                std::thread::sleep(std::time::Duration::from_millis(20));
-            }
-            most
-        });
-        let r = common::bench_run(&text, "bench-hot-native", &["--file-mib", "16"]);
-        stop.store(true, std::sync::atomic::Ordering::SeqCst);
-        (r, w.join().unwrap())
-    });
+    let ((_dir, out, csv), seen) = common::watching(
+        |stop| most_loops(&tag, stop, 20),
+        || common::bench_run(&text, "bench-hot-native", &["--file-mib", "16"]),
+    );
     assert_eq!(seen, 2, "the cell's two loops were not seen running");
     assert!(
         loops_of(&tag).is_empty(),
@@ -169,56 +169,17 @@ fn a_vm_hot_start_up_cell_gives_each_start_and_leaves_no_loop() {
         "guest_sched = [\"mq-deadline\"]\nhost_cpu_load = [\"1\"]\nguest_cpu_load = [\"1\"]\n\
          coordination = [\"help-cpu\"]\n",
     );
-    let dir = Scratch::new("bench-hot-vm");
-    let scenario = dir.0.join("s.toml");
-    std::fs::write(&scenario, text).unwrap();
-    let out = dir.0.join("out");
-    let tag = dir.0.to_string_lossy().into_owned();
-    let child = Command::new(env!("CARGO_BIN_EXE_tandem"))
-        .args(["bench", "run"])
-        .arg(&scenario)
-        .arg("--out")
-        .arg(&out)
-        .arg("--vm-image")
-        .arg(&image)
-        .args([
-            "--vm-accel",
-            "tcg",
-            "--vm-mem-mib",
-            "512",
-            "--file-mib",
-            "16",
-            "--quiet",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let stop = std::sync::atomic::AtomicBool::new(false);
-    let (r, seen) = std::thread::scope(|s| {
-        let w = s.spawn(|| {
-            let mut most = 0;
-            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
-                most = most.max(loops_of(&tag).len());
-                std::thread::sleep(std::time::Duration::from_millis(50));
-            }
-            most
-        });
-        let r = child.wait_with_output().unwrap();
-        stop.store(true, std::sync::atomic::Ordering::SeqCst);
-        (r, w.join().unwrap())
-    });
-    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let tag = format!("bench-hot-vm-{}", std::process::id());
+    let ((_dir, out, _), seen) = common::watching(
+        |stop| most_loops(&tag, stop, 50),
+        || common::bench_run(&text, "bench-hot-vm", &common::tcg_guest(&image)),
+    );
     assert_eq!(seen, 1, "the cell's host loop was not seen running");
     assert!(
         loops_of(&tag).is_empty(),
         "loops left: {:?}",
         loops_of(&tag)
     );
-    let left = leftovers(pid, None);
-    assert!(left.is_empty(), "left behind: {left:#?}");
     let run = first_run(&out);
     let values = run["values"].as_array().unwrap();
     assert_eq!(values.len(), 3, "{run}");

@@ -5,10 +5,8 @@
 //! (`cyclictest`); ignored by default, run by CI as root with
 //! `--include-ignored`.
 
-use std::process::{Command, Stdio};
-
 mod common;
-use common::{leftovers, Scratch};
+use common::{BenchRun, Scratch};
 
 /// A native latency cell with two host loops and a tiny cyclictest.
 const NATIVE: &str = r#"
@@ -75,8 +73,7 @@ fn a_native_latency_cell_measures_cyclictest_with_its_host_loops() {
         .unwrap();
     assert_eq!(rows + over, 600, "{text}");
     // Each run says what its two loops got.
-    let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let json = common::results_json(&out);
     let text = json.to_string();
     assert!(text.contains("host_loops_iter_s"), "{text}");
     assert!(text.contains("latency_max_us"));
@@ -154,42 +151,10 @@ fn watch_qemu(
 fn a_vm_latency_cell_measures_cyclictest_in_the_guest_and_restores_the_boost() {
     assert!(devemu::is_root(), "needs root");
     let image = common::latency_guest_image();
-    let dir = Scratch::new("bench-latency-vm");
-    let scenario = dir.0.join("s.toml");
-    std::fs::write(&scenario, VM).unwrap();
-    let out = dir.0.join("out");
-    let child = Command::new(env!("CARGO_BIN_EXE_tandem"))
-        .args(["bench", "run"])
-        .arg(&scenario)
-        .arg("--out")
-        .arg(&out)
-        .arg("--vm-image")
-        .arg(&image)
-        .args([
-            "--vm-accel",
-            "tcg",
-            "--vm-mem-mib",
-            "512",
-            "--file-mib",
-            "16",
-            "--quiet",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let stop = std::sync::atomic::AtomicBool::new(false);
-    let (r, (qemu, seen)) = std::thread::scope(|s| {
-        let w = s.spawn(|| watch_qemu(pid, &stop));
-        let r = child.wait_with_output().unwrap();
-        stop.store(true, std::sync::atomic::Ordering::SeqCst);
-        (r, w.join().unwrap())
-    });
-    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
-    let left = leftovers(pid, None);
-    assert!(left.is_empty(), "left behind: {left:#?}");
+    let (_dir, scenario, out) = common::scenario_dir(VM, "bench-latency-vm");
+    let run = BenchRun::start(&scenario, &out, &common::tcg_guest(&image));
+    let pid = run.pid();
+    let ((), (qemu, seen)) = common::watching(|stop| watch_qemu(pid, stop), || run.succeed());
     // The boost: the vCPU and the main loop, no other thread; each back.
     let qemu = qemu.expect("the run's QEMU was seen");
     let boosted: Vec<u32> = seen.iter().filter(|(_, s)| s.rr).map(|(t, _)| *t).collect();
@@ -223,8 +188,7 @@ fn a_vm_latency_cell_measures_cyclictest_in_the_guest_and_restores_the_boost() {
     let h = cpusched::cyclictest_output::parse_histogram(&std::fs::read_to_string(hist).unwrap())
         .unwrap();
     assert_eq!(h.count, 300);
-    let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let json = common::results_json(&out);
     let run = &json["cells"][0]["runs"][0];
     assert!(run["values"][0].as_f64().is_some_and(|v| v > 0.0), "{run}");
     for k in [

@@ -6,10 +6,8 @@
 //! as root with `--include-ignored`. A guest that dies mid-cell fails that
 //! cell only.
 
-use std::process::{Command, Stdio};
-
 mod common;
-use common::{leftovers, ppid, processes_with, tandem, Scratch};
+use common::{ppid, processes_with, tandem, BenchRun};
 
 /// One VM cell: 2 threads of random 4 KiB reads, 3 s in 1 s samples.
 const GUEST: &str = r#"
@@ -33,28 +31,8 @@ threads = [2]
 #[test]
 #[ignore = "needs root: an emulated device (FUSE, loop device), qemu-system-x86_64 and apt for the guest image"]
 fn a_profile_cell_runs_its_threads_in_a_real_guest() {
-    let dir = Scratch::new("bench-profile");
-    let scenario = dir.0.join("s.toml");
-    std::fs::write(&scenario, GUEST).unwrap();
-    let out = dir.0.join("out");
-    let child = Command::new(env!("CARGO_BIN_EXE_tandem"))
-        .args(["bench", "run"])
-        .arg(&scenario)
-        .arg("--out")
-        .arg(&out)
-        .args(["--file-mib", "16", "--quiet"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let r = child.wait_with_output().unwrap();
-    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
-    let left = leftovers(pid, None);
-    assert!(left.is_empty(), "left behind: {left:#?}");
-    let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let (_dir, out, _) = common::bench_run(GUEST, "bench-profile", &["--file-mib", "16"]);
+    let json = common::results_json(&out);
     let cells = json["cells"].as_array().unwrap();
     let metrics: Vec<&str> = cells
         .iter()
@@ -116,22 +94,9 @@ fn read_bytes(pid: u32) -> Option<u64> {
 #[test]
 #[ignore = "needs root: an emulated device (FUSE, loop device), qemu-system-x86_64 and apt for the guest image"]
 fn a_guest_that_dies_mid_cell_fails_that_cell_and_the_run_goes_on() {
-    let dir = Scratch::new("bench-profile-death");
-    let scenario = dir.0.join("s.toml");
-    std::fs::write(&scenario, TWO_CELLS).unwrap();
-    let out = dir.0.join("out");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tandem"))
-        .args(["bench", "run"])
-        .arg(&scenario)
-        .arg("--out")
-        .arg(&out)
-        .args(["--file-mib", "32", "--quiet"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
+    let (_dir, scenario, out) = common::scenario_dir(TWO_CELLS, "bench-profile-death");
+    let mut run = BenchRun::start(&scenario, &out, &["--file-mib", "32"]);
+    let pid = run.pid();
     // The first cell's QEMU, once the guest has read 8 MiB through it: its
     // boot reads a few hundred KiB, so the profile is running.
     // (The KVM probe's QEMU, also the run's child, has no cell directory.)
@@ -151,11 +116,7 @@ fn a_guest_that_dies_mid_cell_fails_that_cell_and_the_run_goes_on() {
             let _ = common::send_signal(pid, nix::sys::signal::Signal::SIGINT);
             panic!("the first cell ended before its guest read 8 MiB");
         }
-        if let Ok(Some(st)) = child.try_wait() {
-            let mut e = String::new();
-            let _ = std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut e);
-            panic!("the run ended before its first guest read 8 MiB: {st}: {e}");
-        }
+        run.assert_running("its first guest read 8 MiB");
         if t0.elapsed() > std::time::Duration::from_secs(900) {
             let _ = common::send_signal(pid, nix::sys::signal::Signal::SIGINT);
             panic!("no guest reading after 900 s");
@@ -163,23 +124,10 @@ fn a_guest_that_dies_mid_cell_fails_that_cell_and_the_run_goes_on() {
         std::thread::sleep(std::time::Duration::from_millis(100));
     };
     common::send_signal(qemu, nix::sys::signal::Signal::SIGKILL).unwrap();
-    let r = child.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&r.stderr);
-    assert!(r.status.success(), "the run failed: {err}");
-    let left = leftovers(pid, None);
-    assert!(left.is_empty(), "left behind: {left:#?}");
-    let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
-    let failed = json["meta"]["extra"]["failed_cells"].as_array().unwrap();
-    assert_eq!(failed.len(), 1, "{failed:?}");
-    assert!(
-        failed[0]["cell"]
-            .as_str()
-            .unwrap()
-            .contains("guest_sched=mq-deadline"),
-        "{failed:?}"
-    );
-    let why = failed[0]["reason"].as_str().unwrap();
+    run.succeed();
+    let json = common::results_json(&out);
+    let (cell, why) = common::one_failed_cell(&json);
+    assert!(cell.contains("guest_sched=mq-deadline"), "{cell}");
     assert!(
         why.contains("QEMU exited") && why.contains("signal: 9"),
         "{why}"
@@ -214,14 +162,8 @@ fn a_guest_that_dies_mid_cell_fails_that_cell_and_the_run_goes_on() {
 /// before it touches anything (no root needed to be told).
 #[test]
 fn the_real_runner_refuses_xen_pv() {
-    let dir = Scratch::new("bench-xen");
-    let scenario = dir.0.join("s.toml");
-    std::fs::write(
-        &scenario,
-        GUEST.replace("seed = 1\n", "seed = 1\nhypervisor = \"xen-pv\"\n"),
-    )
-    .unwrap();
-    let out = dir.0.join("out");
+    let xen = GUEST.replace("seed = 1\n", "seed = 1\nhypervisor = \"xen-pv\"\n");
+    let (_dir, scenario, out) = common::scenario_dir(&xen, "bench-xen");
     let r = tandem(&[
         "bench",
         "run",

@@ -9,12 +9,11 @@
 //! Needs root, /dev/fuse, loop devices, qemu-system-x86 and apt's access to
 //! Debian's packages (`.ci/run` installs what is missing).
 
-use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{leftovers, ppid, processes_with, Scratch};
+use common::{leftovers, ppid, processes_with, BenchRun};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -43,39 +42,14 @@ fn a_vm_cell_runs_in_a_real_guest_and_leaves_nothing_behind() {
         devemu::is_root(),
         "VM mode needs root (CI runs as root): run the tests with sudo"
     );
-    let dir = Scratch::new("vm-bench");
-    let scenario = dir.0.join("ci-vm.toml");
-    std::fs::write(&scenario, SCENARIO).unwrap();
-    let out = dir.0.join("out");
-    let child = Command::new(env!("CARGO_BIN_EXE_tandem"))
-        .args(["bench", "run"])
-        .arg(&scenario)
-        .arg("--out")
-        .arg(&out)
-        .args([
-            "--file-mib",
-            "32",
-            "--settle-s",
-            "3",
-            "--pause-s",
-            "1",
-            "--quiet",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let run = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(run.status.success(), "tandem bench run failed: {stderr}");
+    let args = ["--file-mib", "32", "--settle-s", "3", "--pause-s", "1"];
+    let (_dir, out, _) = common::bench_run(SCENARIO, "vm-bench", &args);
 
     // The result files, with two starts measured in the guest.
     for f in ["results.json", "results.csv", "table.txt"] {
         assert!(out.join(f).exists(), "{f} missing");
     }
-    let r: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let r = common::results_json(&out);
     let meta = &r["meta"];
     assert_eq!(meta["runner"], "real");
     let accel = meta["extra"]["vm"]["accel"].as_str().unwrap_or("");
@@ -125,47 +99,27 @@ fn a_vm_cell_runs_in_a_real_guest_and_leaves_nothing_behind() {
         hostd_log.contains("actuators: ioprio, blkio-cgroup-move, bfq-idling"),
         "{hostd_log}"
     );
-
-    nothing_left(pid);
+    // Nothing left behind: checked by bench_run.
 }
 
 /// Nothing of the run with this pid is left: no QEMU, hostd, worker or
 /// devemu daemon, FUSE mount, loop device, file or directory of its own (all
-/// name its run directory or devemu instance, see `common::leftovers`), and
-/// no blkio group of its own. Other runs' resources are not looked at: other
-/// tests or users may have theirs up at the same time.
+/// name its run directory or devemu instance), and no blkio group of its own
+/// (`common::leftovers`, which [`BenchRun::succeed`] checks too). Other runs'
+/// resources are not looked at: other tests or users may have theirs up at
+/// the same time.
 fn nothing_left(pid: u32) {
     let left = leftovers(pid, None);
     assert!(left.is_empty(), "left behind: {left:#?}");
-    let groups: Vec<String> = std::fs::read_dir("/sys/fs/cgroup/blkio")
-        .map(|d| {
-            d.filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.starts_with(&format!("tandem-bench-{pid}-")))
-                .collect()
-        })
-        .unwrap_or_default();
-    assert!(groups.is_empty(), "blkio groups left: {groups:?}");
 }
 
 #[test]
 fn ctrl_c_in_a_vm_cell_stops_qemu_and_hostd_and_leaves_nothing() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     assert!(devemu::is_root(), "VM mode needs root (CI runs as root)");
-    let dir = Scratch::new("vm-bench-kill");
-    let scenario = dir.0.join("ci-vm.toml");
-    std::fs::write(&scenario, SCENARIO).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tandem"))
-        .args(["bench", "run"])
-        .arg(&scenario)
-        .arg("--out")
-        .arg(dir.0.join("out"))
-        .args(["--file-mib", "32", "--settle-s", "30", "--quiet"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
+    let (_dir, scenario, out) = common::scenario_dir(SCENARIO, "vm-bench-kill");
+    let mut run = BenchRun::start(&scenario, &out, &["--file-mib", "32", "--settle-s", "30"]);
+    let pid = run.pid();
     // Wait until the run's guest and hostd are both up, then Ctrl-C.
     let t0 = Instant::now();
     loop {
@@ -177,11 +131,7 @@ fn ctrl_c_in_a_vm_cell_stops_qemu_and_hostd_and_leaves_nothing() {
         if mine(&["qemu-system"]) && mine(&["hostd", "run"]) {
             break;
         }
-        if let Ok(Some(st)) = child.try_wait() {
-            let mut e = String::new();
-            let _ = std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut e);
-            panic!("the run ended before its guest was up: {st}: {e}");
-        }
+        run.assert_running("its guest was up");
         assert!(
             t0.elapsed() < Duration::from_secs(600),
             "no guest and hostd after 600 s"
@@ -190,20 +140,8 @@ fn ctrl_c_in_a_vm_cell_stops_qemu_and_hostd_and_leaves_nothing() {
     }
     std::thread::sleep(Duration::from_secs(3));
     common::send_signal(pid, nix::sys::signal::Signal::SIGINT).unwrap();
-    let t0 = Instant::now();
-    let st = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(90),
-            "the run did not stop within 90 s of Ctrl-C"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let (st, e) = run.end_within(90.0, "the run to stop after Ctrl-C");
     assert!(!st.success());
-    let mut e = String::new();
-    let _ = std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut e);
     assert!(e.contains("interrupted"), "{e}");
     nothing_left(pid);
 }
@@ -220,28 +158,25 @@ fn backend_stats(pid: u32) -> Option<serde_json::Value> {
 fn a_vhost_backend_killed_mid_cell_fails_that_cell_with_the_reason_and_the_run_goes_on() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     assert!(devemu::is_root(), "VM mode needs root (CI runs as root)");
-    let dir = Scratch::new("vm-bench-vhost");
-    let scenario = dir.0.join("ci-vm-vhost.toml");
     // SCENARIO's cell on `tandem vhost-blk`, whose backend is killed, then
     // an `off` cell; bash's start is the shortest.
     let vhost = SCENARIO
         .replace(r#"["help-rt"]"#, r#"["vhost-ioprio", "off"]"#)
         .replace(r#"app = "xterm""#, r#"app = "bash""#);
     assert!(vhost.contains(r#"["vhost-ioprio", "off"]"#) && vhost.contains(r#""bash""#));
-    std::fs::write(&scenario, vhost).unwrap();
-    let out = dir.0.join("out");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tandem"))
-        .args(["bench", "run"])
-        .arg(&scenario)
-        .arg("--out")
-        .arg(&out)
-        .args(["--file-mib", "32", "--settle-s", "20", "--pause-s", "1"])
-        .args(["--vm-mem-mib", "512", "--quiet"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
+    let (_dir, scenario, out) = common::scenario_dir(&vhost, "vm-bench-vhost");
+    let args = [
+        "--file-mib",
+        "32",
+        "--settle-s",
+        "20",
+        "--pause-s",
+        "1",
+        "--vm-mem-mib",
+        "512",
+    ];
+    let mut run = BenchRun::start(&scenario, &out, &args);
+    let pid = run.pid();
     // The guest's reader is running once the backend has read more than
     // the boot does (a few hundred KiB): kill the backend then, in the
     // repetition's settle time.
@@ -255,11 +190,7 @@ fn a_vhost_backend_killed_mid_cell_fails_that_cell_with_the_reason_and_the_run_g
         if read > 4 << 20 && !mine.is_empty() {
             break mine[0];
         }
-        if let Ok(Some(st)) = child.try_wait() {
-            let mut e = String::new();
-            let _ = std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut e);
-            panic!("the run ended before its guest read through the backend: {st}: {e}");
-        }
+        run.assert_running("its guest read through the backend");
         assert!(
             t0.elapsed() < Duration::from_secs(600),
             "no guest reading through the backend after 600 s"
@@ -267,33 +198,12 @@ fn a_vhost_backend_killed_mid_cell_fails_that_cell_with_the_reason_and_the_run_g
         std::thread::sleep(Duration::from_millis(100));
     };
     common::send_signal(backend, nix::sys::signal::Signal::SIGKILL).unwrap();
-    let t0 = Instant::now();
-    let st = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(300),
-            "the run did not end within 300 s of the backend's death"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    let mut e = String::new();
-    let _ = std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut e);
+    let (st, e) = run.end_within(300.0, "the run to end after its backend's death");
     assert!(st.success(), "the run failed: {e}");
-    let r: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let r = common::results_json(&out);
     // The failed cell, marked with the reason.
-    let failed = r["meta"]["extra"]["failed_cells"].as_array().unwrap();
-    assert_eq!(failed.len(), 1, "{failed:?}");
-    assert!(
-        failed[0]["cell"]
-            .as_str()
-            .unwrap()
-            .contains("coordination=vhost-ioprio"),
-        "{failed:?}"
-    );
-    let why = failed[0]["reason"].as_str().unwrap();
+    let (cell, why) = common::one_failed_cell(&r);
+    assert!(cell.contains("coordination=vhost-ioprio"), "{cell}");
     assert!(
         why.contains("vhost-user-blk backend") && why.contains("signal: 9"),
         "{why}"
@@ -324,10 +234,7 @@ fn a_vhost_backend_killed_mid_cell_fails_that_cell_with_the_reason_and_the_run_g
 fn a_help_all_cell_boosts_io_and_vcpus_and_ends_every_boost() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     assert!(devemu::is_root(), "VM mode needs root");
-    let dir = Scratch::new("vm-bench-help-all");
-    let scenario = dir.0.join("help-all.toml");
-    std::fs::write(
-        &scenario,
+    let (_dir, scenario, out) = common::scenario_dir(
         r#"
 name = "ci-help-all"
 benchmark = "latency"
@@ -345,27 +252,14 @@ host_cpu_load = ["1"]
 guest_cpu_load = ["1"]
 coordination = ["help-all"]
 "#,
-    )
-    .unwrap();
-    let out = dir.0.join("out");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tandem"));
-    cmd.args(["bench", "run"])
-        .arg(&scenario)
-        .arg("--out")
-        .arg(&out)
-        .args(["--file-mib", "32", "--settle-s", "1", "--quiet"]);
-    if let Ok(img) = std::env::var("TANDEM_TEST_VM_IMAGE") {
-        cmd.arg("--vm-image").arg(img);
+        "vm-bench-help-all",
+    );
+    let image = std::env::var("TANDEM_TEST_VM_IMAGE").ok();
+    let mut args = vec!["--file-mib", "32", "--settle-s", "1"];
+    if let Some(img) = &image {
+        args.extend(["--vm-image", img]);
     }
-    let child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let run = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(run.status.success(), "tandem bench run failed: {stderr}");
+    BenchRun::start(&scenario, &out, &args).succeed();
     let hostd_log = std::fs::read_dir(out.join("vm-logs"))
         .unwrap()
         .filter_map(|e| std::fs::read_to_string(e.unwrap().path().join("hostd.log")).ok())
@@ -381,5 +275,5 @@ coordination = ["help-all"]
     );
     assert_eq!(n(": CPU boost ("), n(": CPU unboost ("), "{hostd_log}");
     assert_eq!(n(": boost ("), n(": unboost"), "{hostd_log}");
-    nothing_left(pid);
+    // Nothing left behind: checked by `succeed`.
 }

@@ -464,28 +464,52 @@ mod tests {
         assert!(h.steps.is_empty());
     }
 
+    /// [`Host`]'s required steps for a fake host that wraps a [`Script`] (its
+    /// `.0`), each taken as the script takes it, and the optional steps named
+    /// (`settle`, `pause`) too; what the fake leaves out is [`Host`]'s default.
+    /// Each fake host below states only what it adds.
+    macro_rules! script_steps {
+        (@also settle) => {
+            fn settle(&mut self, secs: f64) -> Result<(), String> {
+                self.0.settle(secs)
+            }
+        };
+        (@also pause) => {
+            fn pause(&mut self, secs: f64) -> Result<(), String> {
+                self.0.pause(secs)
+            }
+        };
+        ($($also:ident),*) => {
+            type Error = String;
+            fn drop_caches(&mut self, s: Scope) -> Result<(), String> {
+                self.0.drop_caches(s)
+            }
+            fn start_workloads(&mut self) -> Result<Vec<WorkloadSpec>, String> {
+                self.0.start_workloads()
+            }
+            fn wait(&mut self, secs: f64) -> Result<(), String> {
+                self.0.wait(secs)
+            }
+            fn start_app(&mut self, t: f64) -> Result<Option<f64>, String> {
+                self.0.start_app(t)
+            }
+            fn sectors(&mut self) -> Result<u64, String> {
+                self.0.sectors()
+            }
+            fn finish(&mut self, out: &mut RunResult) -> Result<(), String> {
+                self.0.finish(out)
+            }
+            fn unsupported(&self, what: &str) -> String {
+                self.0.unsupported(what)
+            }
+            $(script_steps!(@also $also);)*
+        };
+    }
+
     /// A host that runs hot start-ups: [`Script`] with busy loops.
     struct Hot(Script);
     impl Host for Hot {
-        type Error = String;
-        fn drop_caches(&mut self, s: Scope) -> Result<(), String> {
-            self.0.drop_caches(s)
-        }
-        fn start_workloads(&mut self) -> Result<Vec<WorkloadSpec>, String> {
-            self.0.start_workloads()
-        }
-        fn wait(&mut self, secs: f64) -> Result<(), String> {
-            self.0.wait(secs)
-        }
-        fn settle(&mut self, secs: f64) -> Result<(), String> {
-            self.0.settle(secs)
-        }
-        fn pause(&mut self, secs: f64) -> Result<(), String> {
-            self.0.pause(secs)
-        }
-        fn start_app(&mut self, t: f64) -> Result<Option<f64>, String> {
-            self.0.start_app(t)
-        }
+        script_steps!(settle, pause);
         fn start_cpu_loads(&mut self) -> Result<(), String> {
             self.0.steps.push("loops".into());
             Ok(())
@@ -494,15 +518,6 @@ mod tests {
             self.0.steps.push("loops stop".into());
             out.counters.insert("host_loops_iter_s".into(), 7.0);
             Ok(())
-        }
-        fn sectors(&mut self) -> Result<u64, String> {
-            self.0.sectors()
-        }
-        fn finish(&mut self, out: &mut RunResult) -> Result<(), String> {
-            self.0.finish(out)
-        }
-        fn unsupported(&self, what: &str) -> String {
-            self.0.unsupported(what)
         }
     }
 
@@ -610,19 +625,7 @@ mod tests {
         /// A host that runs profiles: one sample per second of `duration_s`.
         struct Ffsb(Script);
         impl Host for Ffsb {
-            type Error = String;
-            fn drop_caches(&mut self, s: Scope) -> Result<(), String> {
-                self.0.drop_caches(s)
-            }
-            fn start_workloads(&mut self) -> Result<Vec<WorkloadSpec>, String> {
-                self.0.start_workloads()
-            }
-            fn wait(&mut self, secs: f64) -> Result<(), String> {
-                self.0.wait(secs)
-            }
-            fn start_app(&mut self, t: f64) -> Result<Option<f64>, String> {
-                self.0.start_app(t)
-            }
+            script_steps!();
             fn profile(&mut self, p: &ProfileCell, d: f64, s: f64) -> Result<RunResult, String> {
                 self.0
                     .steps
@@ -631,15 +634,6 @@ mod tests {
                     values: vec![100.0; (d / s) as usize],
                     ..RunResult::default()
                 })
-            }
-            fn sectors(&mut self) -> Result<u64, String> {
-                self.0.sectors()
-            }
-            fn finish(&mut self, out: &mut RunResult) -> Result<(), String> {
-                self.0.finish(out)
-            }
-            fn unsupported(&self, what: &str) -> String {
-                self.0.unsupported(what)
             }
         }
         let mut c = cell(Benchmark::Profile);
@@ -668,28 +662,7 @@ mod tests {
     fn a_host_without_latency_refuses_a_latency_cell() {
         struct NoLatency(Script);
         impl Host for NoLatency {
-            type Error = String;
-            fn drop_caches(&mut self, s: Scope) -> Result<(), String> {
-                self.0.drop_caches(s)
-            }
-            fn start_workloads(&mut self) -> Result<Vec<WorkloadSpec>, String> {
-                self.0.start_workloads()
-            }
-            fn wait(&mut self, secs: f64) -> Result<(), String> {
-                self.0.wait(secs)
-            }
-            fn start_app(&mut self, t: f64) -> Result<Option<f64>, String> {
-                self.0.start_app(t)
-            }
-            fn sectors(&mut self) -> Result<u64, String> {
-                self.0.sectors()
-            }
-            fn finish(&mut self, out: &mut RunResult) -> Result<(), String> {
-                self.0.finish(out)
-            }
-            fn unsupported(&self, what: &str) -> String {
-                self.0.unsupported(what)
-            }
+            script_steps!();
         }
         let mut h = NoLatency(Script::default());
         let e = run_repetition(&cell(Benchmark::Latency), &Waits::default(), &mut h).unwrap_err();

@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// Runs the `tandem` binary under test with `args` and waits for it.
@@ -295,33 +296,154 @@ impl Drop for Proc {
     }
 }
 
-/// `tandem bench run SCENARIO --out OUT --quiet ARGS` on the scenario
-/// `text`, which must succeed and leave none of its processes behind;
-/// returns the scratch directory, the output directory and results.csv.
-pub fn bench_run(text: &str, name: &str, args: &[&str]) -> (Scratch, PathBuf, String) {
+/// Writes the scenario `text` to `s.toml` in a new scratch directory
+/// `name`; returns the directory, the scenario file and the output
+/// directory to give a run (`out` in it, not made).
+pub fn scenario_dir(text: &str, name: &str) -> (Scratch, PathBuf, PathBuf) {
     let dir = Scratch::new(name);
     let scenario = dir.0.join("s.toml");
     std::fs::write(&scenario, text).unwrap();
     let out = dir.0.join("out");
-    let child = Command::new(env!("CARGO_BIN_EXE_tandem"))
-        .args(["bench", "run"])
-        .arg(&scenario)
-        .arg("--out")
-        .arg(&out)
-        .arg("--quiet")
-        .args(args)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let r = child.wait_with_output().unwrap();
-    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
-    let left = leftovers(pid, None);
-    assert!(left.is_empty(), "left behind: {left:#?}");
-    let csv = std::fs::read_to_string(out.join("results.csv")).unwrap();
+    (dir, scenario, out)
+}
+
+/// A `tandem bench run` under way, for the tests that watch it, signal it
+/// or kill what it started while it runs.
+pub struct BenchRun(pub std::process::Child);
+
+impl BenchRun {
+    /// Starts `tandem bench run SCENARIO --out OUT --quiet ARGS`, with no
+    /// input and its output piped.
+    pub fn start(scenario: &Path, out: &Path, args: &[&str]) -> BenchRun {
+        BenchRun(
+            Command::new(env!("CARGO_BIN_EXE_tandem"))
+                .args(["bench", "run"])
+                .arg(scenario)
+                .arg("--out")
+                .arg(out)
+                .arg("--quiet")
+                .args(args)
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap(),
+        )
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.0.id()
+    }
+
+    /// What the run wrote on stderr (all of it once the run has ended).
+    pub fn stderr(&mut self) -> String {
+        let mut e = String::new();
+        let _ = std::io::Read::read_to_string(self.0.stderr.as_mut().unwrap(), &mut e);
+        e
+    }
+
+    /// Fails the test, with the run's exit status and stderr, if the run
+    /// has ended before `what`.
+    #[track_caller]
+    pub fn assert_running(&mut self, what: &str) {
+        if let Ok(Some(st)) = self.0.try_wait() {
+            panic!("the run ended before {what}: {st}: {}", self.stderr());
+        }
+    }
+
+    /// Waits for the run to end, failing the test, named `what`, after
+    /// `secs` seconds; its exit status and stderr.
+    #[track_caller]
+    pub fn end_within(&mut self, secs: f64, what: &str) -> (std::process::ExitStatus, String) {
+        wait_until(what, secs, || self.0.try_wait().unwrap().is_some());
+        let st = self.0.wait().unwrap();
+        (st, self.stderr())
+    }
+
+    /// Waits for the run, which must succeed and leave none of its
+    /// processes, files, mounts or loop devices behind ([`leftovers`]).
+    #[track_caller]
+    pub fn succeed(self) {
+        let pid = self.pid();
+        let r = self.0.wait_with_output().unwrap();
+        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+        let left = leftovers(pid, None);
+        assert!(left.is_empty(), "left behind: {left:#?}");
+    }
+}
+
+/// `tandem bench run SCENARIO --out OUT --quiet ARGS` ([`BenchRun`]),
+/// which must succeed and leave nothing behind; returns its results.csv.
+pub fn bench_run_in(scenario: &Path, out: &Path, args: &[&str]) -> String {
+    BenchRun::start(scenario, out, args).succeed();
+    std::fs::read_to_string(out.join("results.csv")).unwrap()
+}
+
+/// [`bench_run_in`] on the scenario `text` in a scratch directory
+/// ([`scenario_dir`]); returns the directory, the output directory and
+/// results.csv.
+pub fn bench_run(text: &str, name: &str, args: &[&str]) -> (Scratch, PathBuf, String) {
+    let (dir, scenario, out) = scenario_dir(text, name);
+    let csv = bench_run_in(&scenario, &out, args);
     (dir, out, csv)
+}
+
+/// The run's results.json in `out`.
+pub fn results_json(out: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap()
+}
+
+/// The one failed cell of the run whose results.json is `json` (its
+/// `failed_cells`, which must hold one): the cell and the reason.
+#[track_caller]
+pub fn one_failed_cell(json: &serde_json::Value) -> (String, String) {
+    let failed = json["meta"]["extra"]["failed_cells"].as_array().unwrap();
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    let field = |k: &str| failed[0][k].as_str().unwrap().to_string();
+    (field("cell"), field("reason"))
+}
+
+/// Runs `run` while `watch` runs on a thread of its own, given a flag that
+/// is set once `run` has returned (or failed the test); returns what both
+/// returned.
+pub fn watching<R, T: Send>(
+    watch: impl FnOnce(&AtomicBool) -> T + Send,
+    run: impl FnOnce() -> R,
+) -> (R, T) {
+    /// Sets the flag when dropped: also when `run` panics, so that the
+    /// watcher stops and the panic is not stuck waiting for it.
+    struct Stop<'a>(&'a AtomicBool);
+    impl Drop for Stop<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let w = s.spawn(|| watch(&stop));
+        let r = {
+            let _stop = Stop(&stop);
+            run()
+        };
+        (r, w.join().unwrap())
+    })
+}
+
+/// The arguments of a run whose guests boot `image`
+/// ([`latency_guest_image`]) under TCG with 512 MiB of memory, on 16 MiB
+/// files.
+pub fn tcg_guest(image: &Path) -> Vec<&str> {
+    let image = image.to_str().unwrap();
+    vec![
+        "--vm-image",
+        image,
+        "--vm-accel",
+        "tcg",
+        "--vm-mem-mib",
+        "512",
+        "--file-mib",
+        "16",
+    ]
 }
 
 /// A guest image with cyclictest (`tandem vm image`), built into a
