@@ -36,6 +36,7 @@ coordination = ["help-rt"]
 "#;
 
 #[test]
+#[ignore = "needs root and qemu-system-x86_64 (a real guest); CI runs it"]
 fn a_vm_cell_runs_in_a_real_guest_and_leaves_nothing_behind() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     assert!(
@@ -114,6 +115,7 @@ fn nothing_left(pid: u32) {
 }
 
 #[test]
+#[ignore = "needs root and qemu-system-x86_64 (a real guest); CI runs it"]
 fn ctrl_c_in_a_vm_cell_stops_qemu_and_hostd_and_leaves_nothing() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     assert!(devemu::is_root(), "VM mode needs root (CI runs as root)");
