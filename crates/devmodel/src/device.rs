@@ -57,10 +57,10 @@ pub struct Device {
     model: Box<dyn ServiceModel>,
     rotational: bool,
     /// The device's own command slots (NCQ/TCQ depth).
-    queue_depth: usize,
-    /// Commands the host may have outstanding: `queue_depth`, or the
+    own_depth: usize,
+    /// Commands the host may have outstanding: `own_depth`, or the
     /// transport's depth when greater.
-    accept_depth: usize,
+    queue_depth: usize,
     /// Commands accepted beyond the device's own queue, in arrival order.
     fifo: VecDeque<(u64, IoRequest)>,
     /// Tag of the command each unit is serving.
@@ -92,8 +92,8 @@ impl Device {
         Device {
             rotational: model.info().rotational,
             model,
-            queue_depth,
-            accept_depth,
+            own_depth: queue_depth,
+            queue_depth: accept_depth,
             fifo: VecDeque::with_capacity(accept_depth - queue_depth),
             slots: vec![None; units],
             ends: BinaryHeap::with_capacity(units),
@@ -116,12 +116,12 @@ impl Device {
     /// Commands the host may have outstanding: the device's command slots,
     /// or the depth of the transport in front of them ([`Device::behind_fifo`]).
     pub fn queue_depth(&self) -> usize {
-        self.accept_depth
+        self.queue_depth
     }
 
     /// The device's own command slots (NCQ/TCQ depth), without the transport.
     pub fn device_queue_depth(&self) -> usize {
-        self.queue_depth
+        self.own_depth
     }
 
     /// Accepted and not yet returned by [`Device::pop_completed`].
@@ -131,7 +131,7 @@ impl Device {
 
     /// `in_flight() < queue_depth()`.
     pub fn can_accept(&self) -> bool {
-        self.in_flight < self.accept_depth
+        self.in_flight < self.queue_depth
     }
 
     /// Accept a command at `now` (the caller checks [`Device::can_accept`]; an
@@ -144,7 +144,7 @@ impl Device {
         self.in_flight += 1;
         // Without a transport every command enters the device (an extra one
         // over depth too, as before transports existed).
-        if self.accept_depth == self.queue_depth || self.in_device() < self.queue_depth {
+        if self.queue_depth == self.own_depth || self.in_device() < self.own_depth {
             self.admit(now, tag, req);
         } else {
             self.fifo.push_back((tag, req));
@@ -232,7 +232,7 @@ impl Device {
                 self.start(u, w.tag, &w.req, end);
             }
             // The transport's oldest commands enter the freed room.
-            while self.in_device() < self.queue_depth {
+            while self.in_device() < self.own_depth {
                 let Some((tag, req)) = self.fifo.pop_front() else {
                     break;
                 };
