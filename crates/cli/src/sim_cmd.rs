@@ -80,6 +80,13 @@ pub struct SimKnobs {
     /// Override the device's command queue depth (NCQ).
     #[arg(long)]
     queue_depth: Option<usize>,
+    /// Let the host driver take up to N requests from the elevator, which
+    /// wait in arrival order for the device's own queue (not reordered by
+    /// it): the real runner's emulated disk is a loop device of tag depth 4
+    /// in front of a one-command disk model, so compare with real runs
+    /// under --dispatch-depth 4. Unset: the device's queue depth.
+    #[arg(long, value_name = "N")]
+    dispatch_depth: Option<usize>,
     /// Set one parameter of the HDD model (repeatable; flash devices are
     /// left as they are), to calibrate it: rpm, media_mb_s,
     /// track_to_track_ms, avg_seek_ms, full_stroke_ms, write_settle_ms,
@@ -224,6 +231,11 @@ pub fn knobs_to_opts(
             "--queue-depth 0: the device queue depth must be at least 1".into(),
         ));
     }
+    if k.dispatch_depth == Some(0) {
+        return Err(Failure::Usage(
+            "--dispatch-depth 0: the driver must take at least 1 request".into(),
+        ));
+    }
     if k.virtqueue_depth == 0 {
         return Err(Failure::Usage(
             "--virtqueue-depth 0: the virtqueue must hold at least 1 request".into(),
@@ -233,6 +245,7 @@ pub fn knobs_to_opts(
     host_kernel.apply(&mut opts.sched_cfg);
     opts.sched_cfg.low_latency = !k.no_low_latency;
     opts.queue_depth = k.queue_depth;
+    opts.dispatch_depth = k.dispatch_depth;
     opts.hdd_params = devmodel::parse_hdd_params(&k.hdd_params)
         .map_err(|e| Failure::Usage(format!("--hdd-param {e}")))?;
     guest_kernel.apply(&mut opts.vm.sched_cfg);
@@ -588,6 +601,9 @@ fn run_meta(a: &RunArgs, opts: &sim::bench::SimOptions, scenario: &Scenario) -> 
     extra.insert("slice_idle_ns".into(), opts.sched_cfg.slice_idle().into());
     if let Some(d) = k.queue_depth {
         extra.insert("queue_depth".into(), d.into());
+    }
+    if let Some(d) = k.dispatch_depth {
+        extra.insert("dispatch_depth".into(), d.into());
     }
     if !opts.hdd_params.is_empty() {
         let params: serde_json::Map<String, serde_json::Value> = opts

@@ -608,8 +608,9 @@ fn tune_queue(dev: &str, model: &str) {
     // requests from the scheduler at once, which then wait in the emulator
     // in arrival order. Writing nr_requests while no scheduler is attached
     // shrinks the driver's tag depth, and that depth stays when a scheduler
-    // is attached later. The kernel's floor is 4 (BLKDEV_MIN_RQ).
-    let depth = m.info().default_queue_depth.max(4);
+    // is attached later. The kernel's floor is 4 (BLKDEV_MIN_RQ): the
+    // simulator's twin is `--dispatch-depth 4` (devmodel::LOOP_TAG_DEPTH).
+    let depth = m.info().default_queue_depth.max(devmodel::LOOP_TAG_DEPTH);
     let q = sys_block(dev).join("queue");
     let sched = fs::read_to_string(q.join("scheduler")).unwrap_or_default();
     if sched.contains("[none]") {

@@ -13,6 +13,15 @@ use crate::{DeviceInfo, IoRequest, Nanos, ServiceModel};
 /// weights.
 pub const SPTF_AGE_DIVISOR: u64 = 64;
 
+/// The tag depth of the real runner's loop device, the transport in front of
+/// its emulated disk (crates/devemu): writing `nr_requests` clamps it to the
+/// kernel's floor `BLKDEV_MIN_RQ`, 4 (include/linux/blkdev.h; the clamp is in
+/// `queue_requests_store`, block/blk-sysfs.c), and with no scheduler attached
+/// the write shrinks the driver's tags to it. The block layer hands the loop
+/// driver up to this many requests, which wait in the emulator in arrival
+/// order: `Device::behind_fifo(model, 1, LOOP_TAG_DEPTH)` in the simulator.
+pub const LOOP_TAG_DEPTH: usize = 4;
+
 /// Marks a waiting command that any unit may serve.
 const ANY_UNIT: usize = usize::MAX;
 
@@ -33,13 +42,27 @@ struct Waiting {
 /// rotational devices, and in arrival order otherwise. The next command starts
 /// at the completion time of the previous one, whenever the caller collects it.
 ///
+/// In front of the command queue there may be a transport of a greater depth
+/// ([`Device::behind_fifo`]): the host hands it up to that many commands, and
+/// those the device's own queue has no room for wait in arrival order, each
+/// entering the device when a command of the device completes (at that
+/// completion time). This is the real runner's emulated disk: a loop device
+/// whose tag depth is the kernel's floor of 4 hands requests to the emulator,
+/// where they wait in arrival order for the model (crates/devemu).
+///
 /// Completed commands are kept until [`Device::pop_completed`] returns them and
 /// count in [`Device::in_flight`] until then. No allocation happens after
 /// construction: the queues are fixed-capacity vectors sized by the queue depth.
 pub struct Device {
     model: Box<dyn ServiceModel>,
     rotational: bool,
+    /// The device's own command slots (NCQ/TCQ depth).
+    own_depth: usize,
+    /// Commands the host may have outstanding: `own_depth`, or the
+    /// transport's depth when greater.
     queue_depth: usize,
+    /// Commands accepted beyond the device's own queue, in arrival order.
+    fifo: VecDeque<(u64, IoRequest)>,
     /// Tag of the command each unit is serving.
     slots: Vec<Option<u64>>,
     /// (end, unit) of every running command, earliest first (ties: lowest unit).
@@ -52,16 +75,30 @@ pub struct Device {
 impl Device {
     /// A device with `queue_depth` command slots (values below 1 count as 1).
     pub fn new(model: Box<dyn ServiceModel>, queue_depth: usize) -> Device {
+        Device::behind_fifo(model, queue_depth, queue_depth)
+    }
+
+    /// A device with `queue_depth` command slots behind a transport that
+    /// accepts up to `dispatch_depth` commands (at least `queue_depth`) and
+    /// hands the device those beyond its own queue in arrival order.
+    pub fn behind_fifo(
+        model: Box<dyn ServiceModel>,
+        queue_depth: usize,
+        dispatch_depth: usize,
+    ) -> Device {
         let queue_depth = queue_depth.max(1);
+        let accept_depth = dispatch_depth.max(queue_depth);
         let units = model.parallelism().max(1);
         Device {
             rotational: model.info().rotational,
             model,
-            queue_depth,
+            own_depth: queue_depth,
+            queue_depth: accept_depth,
+            fifo: VecDeque::with_capacity(accept_depth - queue_depth),
             slots: vec![None; units],
             ends: BinaryHeap::with_capacity(units),
             waiting: Vec::with_capacity(queue_depth),
-            done: VecDeque::with_capacity(queue_depth),
+            done: VecDeque::with_capacity(accept_depth),
             in_flight: 0,
         }
     }
@@ -76,9 +113,15 @@ impl Device {
         self.model.as_ref()
     }
 
-    /// Command slots.
+    /// Commands the host may have outstanding: the device's command slots,
+    /// or the depth of the transport in front of them ([`Device::behind_fifo`]).
     pub fn queue_depth(&self) -> usize {
         self.queue_depth
+    }
+
+    /// The device's own command slots (NCQ/TCQ depth), without the transport.
+    pub fn device_queue_depth(&self) -> usize {
+        self.own_depth
     }
 
     /// Accepted and not yet returned by [`Device::pop_completed`].
@@ -93,11 +136,28 @@ impl Device {
 
     /// Accept a command at `now` (the caller checks [`Device::can_accept`]; an
     /// extra command is still accepted, just over depth). It starts at once if a
-    /// unit is free, otherwise waits in the device's internal queue. `now` must
-    /// not go backwards between calls.
+    /// unit is free, otherwise waits in the device's internal queue, or, when
+    /// that is full, in the transport's. `now` must not go backwards between
+    /// calls.
     pub fn submit(&mut self, now: Nanos, tag: u64, req: IoRequest) {
         self.advance(now);
         self.in_flight += 1;
+        // Without a transport every command enters the device (an extra one
+        // over depth too, as before transports existed).
+        if self.queue_depth == self.own_depth || self.in_device() < self.own_depth {
+            self.admit(now, tag, req);
+        } else {
+            self.fifo.push_back((tag, req));
+        }
+    }
+
+    /// Commands the device holds: running or in its own queue.
+    fn in_device(&self) -> usize {
+        self.ends.len() + self.waiting.len()
+    }
+
+    /// The device takes a command at `now`: on a free unit, or into its queue.
+    fn admit(&mut self, now: Nanos, tag: u64, req: IoRequest) {
         let n = self.slots.len();
         let want = self.model.unit_for(&req).map(|u| u % n);
         let free = match want {
@@ -145,6 +205,7 @@ impl Device {
         self.slots.iter_mut().for_each(|s| *s = None);
         self.ends.clear();
         self.waiting.clear();
+        self.fifo.clear();
         self.done.clear();
         self.in_flight = 0;
         self.model.reset();
@@ -169,6 +230,13 @@ impl Device {
             if let Some(i) = self.pick(u, end) {
                 let w = self.waiting.remove(i);
                 self.start(u, w.tag, &w.req, end);
+            }
+            // The transport's oldest commands enter the freed room.
+            while self.in_device() < self.own_depth {
+                let Some((tag, req)) = self.fifo.pop_front() else {
+                    break;
+                };
+                self.admit(end, tag, req);
             }
         }
     }

@@ -67,7 +67,7 @@ pub mod flash;
 pub mod hdd;
 pub mod heap;
 
-pub use device::{Device, SPTF_AGE_DIVISOR};
+pub use device::{Device, LOOP_TAG_DEPTH, SPTF_AGE_DIVISOR};
 pub use flash::{FlashModel, FlashParams};
 pub use hdd::{AccessKind, Breakdown, HddModel, HddParams, Streams, HDD_PARAM_NAMES};
 

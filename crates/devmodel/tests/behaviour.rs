@@ -594,3 +594,46 @@ fn the_sas_10k_buffer_segments_follow_interleaved_streams() {
         assert!(with > 10.0 * without, "{dir:?}: {with} vs {without}");
     }
 }
+
+/// Tags in completion order after submitting `reqs` at once at t = 0.
+fn completion_order(mut dev: Device, reqs: &[IoRequest]) -> Vec<u64> {
+    for (i, r) in reqs.iter().enumerate() {
+        assert!(dev.can_accept(), "request {i} within depth");
+        dev.submit(0, i as u64, *r);
+    }
+    assert!(!dev.can_accept(), "the depth is full");
+    let mut order = Vec::new();
+    while let Some(t) = dev.next_completion() {
+        while let Some(tag) = dev.pop_completed(t) {
+            order.push(tag);
+        }
+    }
+    order
+}
+
+#[test]
+fn transport_fifo_serves_in_arrival_order_where_ncq_reorders() {
+    // Far, near, far, near: the disk's own queue of 4 (SPTF) takes the near
+    // ones first; behind a FIFO transport of 4 the one-command disk serves
+    // them as they came (the real runner's loop device, LOOP_TAG_DEPTH).
+    let cap = preset("hdd-1.8in").unwrap().info().capacity_sectors;
+    let reqs = [
+        read(cap - 4096, 8),
+        read(64, 8),
+        read(cap - 2048, 8),
+        read(128, 8),
+    ];
+    let ncq = completion_order(device("hdd-1.8in", 4), &reqs);
+    let fifo = completion_order(
+        Device::behind_fifo(preset("hdd-1.8in").unwrap(), 1, devmodel::LOOP_TAG_DEPTH),
+        &reqs,
+    );
+    assert_eq!(fifo, vec![0, 1, 2, 3]);
+    assert_ne!(ncq, fifo, "NCQ reorders the same requests");
+    // A transport no deeper than the device is the device alone.
+    let same = completion_order(
+        Device::behind_fifo(preset("hdd-1.8in").unwrap(), 4, 2),
+        &reqs,
+    );
+    assert_eq!(same, ncq);
+}

@@ -38,6 +38,9 @@ pub struct SimOptions {
     pub sched_cfg: SchedConfig,
     /// Override the device's queue depth.
     pub queue_depth: Option<usize>,
+    /// The host driver's dispatch depth in front of the device's queue
+    /// (`MachineConfig::dispatch_depth`, `--dispatch-depth`).
+    pub dispatch_depth: Option<usize>,
     /// HDD parameters set over the preset's (`--hdd-param`): the knobs of
     /// a device calibration. Flash devices ignore them.
     pub hdd_params: Vec<(String, f64)>,
@@ -69,6 +72,7 @@ impl Default for SimOptions {
         SimOptions {
             sched_cfg: SchedConfig::default(),
             queue_depth: None,
+            dispatch_depth: None,
             hdd_params: Vec::new(),
             vm: guest_defaults(),
             coord: CoordConfig::default(),
@@ -145,6 +149,7 @@ pub fn setup(cell: &Cell, opts: &SimOptions, seed: u64) -> Result<Setup, String>
     let cfg = MachineConfig {
         device: cell.device.to_string(),
         queue_depth: opts.queue_depth,
+        dispatch_depth: opts.dispatch_depth,
         hdd_params: opts.hdd_params.clone(),
         sched: cell.host_sched.to_string(),
         sched_cfg: opts.sched_cfg.clone(),

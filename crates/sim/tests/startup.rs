@@ -32,11 +32,14 @@ fn cell(sched: &str, workload: &str) -> Cell {
 
 /// Mean start-up time over two runs of five starts.
 fn startup(sched: &str, workload: &str) -> f64 {
+    startup_with(sched, workload, &SimOptions::default())
+}
+
+fn startup_with(sched: &str, workload: &str, opts: &SimOptions) -> f64 {
     let c = cell(sched, workload);
-    let opts = SimOptions::default();
     let mut all = Vec::new();
     for rep in 0..c.repetitions {
-        let r = run_startup(&c, &opts, rep).unwrap();
+        let r = run_startup(&c, opts, rep).unwrap();
         assert_eq!(r.timeouts, 0, "{sched} {workload}: a start timed out");
         all.extend(r.values);
     }
@@ -86,4 +89,28 @@ fn calibrated_xterm_starts_a_little_under_two_seconds_on_the_idle_disk() {
     };
     let knob = run_startup(&cell("bfq", "none"), &opts, 0).unwrap();
     assert_eq!(knob.values, r.values);
+}
+
+/// The real runner's transport (`--dispatch-depth 4`, devmodel::LOOP_TAG_DEPTH):
+/// deadline picks 4 requests of the readers' batch before the app's next
+/// read arrives, which then waits behind them in arrival order, so the app
+/// starts slower than when the disk takes one request at a time. noop
+/// dispatches in arrival order anyway: a FIFO behind a FIFO changes nothing.
+#[test]
+fn loop_transport_slows_deadline_under_readers_and_leaves_noop_as_it_is() {
+    let loop4 = SimOptions {
+        dispatch_depth: Some(devmodel::LOOP_TAG_DEPTH),
+        ..SimOptions::default()
+    };
+    let one = startup("deadline", "5r-seq");
+    let four = startup_with("deadline", "5r-seq", &loop4);
+    eprintln!("deadline 5r-seq: depth 1 {one:.2} s, loop depth 4 {four:.2} s");
+    assert!(four > one * 1.02, "deadline: {four:.2} s vs {one:.2} s");
+    let one = startup("noop", "5r-seq");
+    let four = startup_with("noop", "5r-seq", &loop4);
+    eprintln!("noop 5r-seq: depth 1 {one:.2} s, loop depth 4 {four:.2} s");
+    assert!(
+        (four / one - 1.0).abs() < 0.01,
+        "noop: {four:.2} s vs {one:.2} s"
+    );
 }

@@ -88,7 +88,8 @@ impl Kernel {
             .unwrap_or(model.info().default_queue_depth)
             .max(1);
         let capacity_bytes = model.info().capacity_sectors * 512;
-        let device = Device::new(model, depth);
+        let dispatch = cfg.dispatch_depth.unwrap_or(depth);
+        let device = Device::behind_fifo(model, depth, dispatch);
         let sched = iosched::by_name(&cfg.sched, &cfg.sched_cfg)?;
         let ticks = TickSource::new(cfg.sched_cfg.hz);
         let block = BlockLayer::new(sched, Backend::Disk(device), Cgroups::new(), ticks);

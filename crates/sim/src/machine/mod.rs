@@ -65,6 +65,13 @@ pub struct MachineConfig {
     pub device: String,
     /// The device's command queue depth; `None` takes the preset's.
     pub queue_depth: Option<usize>,
+    /// The host driver's dispatch depth when it is greater than the
+    /// device's queue: up to this many requests leave the elevator, and
+    /// those the device has no room for wait in arrival order
+    /// (`devmodel::Device::behind_fifo`). `Some(devmodel::LOOP_TAG_DEPTH)`
+    /// is the real runner's emulated disk; `None` hands the device as many
+    /// as its own queue takes.
+    pub dispatch_depth: Option<usize>,
     /// HDD parameters set over the preset's, in order
     /// (`devmodel::preset_with_hdd_params`; flash presets ignore them).
     pub hdd_params: Vec<(String, f64)>,
@@ -84,6 +91,7 @@ impl Default for MachineConfig {
         MachineConfig {
             device: "hdd-1.8in".into(),
             queue_depth: None,
+            dispatch_depth: None,
             hdd_params: Vec::new(),
             sched: "bfq".into(),
             sched_cfg: SchedConfig::default(),
