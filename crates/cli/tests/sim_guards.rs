@@ -308,6 +308,7 @@ fn results_json_records_every_option_and_the_provenance() {
         ("host-kernel-set", Some("hz=300"), json!(["hz=300"])),
         ("no-low-latency", None, true.into()),
         ("queue-depth", Some("4"), 4.into()),
+        ("dispatch-depth", Some("4"), 4.into()),
         (
             "hdd-param",
             Some("rpm=5400"),
