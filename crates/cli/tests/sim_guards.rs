@@ -229,8 +229,7 @@ fn interrupt(d: &Scratch, signal: Signal) -> (Option<i32>, String, serde_json::V
     }
     common::send_signal(child.id(), signal).unwrap();
     let o = child.wait_with_output().unwrap();
-    let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let json: serde_json::Value = common::results_json(&out);
     let csv = std::fs::read_to_string(&csv).unwrap();
     assert!(String::from_utf8_lossy(&o.stderr).contains("results.json says the run is incomplete"));
     (o.status.code(), csv, json)
@@ -363,8 +362,7 @@ fn results_json_records_every_option_and_the_provenance() {
     let argv: Vec<&str> = args.iter().map(String::as_str).collect();
     let o = tandem(&argv);
     assert!(o.status.success(), "{}", stderr(&o));
-    let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let json: serde_json::Value = common::results_json(&out);
     let extra = &json["meta"]["extra"];
     let options = &extra["options"];
     for (flag, _, want) in given {
@@ -443,9 +441,7 @@ fn a_scenarios_host_kernel_runs_unless_the_option_overrides_it() {
         args.extend_from_slice(extra);
         let o = tandem(&args);
         assert!(o.status.success(), "{}", stderr(&o));
-        let json: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap())
-                .unwrap();
+        let json: serde_json::Value = common::results_json(&out);
         let csv = std::fs::read_to_string(out.join("results.csv")).unwrap();
         (json["meta"]["extra"]["host_kernel"]["profile"].clone(), csv)
     };
